@@ -1,0 +1,5 @@
+import sys
+
+from processor.cli import main
+
+sys.exit(main())

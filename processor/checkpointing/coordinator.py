@@ -1,0 +1,146 @@
+"""Checkpoint bookkeeping: trigger, collect acknowledgements, complete. No I/O.
+
+Each task commits its own transaction when its own snapshot is durable, so a task's restore
+point never waits for the others. A *completed* checkpoint is the global view: every task
+acknowledged the same id, so together the snapshots form one consistent cut of the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from processor.models.control import Ack
+
+
+@dataclass
+class PendingCheckpoint:
+    checkpoint_id: int
+    triggered_at: float
+    acks: dict[str, Ack] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CompletedCheckpoint:
+    checkpoint_id: int
+    triggered_at: float
+    completed_at: float
+    acks: dict[str, Ack]
+
+    @property
+    def duration_s(self) -> float:
+        return self.completed_at - self.triggered_at
+
+    @property
+    def uploaded_bytes(self) -> int:
+        return sum(a.uploaded_bytes for a in self.acks.values())
+
+    @property
+    def state_bytes(self) -> int:
+        return sum(a.state_bytes for a in self.acks.values())
+
+    @property
+    def records_in(self) -> int:
+        return sum(a.records_in for a in self.acks.values())
+
+    @property
+    def lag(self) -> int:
+        return sum(a.lag for a in self.acks.values())
+
+    def slowest_task(self) -> str:
+        return max(self.acks.values(), key=lambda a: a.alignment_s + a.sync_s + a.upload_s).task
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.checkpoint_id,
+            "triggered_at": self.triggered_at,
+            "completed_at": self.completed_at,
+            "duration_s": round(self.duration_s, 4),
+            "uploaded_bytes": self.uploaded_bytes,
+            "state_bytes": self.state_bytes,
+            "records_in": self.records_in,
+            "tasks": {
+                t: {
+                    "worker": a.worker,
+                    "positions": a.positions,
+                    "snapshot": f"chk-{a.checkpoint:012d}" if a.state_bytes else None,
+                    "state_bytes": a.state_bytes,
+                    "uploaded_bytes": a.uploaded_bytes,
+                    "alignment_s": a.alignment_s,
+                    "sync_s": a.sync_s,
+                    "upload_s": a.upload_s,
+                    "commit_s": a.commit_s,
+                    "records_in": a.records_in,
+                }
+                for t, a in sorted(self.acks.items())
+            },
+        }
+
+
+@dataclass(frozen=True)
+class FailedCheckpoint:
+    checkpoint_id: int
+    reason: str
+
+
+class CheckpointCoordinator:
+    def __init__(
+        self,
+        tasks: Iterable[str],
+        last_id: int = 0,
+        timeout_s: float = 60.0,
+        max_pending: int = 100,
+    ) -> None:
+        self.tasks = frozenset(tasks)
+        self.last_id = last_id
+        self.last_completed: CompletedCheckpoint | None = None
+        self.timeout_s = timeout_s
+        self.max_pending = max_pending
+        self.pending: dict[int, PendingCheckpoint] = {}
+
+    def observe(self, checkpoint_id: int) -> None:
+        """An id seen elsewhere (a task, an earlier coordinator): never hand it out again."""
+        self.last_id = max(self.last_id, checkpoint_id)
+
+    def trigger(self, now: float) -> tuple[int, list[FailedCheckpoint]]:
+        self.last_id += 1
+        self.pending[self.last_id] = PendingCheckpoint(self.last_id, now)
+        failed: list[FailedCheckpoint] = []
+        while len(self.pending) > self.max_pending:
+            oldest = min(self.pending)
+            del self.pending[oldest]
+            failed.append(FailedCheckpoint(oldest, "too many checkpoints in progress"))
+        return self.last_id, failed
+
+    def on_ack(self, ack: Ack, now: float) -> CompletedCheckpoint | None:
+        self.observe(ack.checkpoint)
+        pending = self.pending.get(ack.checkpoint)
+        if pending is None or ack.task not in self.tasks:
+            return None
+        pending.acks[ack.task] = ack
+        if len(pending.acks) < len(self.tasks):
+            return None
+        del self.pending[ack.checkpoint]
+        # Older checkpoints still waiting are subsumed: this one is newer and complete.
+        for older in [c for c in self.pending if c < ack.checkpoint]:
+            del self.pending[older]
+        done = CompletedCheckpoint(ack.checkpoint, pending.triggered_at, now, dict(pending.acks))
+        self.last_completed = done
+        return done
+
+    def on_decline(self, checkpoint_id: int, task: str, reason: str) -> FailedCheckpoint | None:
+        self.observe(checkpoint_id)
+        if self.pending.pop(checkpoint_id, None) is None:
+            return None
+        return FailedCheckpoint(checkpoint_id, f"declined by {task}: {reason}")
+
+    def expire(self, now: float) -> list[FailedCheckpoint]:
+        expired = [p for p in self.pending.values() if now - p.triggered_at > self.timeout_s]
+        failed = []
+        for p in expired:
+            del self.pending[p.checkpoint_id]
+            missing = sorted(self.tasks - p.acks.keys())
+            failed.append(
+                FailedCheckpoint(p.checkpoint_id, f"timed out waiting for {', '.join(missing)}")
+            )
+        return failed

@@ -1,0 +1,185 @@
+"""The ``processor`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from processor.config import Settings, SettingsError, load_settings
+
+# Flags that override settings, shared by every command that talks to Kafka.
+_SETTING_FLAGS: list[tuple[str, type, str]] = [
+    ("bootstrap_servers", str, "Kafka bootstrap servers (PROCESSOR_BOOTSTRAP_SERVERS)"),
+    ("job_name", str, "job name: prefix of its internal topics (PROCESSOR_JOB_NAME)"),
+    ("input_topic", str, "input topic (PROCESSOR_INPUT_TOPIC)"),
+    ("output_topic", str, "output topic (PROCESSOR_OUTPUT_TOPIC)"),
+    ("shuffle_partitions", int, "partitions of <job>.shuffle (PROCESSOR_SHUFFLE_PARTITIONS)"),
+    ("checkpoint_interval_ms", int, "checkpoint interval (PROCESSOR_CHECKPOINT_INTERVAL_MS)"),
+    ("state_dir", Path, "local RocksDB state (PROCESSOR_STATE_DIR)"),
+    ("checkpoint_dir", Path, "checkpoint storage directory (PROCESSOR_CHECKPOINT_DIR)"),
+    ("metrics_port", int, "serve /metrics on this port, 0 = off (PROCESSOR_METRICS_PORT)"),
+]
+
+
+def _settings_parent() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    for name, kind, text in _SETTING_FLAGS:
+        parent.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, help=text)
+    return parent
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {name: getattr(args, name, None) for name, _, _ in _SETTING_FLAGS}
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+    return load_settings(**_overrides(args), **extra)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="processor", description="Exactly-once stream processing on Kafka."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = _settings_parent()
+
+    sub.add_parser("kafka", help="start|stop|status the local Kafka broker", add_help=False)
+
+    coord = sub.add_parser("coordinator", parents=[common], help="run the job's coordinator")
+    coord.add_argument("--exit-when-idle", action="store_true", help="stop once all input is done")
+
+    worker = sub.add_parser("worker", parents=[common], help="run a worker")
+    worker.add_argument("--worker-id", help="stable worker name (default: host-pid)")
+
+    local = sub.add_parser("local", parents=[common], help="coordinator + N workers on this machine")
+    local.add_argument("--workers", type=int, default=2)
+    local.add_argument("--until-idle", action="store_true", help="stop once all input is done")
+
+    produce = sub.add_parser("produce", parents=[common], help="lines of text files into a topic")
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--partitions", type=int, default=4, help="if the topic is created")
+    produce.add_argument("files", nargs="+", type=Path)
+
+    counts = sub.add_parser("counts", parents=[common], help="final counts from committed output")
+    counts.add_argument("--topic", help="default: the output topic")
+    counts.add_argument("--top", type=int, default=20)
+
+    corpus = sub.add_parser("corpus", help="write a seeded Zipf text corpus")
+    corpus.add_argument("--words", type=int, default=1_000_000)
+    corpus.add_argument("--seed", type=int, default=1)
+    corpus.add_argument("--vocab", type=int, default=50_000)
+    corpus.add_argument("out", type=Path)
+
+    demo = sub.add_parser("demo", parents=[common], help="word count end to end on a local broker")
+    demo.add_argument("--words", type=int, default=2_000_000)
+    demo.add_argument("--workers", type=int, default=2)
+    demo.add_argument("--top", type=int, default=15)
+    return parser
+
+
+def _configure_logging(level: str, name: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format=f"%(asctime)s %(levelname)s {name} %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _stop_event() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["kafka"]:
+        from processor.kafka import broker
+
+        return broker.main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except SettingsError as exc:
+        print(f"processor: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    command: str = args.command
+    if command == "corpus":
+        from processor.commands import corpus
+
+        lines = corpus.write(args.out, args.words, args.seed, args.vocab)
+        print(f"wrote {args.words:,} words in {lines:,} lines to {args.out}")
+        return 0
+
+    extra: dict[str, Any] = {}
+    if command == "worker" and args.worker_id:
+        extra["worker_id"] = args.worker_id
+    settings = _settings(args, **extra)
+    _configure_logging(settings.log_level, settings.worker_id or command)
+    from processor import metrics
+
+    if command == "coordinator":
+        from processor.runtime.coordinator import CoordinatorService
+
+        metrics.serve(settings.metrics_port)
+        CoordinatorService(settings).run(_stop_event(), exit_when_idle=args.exit_when_idle)
+        return 0
+    if command == "worker":
+        from processor.runtime.worker import Worker
+
+        metrics.serve(settings.metrics_port)
+        Worker(settings).run(_stop_event())
+        return 0
+    if command == "local":
+        from processor.commands.local import run_local
+
+        return run_local(
+            args.workers, _env(args), _stop_event(), args.until_idle, settings.metrics_port
+        )
+    if command == "produce":
+        from processor.commands.produce import produce_lines
+
+        sent = produce_lines(settings, args.topic, args.files, args.partitions)
+        print(f"produced {sent:,} lines to {args.topic}")
+        return 0
+    if command == "counts":
+        from processor.commands.counts import read_final_counts, top
+
+        final = read_final_counts(settings, args.topic or settings.output_topic)
+        for word, count in top(final, args.top):
+            print(f"{count:>12,}  {word}")
+        print(f"{len(final):,} distinct keys, {sum(final.values()):,} in total")
+        return 0
+    if command == "demo":
+        from processor.commands.demo import run_demo
+
+        return run_demo(settings, args.words, args.workers, args.top, _env(args))
+    raise AssertionError(command)
+
+
+def _env(args: argparse.Namespace) -> dict[str, str]:
+    """CLI overrides as environment for child processes."""
+    return {
+        "PROCESSOR_" + name.upper(): str(value)
+        for name, value in _overrides(args).items()
+        if value is not None
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

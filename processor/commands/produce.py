@@ -1,0 +1,51 @@
+"""``processor produce``: lines of text files into a topic (bytes as they are, newline removed)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from processor.config import Settings
+from processor.kafka import clients
+
+
+def produce_lines(
+    settings: Settings, topic: str, files: Iterable[Path], partitions: int, progress: bool = True
+) -> int:
+    clients.ensure_topic(clients.admin(settings), topic, partitions)
+    files = list(files)
+    total_bytes = sum(f.stat().st_size for f in files) or 1
+    producer = clients.producer(settings, **{"enable.idempotence": True, "linger.ms": 20})
+    sent = done_bytes = 0
+    last_draw = 0.0
+    for path in files:
+        with path.open("rb") as handle:
+            for raw in handle:
+                line = raw.rstrip(b"\r\n")
+                while True:
+                    try:
+                        producer.produce(topic, line)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                sent += 1
+                done_bytes += len(raw)
+                if progress and sent % 10_000 == 0 and time.monotonic() - last_draw > 0.2:
+                    _draw(done_bytes / total_bytes, sent)
+                    last_draw = time.monotonic()
+    remaining = producer.flush(60)
+    if remaining:
+        raise RuntimeError(f"{remaining} records to {topic} were not acknowledged by the broker")
+    if progress:
+        _draw(1.0, sent)
+        sys.stderr.write("\n")
+    return sent
+
+
+def _draw(fraction: float, sent: int) -> None:
+    width = 40
+    filled = int(fraction * width)
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {fraction:6.1%} {sent:,} lines")
+    sys.stderr.flush()

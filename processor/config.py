@@ -1,0 +1,87 @@
+"""Settings of every processor command: environment variables ``PROCESSOR_*``, CLI flags on top."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """One job's configuration. Every field maps to ``PROCESSOR_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="PROCESSOR_", extra="forbid")
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    job_name: str = Field(default="wordcount", pattern=r"^[A-Za-z0-9._-]{1,100}$")
+    job: str = "wordcount"
+    input_topic: str = "words"
+    output_topic: str = "word-counts"
+    shuffle_partitions: int = Field(default=8, ge=1, le=1024)
+    checkpoint_interval_ms: int = Field(default=1000, ge=50, le=3_600_000)
+    checkpoint_timeout_ms: int = Field(default=60_000, ge=1000)
+    state_dir: Path = Path("/tmp/processor/state")
+    checkpoint_dir: Path = Path("/tmp/processor/checkpoints")
+    retained_checkpoints: int = Field(default=2, ge=1, le=100)
+    worker_id: str = ""
+    heartbeat_interval_ms: int = Field(default=300, ge=10)
+    worker_timeout_ms: int = Field(default=3000, ge=100)
+    # Batching on the hot path: records per consume call, and how many distinct keys an
+    # epoch may buffer (combiner, dirty state) before it is flushed into the open transaction.
+    consume_batch: int = Field(default=5000, ge=1)
+    flush_keys: int = Field(default=200_000, ge=1)
+    transaction_timeout_ms: int = Field(default=60_000, ge=1000)
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    # Extra librdkafka settings for every client (security.protocol, sasl.*, ssl.*),
+    # e.g. PROCESSOR_KAFKA_CONFIG='{"security.protocol": "SASL_SSL"}'.
+    kafka_config: dict[str, str] = Field(default_factory=dict)
+    log_level: str = "INFO"
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _non_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must name at least one host:port")
+        return value
+
+    def client_config(self) -> dict[str, Any]:
+        """Settings shared by every Kafka client the service creates."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_config}
+
+    @property
+    def shuffle_topic(self) -> str:
+        return f"{self.job_name}.shuffle"
+
+    @property
+    def control_topic(self) -> str:
+        return f"{self.job_name}.control"
+
+    @property
+    def checkpoints_topic(self) -> str:
+        return f"{self.job_name}.checkpoints"
+
+    @property
+    def dlq_topic(self) -> str:
+        return f"{self.job_name}.dlq"
+
+    @property
+    def group_id(self) -> str:
+        return self.job_name
+
+
+class SettingsError(Exception):
+    """An invalid setting, described in one line that names it."""
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Environment first, then the non-None overrides (CLI flags)."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        source = "--" + name.replace("_", "-") if name in given else "PROCESSOR_" + name.upper()
+        raise SettingsError(f"invalid setting {source}: {err['msg']}") from None

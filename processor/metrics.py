@@ -1,0 +1,72 @@
+"""Prometheus metrics of the coordinator and the workers (names are a public interface)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+_TASK = ["job", "task"]
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+records_in = Counter("processor_records_in", "Records read by a task", _TASK)
+records_out = Counter("processor_records_out", "Records written by a task", _TASK)
+records_skipped = Counter(
+    "processor_records_skipped", "Bad input records skipped, by reason", [*_TASK, "reason"]
+)
+consumer_lag = Gauge(
+    "processor_consumer_lag_records", "Records left in an input partition", [*_TASK, "partition"]
+)
+alignment_seconds = Histogram(
+    "processor_checkpoint_alignment_seconds",
+    "First to last barrier of a checkpoint at a task",
+    _TASK,
+    buckets=_DURATION_BUCKETS,
+)
+snapshot_upload_seconds = Histogram(
+    "processor_snapshot_upload_seconds",
+    "Copy of a snapshot to checkpoint storage",
+    _TASK,
+    buckets=_DURATION_BUCKETS,
+)
+transaction_commit_seconds = Histogram(
+    "processor_transaction_commit_seconds",
+    "Kafka transaction commit",
+    _TASK,
+    buckets=_DURATION_BUCKETS,
+)
+state_keys = Gauge("processor_state_keys", "Keys in a task's state (estimate)", _TASK)
+state_size_bytes = Gauge("processor_state_size_bytes", "Size of a task's last snapshot", _TASK)
+restores_total = Counter("processor_restores", "Task restores from a snapshot", _TASK)
+last_restore_seconds = Gauge(
+    "processor_last_restore_duration_seconds", "Duration of a task's last restore", _TASK
+)
+
+checkpoints_completed = Counter("processor_checkpoints_completed", "Completed checkpoints", ["job"])
+checkpoints_failed = Counter("processor_checkpoints_failed", "Failed checkpoints", ["job"])
+checkpoints_in_progress = Gauge(
+    "processor_checkpoints_in_progress", "Checkpoints triggered, not yet complete", ["job"]
+)
+last_checkpoint_duration = Gauge(
+    "processor_last_checkpoint_duration_seconds", "Trigger to completion", ["job"]
+)
+last_checkpoint_size = Gauge(
+    "processor_last_checkpoint_size_bytes", "Bytes the last checkpoint uploaded", ["job"]
+)
+last_checkpoint_full_size = Gauge(
+    "processor_last_checkpoint_full_size_bytes", "Full size of the last checkpoint", ["job"]
+)
+last_completed_checkpoint_id = Gauge(
+    "processor_last_completed_checkpoint_id", "Id of the last completed checkpoint", ["job"]
+)
+checkpoint_duration = Histogram(
+    "processor_checkpoint_duration_seconds",
+    "Trigger to completion",
+    ["job"],
+    buckets=_DURATION_BUCKETS,
+)
+workers_alive = Gauge("processor_workers_alive", "Workers with a recent heartbeat", ["job"])
+
+
+def serve(port: int) -> None:
+    """Serve /metrics on 127.0.0.1:port (0: not at all)."""
+    if port:
+        start_http_server(port, addr="127.0.0.1")

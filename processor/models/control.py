@@ -1,0 +1,100 @@
+"""Messages on ``<job>.control`` between the coordinator and the workers (JSON, one per record).
+
+The control topic has one partition, so every reader sees the messages in one order. It
+carries no data and needs no transactions: every message is idempotent or superseded by a
+newer one (assignments carry a generation, triggers a checkpoint id, heartbeats a time).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["heartbeat", "assignment", "trigger", "ack", "decline"]
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    state: str  # starting | running | failed
+    checkpoint: int  # last committed checkpoint id of the task
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    worker: str
+    incarnation: str
+    tasks: dict[str, TaskStatus] = field(default_factory=dict)
+    kind: Literal["heartbeat"] = "heartbeat"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    generation: int
+    input_partitions: int
+    tasks: dict[str, str]  # task id -> worker id
+    coordinator: str = ""  # incarnation of the coordinator that made it
+    kind: Literal["assignment"] = "assignment"
+
+
+@dataclass(frozen=True)
+class Trigger:
+    checkpoint: int
+    triggered_at: float
+    kind: Literal["trigger"] = "trigger"
+
+
+@dataclass(frozen=True)
+class Ack:
+    """Task ``task`` committed its transaction of checkpoint ``checkpoint``."""
+
+    task: str
+    checkpoint: int
+    worker: str
+    records_in: int  # records processed in the epoch that this checkpoint closes
+    records_out: int
+    lag: int  # records left in the task's inputs when the barrier was handled
+    positions: dict[str, int]  # input partition (or channel) -> committed position
+    state_bytes: int = 0  # full size of the snapshot
+    uploaded_bytes: int = 0  # what this checkpoint copied (incremental)
+    alignment_s: float = 0.0
+    sync_s: float = 0.0
+    upload_s: float = 0.0
+    commit_s: float = 0.0
+    kind: Literal["ack"] = "ack"
+
+
+@dataclass(frozen=True)
+class Decline:
+    task: str
+    checkpoint: int
+    reason: str
+    kind: Literal["decline"] = "decline"
+
+
+Message = Heartbeat | Assignment | Trigger | Ack | Decline
+
+
+def encode(message: Message) -> bytes:
+    return json.dumps(asdict(message), separators=(",", ":")).encode()
+
+
+def decode(raw: bytes) -> Message | None:
+    """The message, or None for anything unknown (newer versions, garbage)."""
+    try:
+        data: dict[str, Any] = json.loads(raw)
+        kind = data.get("kind")
+        if kind == "heartbeat":
+            tasks = {k: TaskStatus(**v) for k, v in data.pop("tasks").items()}
+            return Heartbeat(tasks=tasks, **data)
+        if kind == "assignment":
+            return Assignment(**data)
+        if kind == "trigger":
+            return Trigger(**data)
+        if kind == "ack":
+            return Ack(**data)
+        if kind == "decline":
+            return Decline(**data)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return None

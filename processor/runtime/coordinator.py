@@ -1,0 +1,212 @@
+"""Coordinator service: creates the job's topics, assigns tasks, triggers checkpoints, records them.
+
+The protocol decisions live in the pure classes it drives (CheckpointCoordinator, assign,
+WorkerRegistry); this module is the I/O around them. It holds no state that matters for
+correctness: restarted, it learns placement from heartbeats and checkpoint ids from the
+checkpoints topic and the tasks, and carries on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+
+from processor import metrics
+from processor.checkpointing.coordinator import (
+    CheckpointCoordinator,
+    CompletedCheckpoint,
+    FailedCheckpoint,
+)
+from processor.config import Settings, SettingsError
+from processor.jobs import JOBS
+from processor.jobs.graph import task_ids
+from processor.kafka import clients
+from processor.models import control
+from processor.runtime.assignment import WorkerRegistry, assign
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_HISTORY = 100  # completed checkpoints kept in the compacted topic
+
+
+class CoordinatorService:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.job = JOBS[settings.job]
+        self.incarnation = uuid.uuid4().hex[:12]
+        self._admin = clients.admin(settings)
+        self._producer = clients.producer(settings, **{"linger.ms": 0, "compression.type": "none"})
+        self._labels = {"job": settings.job_name}
+        self.input_partitions = 0
+        self.history: list[dict[str, Any]] = []  # recent completed checkpoints, newest last
+
+    def setup(self) -> None:
+        """Create the internal topics; the input topic must exist and is used as it is."""
+        s = self.settings
+        partitions = clients.topic_partitions(self._admin, s.input_topic)
+        if partitions is None:
+            raise SettingsError(
+                f"input topic {s.input_topic!r} does not exist on {s.bootstrap_servers} "
+                "(create it, e.g. with `processor produce`, or set PROCESSOR_INPUT_TOPIC)"
+            )
+        self.input_partitions = partitions
+        shuffle = clients.ensure_topic(self._admin, s.shuffle_topic, s.shuffle_partitions)
+        if shuffle != s.shuffle_partitions:
+            raise SettingsError(
+                f"invalid setting PROCESSOR_SHUFFLE_PARTITIONS: {s.shuffle_topic} already has "
+                f"{shuffle} partitions, not {s.shuffle_partitions}"
+            )
+        clients.ensure_topic(self._admin, s.control_topic, 1, {"retention.ms": "3600000"})
+        clients.ensure_topic(
+            self._admin,
+            s.checkpoints_topic,
+            1,
+            {"cleanup.policy": "compact", "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"},
+        )
+        clients.ensure_topic(self._admin, s.dlq_topic, 1)
+        clients.ensure_topic(self._admin, s.output_topic, s.shuffle_partitions)
+
+    def _load_history(self) -> int:
+        """Completed checkpoints recorded by earlier coordinators; returns the newest id."""
+        s = self.settings
+        consumer = clients.consumer(s, **{"group.id": f"{s.job_name}.coordinator"})
+        try:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(s.checkpoints_topic, 0), timeout=10
+            )
+            consumer.assign([TopicPartition(s.checkpoints_topic, 0, OFFSET_BEGINNING)])
+            records: dict[bytes, dict[str, Any]] = {}
+            position = 0
+            deadline = time.monotonic() + 30
+            while position < high and time.monotonic() < deadline:
+                for msg in consumer.consume(1000, 0.5):
+                    if msg.error() is None and msg.value():
+                        records[msg.key()] = json.loads(msg.value())
+                    position = max(position, msg.offset() + 1)
+        finally:
+            consumer.close()
+        self.history = sorted(records.values(), key=lambda r: int(r["id"]))
+        return int(self.history[-1]["id"]) if self.history else 0
+
+    def run(self, stop: threading.Event, exit_when_idle: bool = False) -> None:
+        s = self.settings
+        self.setup()
+        tasks = task_ids(self.job, self.input_partitions, s.shuffle_partitions)
+        last_id = self._load_history()
+        checkpoints = CheckpointCoordinator(tasks, last_id, s.checkpoint_timeout_ms / 1000)
+        registry = WorkerRegistry(s.worker_timeout_ms / 1000)
+        placement: dict[str, str] = {}
+        generation = time.time_ns() // 1_000_000  # above any earlier coordinator's generations
+        control_consumer = clients.consumer(
+            s, **{"group.id": f"{s.job_name}.coordinator", "fetch.wait.max.ms": 10}
+        )
+        control_consumer.assign([TopicPartition(s.control_topic, 0, OFFSET_END)])
+        log.info(
+            "coordinator for job %s: %d tasks, checkpoint every %d ms, last completed checkpoint %d",
+            s.job_name, len(tasks), s.checkpoint_interval_ms, last_id,
+        )
+        heartbeat_s = s.heartbeat_interval_ms / 1000
+        interval_s = s.checkpoint_interval_ms / 1000
+        started = time.monotonic()
+        next_assign = started + 2 * heartbeat_s  # let workers that run already announce themselves
+        next_trigger = next_assign + interval_s
+        idle_streak = 0
+        changed = True
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                for msg in control_consumer.consume(1000, 0.05):
+                    if msg.error() is not None or not msg.value():
+                        continue
+                    message = control.decode(msg.value())
+                    if isinstance(message, control.Heartbeat):
+                        if registry.heartbeat(message.worker, message.incarnation, now):
+                            changed = True
+                        for task, status in message.tasks.items():
+                            checkpoints.observe(status.checkpoint)
+                            if task not in placement and status.state != "failed":
+                                placement[task] = message.worker  # adopt what already runs
+                    elif isinstance(message, control.Ack):
+                        done = checkpoints.on_ack(message, time.time())
+                        if done is not None:
+                            self._completed(done)
+                            quiet = done.records_in == 0 and done.lag == 0
+                            idle_streak = idle_streak + 1 if quiet else 0
+                    elif isinstance(message, control.Decline):
+                        failed = checkpoints.on_decline(message.checkpoint, message.task, message.reason)
+                        if failed is not None:
+                            self._failed(failed)
+                now = time.monotonic()
+                dead = registry.expire(now)
+                if dead:
+                    log.warning("workers %s missed their heartbeats: moving their tasks", dead)
+                    changed = True
+                if now >= next_assign:
+                    if changed:
+                        placement = assign(tasks, registry.alive, placement)
+                        generation += 1
+                        changed = False
+                        log.info("assignment %d: %s", generation, _describe(placement))
+                    self._send(
+                        control.Assignment(generation, self.input_partitions, placement, self.incarnation)
+                    )
+                    metrics.workers_alive.labels(**self._labels).set(len(registry.alive))
+                    next_assign = now + heartbeat_s
+                if now >= next_trigger and placement:
+                    checkpoint_id, dropped = checkpoints.trigger(time.time())
+                    self._send(control.Trigger(checkpoint_id, time.time()))
+                    for failed in dropped:
+                        self._failed(failed)
+                    next_trigger = now + interval_s
+                for failed in checkpoints.expire(time.time()):
+                    self._failed(failed)
+                metrics.checkpoints_in_progress.labels(**self._labels).set(len(checkpoints.pending))
+                if exit_when_idle and idle_streak >= 3:
+                    log.info("job %s is idle: every input is consumed and committed", s.job_name)
+                    return
+        finally:
+            control_consumer.close()
+            self._producer.flush(5)
+
+    def _send(self, message: control.Message) -> None:
+        self._producer.produce(self.settings.control_topic, control.encode(message))
+        self._producer.poll(0)
+
+    def _completed(self, done: CompletedCheckpoint) -> None:
+        record = done.to_json()
+        self._producer.produce(
+            self.settings.checkpoints_topic,
+            json.dumps(record).encode(),
+            key=b"%d" % (done.checkpoint_id % CHECKPOINT_HISTORY),
+        )
+        self._producer.poll(0)
+        self.history = [*self.history[-(CHECKPOINT_HISTORY - 1):], record]
+        labels = self._labels
+        metrics.checkpoints_completed.labels(**labels).inc()
+        metrics.last_checkpoint_duration.labels(**labels).set(done.duration_s)
+        metrics.checkpoint_duration.labels(**labels).observe(done.duration_s)
+        metrics.last_checkpoint_size.labels(**labels).set(done.uploaded_bytes)
+        metrics.last_checkpoint_full_size.labels(**labels).set(done.state_bytes)
+        metrics.last_completed_checkpoint_id.labels(**labels).set(done.checkpoint_id)
+        log.info(
+            "checkpoint %d complete in %.3fs: %d records, %d bytes uploaded of %d, slowest %s",
+            done.checkpoint_id, done.duration_s, done.records_in, done.uploaded_bytes,
+            done.state_bytes, done.slowest_task(),
+        )
+
+    def _failed(self, failed: FailedCheckpoint) -> None:
+        metrics.checkpoints_failed.labels(**self._labels).inc()
+        log.warning("checkpoint %d failed: %s", failed.checkpoint_id, failed.reason)
+
+
+def _describe(placement: dict[str, str]) -> str:
+    by_worker: dict[str, list[str]] = {}
+    for task, worker in sorted(placement.items()):
+        by_worker.setdefault(worker, []).append(task)
+    return "; ".join(f"{w}: {' '.join(ts)}" for w, ts in sorted(by_worker.items()))

@@ -1,0 +1,274 @@
+"""Keyed task: exact per-key counts of one shuffle partition, in RocksDB, aligned on barriers.
+
+Epoch n (the records between barriers n-1 and n) lives in ``_dirty`` (key -> current count)
+until barrier n is aligned. Then, in order:
+
+1. the dirty counts go to RocksDB (one WriteBatch) and to the output topic, inside
+   transaction n, together with the input positions at barrier n;
+2. a RocksDB checkpoint is taken synchronously (hard links: milliseconds);
+3. the copy to checkpoint storage runs in the background while epoch n+1 is processed;
+4. only when the copy is durable is transaction n committed, then acknowledged.
+
+Transaction n+1 begins after n commits, so output of epoch n+1 waits in ``_dirty``: every key
+is written once per epoch with its latest count (strictly increasing, last = exact).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import struct
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from processor import metrics
+from processor.checkpointing.aligner import BarrierAligner, BarrierOutcome, Verdict
+from processor.kafka import clients
+from processor.kafka.output import TransactionalOutput
+from processor.models.control import Ack, Decline
+from processor.models.records import decode_barrier, decode_count, is_barrier
+from processor.runtime.task import Task, TaskContext, check, commit_metadata, committed, local_dir
+from processor.state.rocksdb.snapshots import SnapshotInfo, SnapshotStore
+from processor.state.rocksdb.store import RocksDBStore
+from processor.state.storage import DirectoryStorage
+
+log = logging.getLogger(__name__)
+
+_PROCESS = Verdict.PROCESS
+
+
+@dataclass
+class _Upload:
+    checkpoint_id: int
+    future: Future[SnapshotInfo]
+    alignment_s: float
+    sync_s: float
+    records_in: int
+    records_out: int
+    lag: int
+    positions: dict[str, int]
+
+
+class KeyedTask(Task):
+    def __init__(self, ctx: TaskContext, partition: int) -> None:
+        super().__init__(ctx)
+        self.partition = partition
+        self.topic = ctx.settings.shuffle_topic
+        self._dirty: dict[bytes, int] = {}
+        self._upload: _Upload | None = None
+        self._align_started: float | None = None
+        self._records_in = 0
+        self._records_out = 0
+        self._m_in = metrics.records_in.labels(**self.labels)
+        self._m_out = metrics.records_out.labels(**self.labels)
+        self._m_bad = metrics.records_skipped.labels(**self.labels, reason="malformed_shuffle")
+
+    def run(self) -> None:
+        s = self.settings
+        workdir = local_dir(s, self.ctx.task_id)
+        self._snapshots = SnapshotStore(
+            DirectoryStorage(s.checkpoint_dir), f"{s.job_name}/{self.ctx.task_id}"
+        )
+        self._uploader = ThreadPoolExecutor(1, thread_name_prefix=f"upload-{self.ctx.task_id}")
+        self._workdir = workdir
+        out = TransactionalOutput(s, self.transactional_id)
+        consumer = clients.consumer(s)
+        store: RocksDBStore | None = None
+        try:
+            out.init()
+            store = self._restore(consumer)
+            self.state = "running"
+            while not self.ctx.stop.is_set():
+                self._finish_upload(out, block=False)
+                msgs = consumer.consume(s.consume_batch, 0.05)
+                if msgs:
+                    self._process(msgs, store, out, consumer)
+        finally:
+            out.close()
+            consumer.close()
+            self._uploader.shutdown(wait=True)
+            if store is not None:
+                store.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _restore(self, consumer: Consumer) -> RocksDBStore:
+        s = self.settings
+        tp = committed(consumer, [TopicPartition(self.topic, self.partition)])[0]
+        meta = commit_metadata(tp)
+        self.last_checkpoint = int(meta.get("checkpoint", 0))
+        positions = {
+            (self.partition, int(u)): int(off) for u, off in meta.get("positions", {}).items()
+        }
+        db_path = self._workdir / "db"
+        if self.last_checkpoint:
+            started = time.monotonic()
+            info = self._snapshots.restore(self.last_checkpoint, db_path)
+            took = time.monotonic() - started
+            metrics.restores_total.labels(**self.labels).inc()
+            metrics.last_restore_seconds.labels(**self.labels).set(took)
+            metrics.state_size_bytes.labels(**self.labels).set(info.full_bytes)
+            log.info(
+                "%s: restored checkpoint %d (%d bytes) in %.3fs",
+                self.ctx.task_id, self.last_checkpoint, info.full_bytes, took,
+            )
+        store = RocksDBStore(db_path)
+        channels = [(self.partition, u) for u in range(self.ctx.input_partitions)]
+        self._aligner = BarrierAligner(channels, positions, self.last_checkpoint)
+        start = self._aligner.resume_offsets()[self.partition]
+        consumer.assign([TopicPartition(self.topic, self.partition, start)])
+        log.info("%s: resuming %s[%d] at %d", self.ctx.task_id, self.topic, self.partition, start)
+        return store
+
+    def _process(
+        self, msgs: list[Message], store: RocksDBStore, out: TransactionalOutput, consumer: Consumer
+    ) -> None:
+        admit = self._aligner.admit
+        partition = self.partition
+        deltas: dict[bytes, int] = {}
+        applied = 0
+        for msg in msgs:
+            if not check(msg):
+                continue
+            if is_barrier(msg.headers()):
+                self._apply(deltas, store, out)
+                deltas = {}
+                self._records_in += applied
+                self._m_in.inc(applied)
+                applied = 0
+                outcome = self._on_barrier(msg, store, out, consumer)
+                if outcome.seeks:
+                    for p, offset in outcome.seeks.items():
+                        consumer.seek(TopicPartition(self.topic, p, offset))
+                    break  # the rest of this batch is read again after the seek
+                continue
+            try:
+                channel, count = decode_count(msg.value())
+            except (struct.error, TypeError):
+                self._m_bad.inc()
+                continue
+            if admit((partition, channel), msg.offset()) is _PROCESS:
+                key = msg.key()
+                deltas[key] = deltas.get(key, 0) + count
+                applied += 1
+        self._records_in += applied
+        self._m_in.inc(applied)
+        self._apply(deltas, store, out)
+
+    def _apply(self, deltas: dict[bytes, int], store: RocksDBStore, out: TransactionalOutput) -> None:
+        if not deltas:
+            return
+        dirty = self._dirty
+        missing = [k for k in deltas if k not in dirty]
+        if missing:
+            for key, old in zip(missing, store.get_many(missing), strict=True):
+                dirty[key] = int(old) if old is not None else 0
+        for key, delta in deltas.items():
+            dirty[key] += delta
+        if len(dirty) >= self.settings.flush_keys:
+            self._flush(store, out)
+
+    def _flush(self, store: RocksDBStore, out: TransactionalOutput) -> None:
+        """Dirty counts -> RocksDB and the output topic, inside the open transaction."""
+        if not self._dirty:
+            return
+        self._finish_upload(out, block=True)  # the previous epoch's transaction must be closed
+        items = {k: b"%d" % v for k, v in self._dirty.items()}
+        store.write(items)
+        out.produce_many(self.settings.output_topic, list(items.items()))
+        self._records_out += len(items)
+        self._m_out.inc(len(items))
+        self._dirty.clear()
+
+    def _on_barrier(
+        self, msg: Message, store: RocksDBStore, out: TransactionalOutput, consumer: Consumer
+    ) -> BarrierOutcome:
+        barrier = decode_barrier(msg.value())
+        outcome = self._aligner.on_barrier(
+            (self.partition, barrier.channel), barrier.checkpoint_id, msg.offset()
+        )
+        now = time.monotonic()
+        if outcome.aborted is not None:
+            self.ctx.report(
+                Decline(self.ctx.task_id, outcome.aborted, f"overtaken by barrier {barrier.checkpoint_id}")
+            )
+        if outcome.completed is not None:
+            alignment_s = now - (self._align_started or now)
+            self._align_started = None
+            self._checkpoint(outcome, alignment_s, store, out, consumer)
+        elif self._aligner.pending is not None and self._align_started is None:
+            self._align_started = now
+        return outcome
+
+    def _checkpoint(
+        self,
+        outcome: BarrierOutcome,
+        alignment_s: float,
+        store: RocksDBStore,
+        out: TransactionalOutput,
+        consumer: Consumer,
+    ) -> None:
+        checkpoint_id = outcome.completed
+        assert checkpoint_id is not None
+        metrics.alignment_seconds.labels(**self.labels).observe(alignment_s)
+        self._flush(store, out)
+        self._finish_upload(out, block=True)
+        started = time.monotonic()
+        positions = {str(u): off for (_, u), off in outcome.positions.items()}
+        resume = self._aligner.resume_offsets()[self.partition]
+        meta = json.dumps({"checkpoint": checkpoint_id, "positions": positions})
+        out.send_offsets([TopicPartition(self.topic, self.partition, resume, metadata=meta)], consumer)
+        local = self._workdir / f"chk-{checkpoint_id}"
+        store.checkpoint(local)
+        sync_s = time.monotonic() - started
+        future = self._uploader.submit(self._snapshots.upload, checkpoint_id, local)
+        self._upload = _Upload(
+            checkpoint_id, future, alignment_s, sync_s, self._records_in, self._records_out,
+            self._lag(consumer), positions,
+        )
+        self._records_in = self._records_out = 0
+        metrics.state_keys.labels(**self.labels).set(store.approximate_keys())
+
+    def _finish_upload(self, out: TransactionalOutput, block: bool) -> None:
+        """Commit the transaction of the checkpoint whose snapshot is now durable."""
+        pending = self._upload
+        if pending is None or (not block and not pending.future.done()):
+            return
+        info = pending.future.result()  # an upload error ends the task: it restarts and restores
+        commit_s = out.commit()
+        self._upload = None
+        self.last_checkpoint = pending.checkpoint_id
+        metrics.snapshot_upload_seconds.labels(**self.labels).observe(info.duration_s)
+        metrics.transaction_commit_seconds.labels(**self.labels).observe(commit_s)
+        metrics.state_size_bytes.labels(**self.labels).set(info.full_bytes)
+        self.ctx.report(
+            Ack(
+                task=self.ctx.task_id,
+                checkpoint=pending.checkpoint_id,
+                worker=self.ctx.worker_id,
+                records_in=pending.records_in,
+                records_out=pending.records_out,
+                lag=pending.lag,
+                positions=pending.positions,
+                state_bytes=info.full_bytes,
+                uploaded_bytes=info.uploaded_bytes,
+                alignment_s=round(pending.alignment_s, 6),
+                sync_s=round(pending.sync_s, 6),
+                upload_s=round(info.duration_s, 6),
+                commit_s=round(commit_s, 6),
+            )
+        )
+        self._uploader.submit(
+            self._snapshots.retain, pending.checkpoint_id, self.settings.retained_checkpoints
+        )
+
+    def _lag(self, consumer: Consumer) -> int:
+        tp = TopicPartition(self.topic, self.partition)
+        _, high = consumer.get_watermark_offsets(tp, timeout=1, cached=True)
+        position = consumer.position([tp])[0].offset
+        lag = max(0, high - position) if high >= 0 and position >= 0 else 0
+        metrics.consumer_lag.labels(**self.labels, partition=str(self.partition)).set(lag)
+        return lag

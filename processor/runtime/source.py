@@ -1,0 +1,187 @@
+"""Source task: reads user input partitions, maps lines to keys, writes the shuffle.
+
+Sources have no alignment to do: the coordinator's trigger *is* their barrier. At trigger n
+a source flushes its combiner, writes barrier n into every shuffle partition and commits
+one transaction holding the epoch's shuffle records, the barriers and its input offsets.
+
+Pre-aggregation (the combiner) is exact: partial counts of one epoch are committed together
+with the input offsets they cover, so a replay recomputes exactly the same partial counts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+
+from processor import metrics
+from processor.kafka import clients
+from processor.kafka.output import TransactionalOutput
+from processor.models.control import Ack
+from processor.models.records import Barrier, encode_barrier, encode_count
+from processor.runtime.task import Task, TaskContext, check, commit_metadata, committed
+
+log = logging.getLogger(__name__)
+
+
+class SourceTask(Task):
+    def __init__(self, ctx: TaskContext, index: int, partitions: list[int]) -> None:
+        super().__init__(ctx)
+        self.channel = index
+        self.partitions = partitions
+        self._requested = 0
+        self._combiner: Counter[str] = Counter()
+        self._positions: dict[int, int] = {}  # input partition -> next offset to read
+        self._records_in = 0
+        self._records_out = 0
+        s = ctx.settings
+        self._m_in = metrics.records_in.labels(**self.labels)
+        self._m_out = metrics.records_out.labels(**self.labels)
+        self._m_null = metrics.records_skipped.labels(**self.labels, reason="null")
+        self._m_empty = metrics.records_skipped.labels(**self.labels, reason="empty")
+        self._m_utf8 = metrics.records_skipped.labels(**self.labels, reason="non_utf8")
+        self._shuffle_partitions = s.shuffle_partitions
+
+    def request_checkpoint(self, checkpoint_id: int) -> None:
+        # An int store is atomic; only the newest trigger matters (older ones are superseded).
+        self._requested = max(self._requested, checkpoint_id)
+
+    def run(self) -> None:
+        s = self.settings
+        out = TransactionalOutput(s, self.transactional_id)
+        consumer = clients.consumer(s)
+        try:
+            out.init()
+            self._restore(consumer)
+            self.state = "running"
+            extract = self.ctx.job.extract
+            while not self.ctx.stop.is_set():
+                msgs = consumer.consume(s.consume_batch, 0.05)
+                if msgs:
+                    self._process(msgs, extract, out)
+                    if len(self._combiner) >= s.flush_keys:
+                        self._flush(out)
+                if self._requested > self.last_checkpoint:
+                    self._checkpoint(self._requested, out, consumer)
+        finally:
+            out.close()
+            consumer.close()
+
+    def _restore(self, consumer: Consumer) -> None:
+        topic = self.settings.input_topic
+        start = []
+        for tp in committed(consumer, [TopicPartition(topic, p) for p in self.partitions]):
+            if tp.offset >= 0:
+                self._positions[tp.partition] = tp.offset
+                meta = commit_metadata(tp)
+                self.last_checkpoint = max(self.last_checkpoint, int(meta.get("checkpoint", 0)))
+            start.append(TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+        consumer.assign(start)
+        log.info(
+            "%s: resuming %s at %s (checkpoint %d)",
+            self.ctx.task_id, topic, self._positions or "the beginning", self.last_checkpoint,
+        )
+
+    def _process(self, msgs: list[Message], extract: object, out: TransactionalOutput) -> None:
+        values: list[bytes] = []
+        positions = self._positions
+        for msg in msgs:
+            if not check(msg):
+                continue
+            positions[msg.partition()] = msg.offset() + 1
+            value = msg.value()
+            if value:
+                values.append(value)
+            elif value is None:
+                self._m_null.inc()
+            else:
+                self._m_empty.inc()
+        self._records_in += len(msgs)
+        self._m_in.inc(len(msgs))
+        try:
+            lines = [v.decode() for v in values]
+        except UnicodeDecodeError:
+            lines = self._decode_each(msgs, out)
+        self._combiner.update(self.ctx.job.extract(lines))
+
+    def _decode_each(self, msgs: list[Message], out: TransactionalOutput) -> list[str]:
+        """The slow path of a batch with a non-UTF-8 record: dead-letter the bad ones."""
+        lines = []
+        for msg in msgs:
+            value = msg.value()
+            if msg.error() is not None or not value:
+                continue
+            try:
+                lines.append(value.decode())
+            except UnicodeDecodeError as exc:
+                self._m_utf8.inc()
+                out.produce(
+                    self.settings.dlq_topic,
+                    value,
+                    key=msg.key(),
+                    headers=[
+                        ("source.topic", msg.topic().encode()),
+                        ("source.partition", str(msg.partition()).encode()),
+                        ("source.offset", str(msg.offset()).encode()),
+                        ("error", f"not UTF-8: {exc.reason} at byte {exc.start}".encode()),
+                    ],
+                )
+        return lines
+
+    def _flush(self, out: TransactionalOutput) -> None:
+        if not self._combiner:
+            return
+        channel = self.channel
+        items = [(k.encode(), encode_count(channel, n)) for k, n in self._combiner.items()]
+        out.produce_many(self.settings.shuffle_topic, items)
+        self._records_out += len(items)
+        self._m_out.inc(len(items))
+        self._combiner.clear()
+
+    def _checkpoint(self, checkpoint_id: int, out: TransactionalOutput, consumer: Consumer) -> None:
+        s = self.settings
+        started = time.monotonic()
+        self._flush(out)
+        value, headers = encode_barrier(Barrier(checkpoint_id, self.channel))
+        for p in range(self._shuffle_partitions):
+            out.produce(s.shuffle_topic, value, partition=p, headers=headers)
+        meta = json.dumps({"checkpoint": checkpoint_id})
+        offsets = [
+            TopicPartition(s.input_topic, p, off, metadata=meta)
+            for p, off in sorted(self._positions.items())
+        ]
+        if offsets:
+            out.send_offsets(offsets, consumer)
+        sync_s = time.monotonic() - started
+        commit_s = out.commit()
+        metrics.transaction_commit_seconds.labels(**self.labels).observe(commit_s)
+        self.last_checkpoint = checkpoint_id
+        self.ctx.report(
+            Ack(
+                task=self.ctx.task_id,
+                checkpoint=checkpoint_id,
+                worker=self.ctx.worker_id,
+                records_in=self._records_in,
+                records_out=self._records_out,
+                lag=self._lag(consumer),
+                positions={str(p): o for p, o in self._positions.items()},
+                sync_s=round(sync_s, 6),
+                commit_s=round(commit_s, 6),
+            )
+        )
+        self._records_in = self._records_out = 0
+
+    def _lag(self, consumer: Consumer) -> int:
+        total = 0
+        for p in self.partitions:
+            tp = TopicPartition(self.settings.input_topic, p)
+            low, high = consumer.get_watermark_offsets(tp, timeout=1, cached=True)
+            if high < 0:
+                low, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+            lag = max(0, high - self._positions.get(p, low))
+            metrics.consumer_lag.labels(**self.labels, partition=str(p)).set(lag)
+            total += lag
+        return total

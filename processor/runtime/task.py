@@ -1,0 +1,115 @@
+"""What every task has: its identity, its reporting channel, its lifecycle, its local state dir."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from processor.config import Settings
+from processor.jobs.graph import KeyedCountJob
+from processor.models.control import Message as ControlMessage
+
+log = logging.getLogger(__name__)
+
+_PARTITION_EOF = KafkaError._PARTITION_EOF
+
+
+@dataclass
+class TaskContext:
+    settings: Settings
+    job: KeyedCountJob
+    task_id: str
+    worker_id: str
+    input_partitions: int  # parallelism of the source stage = channels into each shuffle partition
+    report: Callable[[ControlMessage], None]
+    stop: threading.Event
+
+
+class Task:
+    """Base of the two task kinds: lifecycle state and the last committed checkpoint."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.state = "starting"  # starting -> running -> (stopped | failed)
+        self.last_checkpoint = 0
+        self.labels = {"job": ctx.settings.job_name, "task": ctx.task_id}
+
+    @property
+    def transactional_id(self) -> str:
+        # Stable per task, whichever worker runs it: that is what fences a zombie.
+        return f"{self.settings.job_name}.{self.ctx.task_id}"
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def request_checkpoint(self, checkpoint_id: int) -> None:
+        """Only source tasks act on triggers; others get barriers in their input."""
+
+
+def check(msg: Message) -> bool:
+    """True for a data message; raise on a real error, False on informational events."""
+    err = msg.error()
+    if err is None:
+        return True
+    if err.code() == _PARTITION_EOF:
+        return False
+    raise KafkaException(err)
+
+
+def committed(consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
+    # require_stable is implied by read_committed: this waits for a fenced zombie's
+    # pending offsets to be aborted instead of returning them.
+    result: list[TopicPartition] = consumer.committed(partitions, timeout=60)
+    return result
+
+
+def commit_metadata(tp: TopicPartition) -> dict[str, Any]:
+    """The checkpoint id and channel positions stored with a committed offset."""
+    if tp.offset < 0 or not tp.metadata:
+        return {}
+    try:
+        data = json.loads(tp.metadata)
+    except ValueError:
+        log.warning("ignoring unreadable commit metadata on %s[%d]", tp.topic, tp.partition)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def local_dir(settings: Settings, task_id: str) -> Path:
+    """A fresh local directory for this incarnation of the task.
+
+    Named by pid, so that directories left by dead processes can be removed safely while a
+    live incarnation elsewhere on this machine (a zombie) keeps its own.
+    """
+    base = settings.state_dir / settings.job_name / task_id
+    base.mkdir(parents=True, exist_ok=True)
+    for old in base.iterdir():
+        pid = old.name.split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    path = base / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    return path
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # an earlier incarnation in this process has ended
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

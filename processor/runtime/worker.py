@@ -1,0 +1,179 @@
+"""Worker service: runs the tasks the coordinator assigns to it, one thread per task.
+
+It follows the control topic (assignments, checkpoint triggers), heartbeats its tasks'
+states, and forwards the tasks' acknowledgements. A task that fails is restarted after a
+backoff if it is still assigned here; its restart *is* its recovery (fence, restore, rewind).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+from confluent_kafka import OFFSET_END, TopicPartition
+
+from processor.config import Settings
+from processor.jobs import JOBS
+from processor.jobs.graph import TaskId
+from processor.kafka import clients
+from processor.models import control
+from processor.runtime.keyed import KeyedTask
+from processor.runtime.source import SourceTask
+from processor.runtime.task import Task, TaskContext
+
+log = logging.getLogger(__name__)
+
+_MAX_BACKOFF_S = 10.0
+
+
+class TaskRunner:
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.error = ""
+        self.ended_at = 0.0
+        self._thread = threading.Thread(target=self._run, name=task.ctx.task_id, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.task.run()
+            self.task.state = "stopped"
+        except Exception as exc:  # noqa: BLE001 - any failure means: restart from the last commit
+            self.task.state = "failed"
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.error("task %s failed: %s", self.task.ctx.task_id, self.error)
+        self.ended_at = time.monotonic()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        self.task.ctx.stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+
+class Worker:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.job = JOBS[settings.job]
+        self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.incarnation = uuid.uuid4().hex[:12]
+        self._producer = clients.producer(settings, **{"linger.ms": 0, "compression.type": "none"})
+        self._control = clients.consumer(
+            settings, **{"group.id": f"{settings.job_name}.workers", "fetch.wait.max.ms": 10}
+        )
+        self._runners: dict[str, TaskRunner] = {}
+        self._backoff: dict[str, float] = {}  # task -> monotonic time before which not to restart
+        self._failures: dict[str, int] = {}  # task -> failures in a row
+        self._generation = -1
+        self._assignment: control.Assignment | None = None
+
+    def send(self, message: control.Message) -> None:
+        """Thread-safe: tasks report through here."""
+        self._producer.produce(self.settings.control_topic, control.encode(message))
+        self._producer.poll(0)
+
+    def run(self, stop: threading.Event) -> None:
+        s = self.settings
+        self._wait_for_control_topic(stop)
+        self._control.assign([TopicPartition(s.control_topic, 0, OFFSET_END)])
+        log.info("worker %s (incarnation %s) started", self.worker_id, self.incarnation)
+        next_heartbeat = 0.0
+        try:
+            while not stop.is_set():
+                for msg in self._control.consume(1000, 0.05):
+                    if msg.error() is None and msg.value():
+                        self._handle(control.decode(msg.value()))
+                self._reconcile()
+                now = time.monotonic()
+                if now >= next_heartbeat:
+                    self._heartbeat()
+                    next_heartbeat = now + s.heartbeat_interval_ms / 1000
+        finally:
+            self._stop_all()
+            self._control.close()
+            self._producer.flush(5)
+
+    def _wait_for_control_topic(self, stop: threading.Event) -> None:
+        announced = 0.0
+        while not stop.is_set():
+            try:
+                if clients.topic_partitions(self._control, self.settings.control_topic, 5):
+                    return
+            except Exception as exc:  # noqa: BLE001 - broker not there yet: keep waiting
+                reason = str(exc)
+            else:
+                reason = "no coordinator has created it yet"
+            if time.monotonic() - announced > 5:
+                log.info("waiting for %s (%s)", self.settings.control_topic, reason)
+                announced = time.monotonic()
+            stop.wait(0.5)
+
+    def _handle(self, message: control.Message | None) -> None:
+        if isinstance(message, control.Assignment) and message.generation >= self._generation:
+            self._generation = message.generation
+            self._assignment = message
+        elif isinstance(message, control.Trigger):
+            for runner in self._runners.values():
+                runner.task.request_checkpoint(message.checkpoint)
+
+    def _reconcile(self) -> None:
+        assignment = self._assignment
+        mine = (
+            {t for t, w in assignment.tasks.items() if w == self.worker_id} if assignment else set()
+        )
+        now = time.monotonic()
+        for task_id, runner in list(self._runners.items()):
+            if task_id not in mine:
+                runner.stop()
+            if not runner.running:
+                del self._runners[task_id]
+                if runner.task.state == "failed":
+                    # Back off, so that a persistent failure is a slow retry, not a crash loop.
+                    if now - self._backoff.get(task_id, now) > 60:
+                        self._failures[task_id] = 0
+                    failures = self._failures[task_id] = self._failures.get(task_id, 0) + 1
+                    self._backoff[task_id] = now + min(_MAX_BACKOFF_S, 0.25 * 2**failures)
+        if assignment is None:
+            return
+        for task_id in sorted(mine - self._runners.keys()):
+            if now < self._backoff.get(task_id, 0.0):
+                continue
+            self._runners[task_id] = TaskRunner(self._make_task(task_id, assignment))
+            log.info("task %s started on %s", task_id, self.worker_id)
+
+    def _make_task(self, task_id: str, assignment: control.Assignment) -> Task:
+        ctx = TaskContext(
+            settings=self.settings,
+            job=self.job,
+            task_id=task_id,
+            worker_id=self.worker_id,
+            input_partitions=assignment.input_partitions,
+            report=self.send,
+            stop=threading.Event(),
+        )
+        tid = TaskId.parse(task_id)
+        if tid.stage == self.job.source_stage:
+            return SourceTask(ctx, tid.index, [tid.index])
+        return KeyedTask(ctx, tid.index)
+
+    def _heartbeat(self) -> None:
+        tasks = {
+            t: control.TaskStatus(r.task.state, r.task.last_checkpoint)
+            for t, r in self._runners.items()
+        }
+        self.send(control.Heartbeat(self.worker_id, self.incarnation, tasks))
+
+    def _stop_all(self) -> None:
+        for runner in self._runners.values():
+            runner.stop()
+        for runner in self._runners.values():
+            runner.join(30)
+        log.info("worker %s stopped", self.worker_id)

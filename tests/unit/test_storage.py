@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from processor.state.storage import CheckpointStorage, DirectoryStorage, SnapshotMissing
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> DirectoryStorage:
+    return DirectoryStorage(tmp_path / "store")
+
+
+def _all_files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def test_satisfies_protocol(storage: DirectoryStorage) -> None:
+    as_protocol: CheckpointStorage = storage
+    as_protocol.put_bytes("k", b"v")
+    assert as_protocol.get_bytes("k") == b"v"
+
+
+def test_bytes_roundtrip_and_overwrite(storage: DirectoryStorage) -> None:
+    storage.put_bytes("job/task/chk-1/CURRENT", b"first")
+    assert storage.get_bytes("job/task/chk-1/CURRENT") == b"first"
+    storage.put_bytes("job/task/chk-1/CURRENT", b"second, longer")
+    assert storage.get_bytes("job/task/chk-1/CURRENT") == b"second, longer"
+    assert (storage.root / "job" / "task" / "chk-1" / "CURRENT").read_bytes() == b"second, longer"
+
+
+def test_file_roundtrip(storage: DirectoryStorage, tmp_path: Path) -> None:
+    src = tmp_path / "src.sst"
+    data = os.urandom(3 << 20)
+    src.write_bytes(data)
+    storage.put_file("a/b/000001.sst", src)
+    dest = tmp_path / "out.sst"
+    storage.get_file("a/b/000001.sst", dest)
+    assert dest.read_bytes() == data
+    assert storage.exists("a/b/000001.sst")
+    assert not storage.exists("a/b/000002.sst")
+    assert not storage.exists("a/b")  # a "directory" is not an object
+
+
+def test_list_uses_string_prefixes(storage: DirectoryStorage) -> None:
+    keys = [
+        "j/t1/chk-000000000001/CURRENT",
+        "j/t1/chk-000000000002/CURRENT",
+        "j/t1/shared/s-000001.sst",
+        "j/t10/chk-000000000001/CURRENT",
+        "top",
+    ]
+    for key in keys:
+        storage.put_bytes(key, b"x")
+    assert storage.list("j/t1/") == keys[:3]
+    assert storage.list("j/t1/chk-") == keys[:2]
+    assert storage.list("j/t1") == keys[:4]
+    assert storage.list("j/t1/chk-000000000002/") == [keys[1]]
+    assert storage.list("") == sorted(keys)
+    assert storage.list("nothing/here/") == []
+
+
+def test_delete_is_idempotent_and_prunes_empty_dirs(storage: DirectoryStorage) -> None:
+    storage.put_bytes("j/t/chk-1/a", b"1")
+    storage.put_bytes("j/t/chk-1/b", b"2")
+    storage.put_bytes("j/t/shared/c", b"3")
+    storage.delete("j/t/chk-1/a")
+    assert (storage.root / "j/t/chk-1").is_dir()  # still holds b
+    storage.delete("j/t/chk-1/b")
+    storage.delete("j/t/chk-1/b")
+    storage.delete("never/was/there")
+    assert not (storage.root / "j/t/chk-1").exists()
+    assert (storage.root / "j/t/shared").is_dir()
+    storage.delete("j/t/shared/c")
+    assert storage.root.is_dir()
+    assert list(storage.root.iterdir()) == []
+    # A pruned directory is recreated by the next put.
+    storage.put_bytes("j/t/chk-1/a", b"again")
+    assert storage.get_bytes("j/t/chk-1/a") == b"again"
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["", "/abs", "../escape", "a/../../b", "a//b", "a/./b", "a/", ".tmp-x", "a/.tmp-1-b", "a\\b"],
+)
+def test_rejects_keys_outside_the_tree(storage: DirectoryStorage, key: str) -> None:
+    with pytest.raises(ValueError, match="invalid storage key"):
+        storage.put_bytes(key, b"x")
+    with pytest.raises(ValueError, match="invalid storage key"):
+        storage.get_bytes(key)
+    with pytest.raises(ValueError, match="invalid storage key"):
+        storage.delete(key)
+    assert _all_files(storage.root.parent) == []
+
+
+def test_missing_objects_raise_snapshot_missing(storage: DirectoryStorage, tmp_path: Path) -> None:
+    with pytest.raises(SnapshotMissing, match=r"j/t/chk-3/_snapshot\.json"):
+        storage.get_bytes("j/t/chk-3/_snapshot.json")
+    dest = tmp_path / "dest"
+    with pytest.raises(SnapshotMissing, match=r"j/t/shared/x\.sst"):
+        storage.get_file("j/t/shared/x.sst", dest)
+    assert not dest.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["store"]
+
+
+def test_failed_put_keeps_old_object_and_leaves_no_temp_file(
+    storage: DirectoryStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage.put_bytes("j/k", b"old")
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="disk on fire"):
+        storage.put_bytes("j/k", b"new")
+    with pytest.raises(FileNotFoundError):
+        storage.put_file("j/k", tmp_path / "no-such-source")
+    monkeypatch.undo()
+
+    assert storage.get_bytes("j/k") == b"old"
+    assert _all_files(storage.root) == ["j/k"]
+    assert storage.list("") == ["j/k"]
+
+
+def test_list_ignores_in_flight_temp_files(storage: DirectoryStorage) -> None:
+    storage.put_bytes("j/k", b"x")
+    (storage.root / "j" / ".tmp-0123-k2").write_bytes(b"half written")
+    assert storage.list("j/") == ["j/k"]
+
+
+def test_put_fsyncs_file_and_directory(
+    storage: DirectoryStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    storage.put_bytes("new/dir/key", b"x")
+    assert "file" in synced
+    # The file's rename plus each newly created directory.
+    assert synced.count("dir") >= 3
