@@ -56,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", parents=[common], help="run a worker")
     worker.add_argument("--worker-id", help="stable worker name (default: host-pid)")
 
-    local = sub.add_parser("local", parents=[common], help="coordinator + N workers on this machine")
+    local = sub.add_parser(
+        "local", parents=[common], help="coordinator + N workers on this machine"
+    )
     local.add_argument("--workers", type=int, default=2)
     local.add_argument("--until-idle", action="store_true", help="stop once all input is done")
 
@@ -136,13 +138,13 @@ def _run(args: argparse.Namespace) -> int:
     if command == "coordinator":
         from processor.runtime.coordinator import CoordinatorService
 
-        metrics.serve(settings.metrics_port)
+        metrics.serve(settings.metrics_port, settings.metrics_host)
         CoordinatorService(settings).run(_stop_event(), exit_when_idle=args.exit_when_idle)
         return 0
     if command == "worker":
         from processor.runtime.worker import Worker
 
-        metrics.serve(settings.metrics_port)
+        metrics.serve(settings.metrics_port, settings.metrics_host)
         Worker(settings).run(_stop_event())
         return 0
     if command == "local":

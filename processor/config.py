@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as SourceError
 
 
 class Settings(BaseSettings):
@@ -34,6 +36,7 @@ class Settings(BaseSettings):
     flush_keys: int = Field(default=200_000, ge=1)
     transaction_timeout_ms: int = Field(default=60_000, ge=1000)
     metrics_port: int = Field(default=0, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"  # 0.0.0.0 in containers, so that Prometheus can scrape
     # Extra librdkafka settings for every client (security.protocol, sasl.*, ssl.*),
     # e.g. PROCESSOR_KAFKA_CONFIG='{"security.protocol": "SASL_SSL"}'.
     kafka_config: dict[str, str] = Field(default_factory=dict)
@@ -85,3 +88,10 @@ def load_settings(**overrides: Any) -> Settings:
         name = str(err["loc"][0]) if err["loc"] else "?"
         source = "--" + name.replace("_", "-") if name in given else "PROCESSOR_" + name.upper()
         raise SettingsError(f"invalid setting {source}: {err['msg']}") from None
+    except SourceError as exc:
+        # A complex value (PROCESSOR_KAFKA_CONFIG) that is not even JSON: only the environment
+        # is parsed this way, overrides arrive as Python values.
+        match = re.search(r'field "(\w+)"', str(exc))
+        name = match.group(1) if match else "?"
+        detail = f"not valid JSON ({exc.__cause__})" if exc.__cause__ else str(exc)
+        raise SettingsError(f"invalid setting PROCESSOR_{name.upper()}: {detail}") from None

@@ -66,7 +66,7 @@ checkpoint_duration = Histogram(
 workers_alive = Gauge("processor_workers_alive", "Workers with a recent heartbeat", ["job"])
 
 
-def serve(port: int) -> None:
-    """Serve /metrics on 127.0.0.1:port (0: not at all)."""
+def serve(port: int, host: str = "127.0.0.1") -> None:
+    """Serve /metrics on host:port (port 0: not at all)."""
     if port:
-        start_http_server(port, addr="127.0.0.1")
+        start_http_server(port, addr=host)

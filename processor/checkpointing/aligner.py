@@ -44,7 +44,7 @@ NOOP = BarrierOutcome()
 
 
 class BarrierAligner:
-    """Aligns barriers across ``channels`` (exactly-once: held channels are never processed early)."""
+    """Aligns barriers across ``channels``: a held channel is never processed early."""
 
     def __init__(
         self,

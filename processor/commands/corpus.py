@@ -9,8 +9,31 @@ from collections.abc import Iterator
 from pathlib import Path
 
 _SYLLABLES = [
-    "ka", "lo", "mi", "ne", "ru", "ta", "shi", "vo", "pe", "da", "en", "or", "il", "ba", "zu",
-    "fa", "go", "hi", "jo", "qu", "se", "ti", "wa", "xe", "yo",
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "ta",
+    "shi",
+    "vo",
+    "pe",
+    "da",
+    "en",
+    "or",
+    "il",
+    "ba",
+    "zu",
+    "fa",
+    "go",
+    "hi",
+    "jo",
+    "qu",
+    "se",
+    "ti",
+    "wa",
+    "xe",
+    "yo",
 ]
 
 

@@ -34,9 +34,10 @@ def read_updates(
         deadline = time.monotonic() + timeout
         while ends and time.monotonic() < deadline:
             for msg in consumer.consume(10_000, 0.2):
-                if msg.error() is not None:
+                key, value = msg.key(), msg.value()
+                if msg.error() is not None or key is None or value is None:
                     continue
-                updates.setdefault(msg.key().decode(), []).append(int(msg.value()))
+                updates.setdefault(key.decode(), []).append(int(value))
             # read_committed stops at the last stable offset: compare positions with the ends.
             for tp in consumer.position([TopicPartition(topic, p) for p in list(ends)]):
                 if tp.offset >= ends[tp.partition]:

@@ -37,8 +37,11 @@ def run_demo(settings: Settings, words: int, workers: int, k: int, env: dict[str
         "PROCESSOR_OUTPUT_TOPIC": f"{job}.counts",
     }
     demo_settings = settings.model_copy(
-        update={"job_name": job, "input_topic": env["PROCESSOR_INPUT_TOPIC"],
-                "output_topic": env["PROCESSOR_OUTPUT_TOPIC"]}
+        update={
+            "job_name": job,
+            "input_topic": env["PROCESSOR_INPUT_TOPIC"],
+            "output_topic": env["PROCESSOR_OUTPUT_TOPIC"],
+        }
     )
     with tempfile.TemporaryDirectory(prefix="processor-demo-") as tmp:
         path = Path(tmp) / "corpus.txt"
@@ -48,8 +51,9 @@ def run_demo(settings: Settings, words: int, workers: int, k: int, env: dict[str
             JOBS[settings.job].extract(path.read_text(encoding="utf-8").splitlines())
         )
         produce_lines(demo_settings, demo_settings.input_topic, [path], partitions=4)
-        print(f"running job {job} with {workers} workers until all input is committed ...",
-              flush=True)
+        print(
+            f"running job {job} with {workers} workers until all input is committed ...", flush=True
+        )
         started = time.monotonic()
         code = run_local(workers, env, threading.Event(), until_idle=True)
         took = time.monotonic() - started
@@ -57,7 +61,9 @@ def run_demo(settings: Settings, words: int, workers: int, k: int, env: dict[str
         print(f"the job failed (exit code {code})")
         return code
     final = read_final_counts(demo_settings, demo_settings.output_topic)
-    print(f"\ntop {k} words of {sum(final.values()):,} ({took:.1f}s including start and idle wait):")
+    print(
+        f"\ntop {k} words of {sum(final.values()):,} ({took:.1f}s including start and idle wait):"
+    )
     for word, count in top(final, k):
         print(f"{count:>12,}  {word}")
     wrong = {w for w in expected.keys() | final.keys() if expected.get(w) != final.get(w)}

@@ -2,7 +2,7 @@
 
 The graph has two stages joined by a hash-partitioned shuffle topic:
 
-    input topic --[source stage: lines -> keys]--> <job>.shuffle --[keyed stage: exact count]--> output
+    input --[source stage: lines -> keys]--> <job>.shuffle --[keyed stage: exact count]--> output
 
 The source stage runs one task per input partition, the keyed stage one task per shuffle
 partition. A job only says how a batch of input lines becomes keys.

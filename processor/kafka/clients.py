@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from processor.config import Settings
 
@@ -54,7 +54,8 @@ def producer(settings: Settings, **overrides: Any) -> Producer:
 
 
 def admin(settings: Settings) -> AdminClient:
-    return AdminClient({**settings.client_config(), "error_cb": _log_error})
+    config: dict[str, Any] = {**settings.client_config(), "error_cb": _log_error}
+    return AdminClient(config)
 
 
 def topic_partitions(client: AdminClient | Consumer, topic: str, timeout: float = 10) -> int | None:
@@ -78,7 +79,11 @@ def ensure_topic(
     if existing is not None:
         return existing
     futures = client.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=-1, config=dict(config or {}))]
+        [
+            NewTopic(
+                topic, num_partitions=partitions, replication_factor=-1, config=dict(config or {})
+            )
+        ]
     )
     try:
         futures[topic].result(timeout)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 BARRIER_HEADER = "processor.barrier"
 
@@ -39,9 +40,11 @@ def decode_barrier(value: bytes) -> Barrier:
     return Barrier(checkpoint_id, channel)
 
 
-def is_barrier(headers: list[tuple[str, bytes]] | None) -> bool:
+def is_barrier(headers: list[tuple[str, Any]] | dict[str, Any] | None) -> bool:
     if not headers:
         return False
+    if isinstance(headers, dict):
+        return BARRIER_HEADER in headers
     return any(name == BARRIER_HEADER for name, _ in headers)
 
 

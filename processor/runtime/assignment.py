@@ -18,19 +18,20 @@ def assign(
     live = sorted(set(workers))
     if not live:
         return {}
-    result = {t: w for t, w in current.items() if w in live}
+    ordered = sorted(set(tasks), key=_task_order)
+    wanted = set(ordered)
+    # Drop tasks that no longer exist *before* placing the others: counted as load, they
+    # would steer new tasks away from their worker and force needless moves afterwards.
+    result = {t: w for t, w in current.items() if w in live and t in wanted}
     load = {w: 0 for w in live}
     for w in result.values():
         load[w] += 1
-    ordered = sorted(tasks, key=_task_order)
     for task in ordered:
         if task in result:
             continue
         target = min(live, key=lambda w: (load[w], w))
         result[task] = target
         load[target] += 1
-    for task in [t for t in list(result) if t not in set(ordered)]:
-        load[result.pop(task)] -= 1
     while True:
         busiest = max(live, key=lambda w: (load[w], w))
         idlest = min(live, key=lambda w: (load[w], w))
@@ -43,9 +44,11 @@ def assign(
         load[idlest] += 1
 
 
-def _task_order(task: str) -> tuple[str, int]:
+def _task_order(task: str) -> tuple[str, int, str]:
+    # The task itself breaks ties ("x" vs "x-0", "x-1" vs "x-01"), so that the result does
+    # not depend on the order of the inputs. isdecimal, not isdigit: int("²") fails.
     stage, _, index = task.rpartition("-")
-    return (stage, int(index)) if index.isdigit() else (task, 0)
+    return (stage, int(index), task) if index.isdecimal() else (task, 0, task)
 
 
 @dataclass

@@ -67,7 +67,11 @@ class CoordinatorService:
             self._admin,
             s.checkpoints_topic,
             1,
-            {"cleanup.policy": "compact", "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"},
+            {
+                "cleanup.policy": "compact",
+                "segment.ms": "600000",
+                "min.cleanable.dirty.ratio": "0.1",
+            },
         )
         clients.ensure_topic(self._admin, s.dlq_topic, 1)
         clients.ensure_topic(self._admin, s.output_topic, s.shuffle_partitions)
@@ -86,9 +90,10 @@ class CoordinatorService:
             deadline = time.monotonic() + 30
             while position < high and time.monotonic() < deadline:
                 for msg in consumer.consume(1000, 0.5):
-                    if msg.error() is None and msg.value():
-                        records[msg.key()] = json.loads(msg.value())
-                    position = max(position, msg.offset() + 1)
+                    value = msg.value()
+                    if msg.error() is None and value:
+                        records[msg.key() or b""] = json.loads(value)
+                    position = max(position, (msg.offset() or 0) + 1)
         finally:
             consumer.close()
         self.history = sorted(records.values(), key=lambda r: int(r["id"]))
@@ -108,8 +113,11 @@ class CoordinatorService:
         )
         control_consumer.assign([TopicPartition(s.control_topic, 0, OFFSET_END)])
         log.info(
-            "coordinator for job %s: %d tasks, checkpoint every %d ms, last completed checkpoint %d",
-            s.job_name, len(tasks), s.checkpoint_interval_ms, last_id,
+            "coordinator for job %s: %d tasks, checkpoint every %d ms, last completed %d",
+            s.job_name,
+            len(tasks),
+            s.checkpoint_interval_ms,
+            last_id,
         )
         heartbeat_s = s.heartbeat_interval_ms / 1000
         interval_s = s.checkpoint_interval_ms / 1000
@@ -122,9 +130,10 @@ class CoordinatorService:
             while not stop.is_set():
                 now = time.monotonic()
                 for msg in control_consumer.consume(1000, 0.05):
-                    if msg.error() is not None or not msg.value():
+                    raw = msg.value()
+                    if msg.error() is not None or not raw:
                         continue
-                    message = control.decode(msg.value())
+                    message = control.decode(raw)
                     if isinstance(message, control.Heartbeat):
                         if registry.heartbeat(message.worker, message.incarnation, now):
                             changed = True
@@ -139,7 +148,9 @@ class CoordinatorService:
                             quiet = done.records_in == 0 and done.lag == 0
                             idle_streak = idle_streak + 1 if quiet else 0
                     elif isinstance(message, control.Decline):
-                        failed = checkpoints.on_decline(message.checkpoint, message.task, message.reason)
+                        failed = checkpoints.on_decline(
+                            message.checkpoint, message.task, message.reason
+                        )
                         if failed is not None:
                             self._failed(failed)
                 now = time.monotonic()
@@ -154,7 +165,9 @@ class CoordinatorService:
                         changed = False
                         log.info("assignment %d: %s", generation, _describe(placement))
                     self._send(
-                        control.Assignment(generation, self.input_partitions, placement, self.incarnation)
+                        control.Assignment(
+                            generation, self.input_partitions, placement, self.incarnation
+                        )
                     )
                     metrics.workers_alive.labels(**self._labels).set(len(registry.alive))
                     next_assign = now + heartbeat_s
@@ -186,7 +199,7 @@ class CoordinatorService:
             key=b"%d" % (done.checkpoint_id % CHECKPOINT_HISTORY),
         )
         self._producer.poll(0)
-        self.history = [*self.history[-(CHECKPOINT_HISTORY - 1):], record]
+        self.history = [*self.history[-(CHECKPOINT_HISTORY - 1) :], record]
         labels = self._labels
         metrics.checkpoints_completed.labels(**labels).inc()
         metrics.last_checkpoint_duration.labels(**labels).set(done.duration_s)
@@ -196,8 +209,12 @@ class CoordinatorService:
         metrics.last_completed_checkpoint_id.labels(**labels).set(done.checkpoint_id)
         log.info(
             "checkpoint %d complete in %.3fs: %d records, %d bytes uploaded of %d, slowest %s",
-            done.checkpoint_id, done.duration_s, done.records_in, done.uploaded_bytes,
-            done.state_bytes, done.slowest_task(),
+            done.checkpoint_id,
+            done.duration_s,
+            done.records_in,
+            done.uploaded_bytes,
+            done.state_bytes,
+            done.slowest_task(),
         )
 
     def _failed(self, failed: FailedCheckpoint) -> None:

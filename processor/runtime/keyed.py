@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 _PROCESS = Verdict.PROCESS
 
+# confluent-kafka types Message accessors as Optional; for a message whose error() is None,
+# value() and offset() are set, so the hot path below does not test them again.
+
 
 @dataclass
 class _Upload:
@@ -96,7 +99,6 @@ class KeyedTask(Task):
             shutil.rmtree(workdir, ignore_errors=True)
 
     def _restore(self, consumer: Consumer) -> RocksDBStore:
-        s = self.settings
         tp = committed(consumer, [TopicPartition(self.topic, self.partition)])[0]
         meta = commit_metadata(tp)
         self.last_checkpoint = int(meta.get("checkpoint", 0))
@@ -113,7 +115,10 @@ class KeyedTask(Task):
             metrics.state_size_bytes.labels(**self.labels).set(info.full_bytes)
             log.info(
                 "%s: restored checkpoint %d (%d bytes) in %.3fs",
-                self.ctx.task_id, self.last_checkpoint, info.full_bytes, took,
+                self.ctx.task_id,
+                self.last_checkpoint,
+                info.full_bytes,
+                took,
             )
         store = RocksDBStore(db_path)
         channels = [(self.partition, u) for u in range(self.ctx.input_partitions)]
@@ -145,20 +150,24 @@ class KeyedTask(Task):
                         consumer.seek(TopicPartition(self.topic, p, offset))
                     break  # the rest of this batch is read again after the seek
                 continue
+            key = msg.key()
             try:
-                channel, count = decode_count(msg.value())
+                channel, count = decode_count(msg.value())  # type: ignore[arg-type]
             except (struct.error, TypeError):
+                key = None
+            if key is None:  # not written by a source task: skip rather than crash-loop
                 self._m_bad.inc()
                 continue
-            if admit((partition, channel), msg.offset()) is _PROCESS:
-                key = msg.key()
+            if admit((partition, channel), msg.offset()) is _PROCESS:  # type: ignore[arg-type]
                 deltas[key] = deltas.get(key, 0) + count
                 applied += 1
         self._records_in += applied
         self._m_in.inc(applied)
         self._apply(deltas, store, out)
 
-    def _apply(self, deltas: dict[bytes, int], store: RocksDBStore, out: TransactionalOutput) -> None:
+    def _apply(
+        self, deltas: dict[bytes, int], store: RocksDBStore, out: TransactionalOutput
+    ) -> None:
         if not deltas:
             return
         dirty = self._dirty
@@ -186,14 +195,18 @@ class KeyedTask(Task):
     def _on_barrier(
         self, msg: Message, store: RocksDBStore, out: TransactionalOutput, consumer: Consumer
     ) -> BarrierOutcome:
-        barrier = decode_barrier(msg.value())
+        barrier = decode_barrier(msg.value() or b"")
         outcome = self._aligner.on_barrier(
-            (self.partition, barrier.channel), barrier.checkpoint_id, msg.offset()
+            (self.partition, barrier.channel), barrier.checkpoint_id, msg.offset() or 0
         )
         now = time.monotonic()
         if outcome.aborted is not None:
             self.ctx.report(
-                Decline(self.ctx.task_id, outcome.aborted, f"overtaken by barrier {barrier.checkpoint_id}")
+                Decline(
+                    self.ctx.task_id,
+                    outcome.aborted,
+                    f"overtaken by barrier {barrier.checkpoint_id}",
+                )
             )
         if outcome.completed is not None:
             alignment_s = now - (self._align_started or now)
@@ -220,14 +233,22 @@ class KeyedTask(Task):
         positions = {str(u): off for (_, u), off in outcome.positions.items()}
         resume = self._aligner.resume_offsets()[self.partition]
         meta = json.dumps({"checkpoint": checkpoint_id, "positions": positions})
-        out.send_offsets([TopicPartition(self.topic, self.partition, resume, metadata=meta)], consumer)
+        out.send_offsets(
+            [TopicPartition(self.topic, self.partition, resume, metadata=meta)], consumer
+        )
         local = self._workdir / f"chk-{checkpoint_id}"
         store.checkpoint(local)
         sync_s = time.monotonic() - started
         future = self._uploader.submit(self._snapshots.upload, checkpoint_id, local)
         self._upload = _Upload(
-            checkpoint_id, future, alignment_s, sync_s, self._records_in, self._records_out,
-            self._lag(consumer), positions,
+            checkpoint_id,
+            future,
+            alignment_s,
+            sync_s,
+            self._records_in,
+            self._records_out,
+            self._lag(consumer),
+            positions,
         )
         self._records_in = self._records_out = 0
         metrics.state_keys.labels(**self.labels).set(store.approximate_keys())

@@ -78,11 +78,18 @@ class SourceTask(Task):
                 self._positions[tp.partition] = tp.offset
                 meta = commit_metadata(tp)
                 self.last_checkpoint = max(self.last_checkpoint, int(meta.get("checkpoint", 0)))
-            start.append(TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+            start.append(
+                TopicPartition(
+                    topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                )
+            )
         consumer.assign(start)
         log.info(
             "%s: resuming %s at %s (checkpoint %d)",
-            self.ctx.task_id, topic, self._positions or "the beginning", self.last_checkpoint,
+            self.ctx.task_id,
+            topic,
+            self._positions or "the beginning",
+            self.last_checkpoint,
         )
 
     def _process(self, msgs: list[Message], extract: object, out: TransactionalOutput) -> None:
@@ -91,7 +98,7 @@ class SourceTask(Task):
         for msg in msgs:
             if not check(msg):
                 continue
-            positions[msg.partition()] = msg.offset() + 1
+            positions[msg.partition()] = msg.offset() + 1  # type: ignore[index,operator]
             value = msg.value()
             if value:
                 values.append(value)
@@ -123,7 +130,7 @@ class SourceTask(Task):
                     value,
                     key=msg.key(),
                     headers=[
-                        ("source.topic", msg.topic().encode()),
+                        ("source.topic", (msg.topic() or "").encode()),
                         ("source.partition", str(msg.partition()).encode()),
                         ("source.offset", str(msg.offset()).encode()),
                         ("error", f"not UTF-8: {exc.reason} at byte {exc.start}".encode()),

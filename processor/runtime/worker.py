@@ -89,8 +89,9 @@ class Worker:
         try:
             while not stop.is_set():
                 for msg in self._control.consume(1000, 0.05):
-                    if msg.error() is None and msg.value():
-                        self._handle(control.decode(msg.value()))
+                    raw = msg.value()
+                    if msg.error() is None and raw:
+                        self._handle(control.decode(raw))
                 self._reconcile()
                 now = time.monotonic()
                 if now >= next_heartbeat:

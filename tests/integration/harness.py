@@ -1,0 +1,172 @@
+"""Runs a job as real processes (coordinator + workers) against the test broker."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from processor.commands.counts import read_updates
+from processor.config import Settings, load_settings
+from processor.jobs.wordcount import words
+from processor.kafka import clients
+
+
+class JobRun:
+    def __init__(
+        self,
+        bootstrap: str,
+        workdir: Path,
+        input_partitions: int = 4,
+        interval_ms: int = 500,
+        **settings: str,
+    ) -> None:
+        self.job = f"it-{uuid.uuid4().hex[:8]}"
+        self.workdir = workdir
+        self.env = {
+            **os.environ,
+            "PROCESSOR_BOOTSTRAP_SERVERS": bootstrap,
+            "PROCESSOR_JOB_NAME": self.job,
+            "PROCESSOR_INPUT_TOPIC": f"{self.job}.input",
+            "PROCESSOR_OUTPUT_TOPIC": f"{self.job}.counts",
+            "PROCESSOR_STATE_DIR": str(workdir / "state"),
+            "PROCESSOR_CHECKPOINT_DIR": str(workdir / "checkpoints"),
+            "PROCESSOR_CHECKPOINT_INTERVAL_MS": str(interval_ms),
+            "PROCESSOR_HEARTBEAT_INTERVAL_MS": "200",
+            "PROCESSOR_WORKER_TIMEOUT_MS": "2000",
+            **{f"PROCESSOR_{k.upper()}": v for k, v in settings.items()},
+        }
+        self.settings: Settings = load_settings(
+            bootstrap_servers=bootstrap,
+            job_name=self.job,
+            input_topic=f"{self.job}.input",
+            output_topic=f"{self.job}.counts",
+        )
+        clients.ensure_topic(clients.admin(self.settings), self.settings.input_topic, input_partitions)
+        self.expected: collections.Counter[str] = collections.Counter()
+        self.coordinator: subprocess.Popen[bytes] | None = None
+        self.workers: dict[int, subprocess.Popen[bytes]] = {}
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10}
+        )
+
+    # --- input ---------------------------------------------------------------------------
+
+    def produce(self, values: Iterable[bytes | None], headers: list[tuple[str, bytes]] | None = None) -> None:
+        """Append records to the input; valid UTF-8 lines count towards the expected result."""
+        for value in values:
+            if value:
+                try:
+                    self.expected.update(words([value.decode()]))
+                except UnicodeDecodeError:
+                    pass
+            while True:
+                try:
+                    self._producer.produce(self.settings.input_topic, value, headers=headers)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+        assert self._producer.flush(30) == 0
+
+    # --- processes -----------------------------------------------------------------------
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (self.workdir / f"{name}.log").open("ab")
+        return subprocess.Popen(
+            [sys.executable, "-m", "processor", *args], env=self.env, stdout=log, stderr=log
+        )
+
+    def start_coordinator(self, exit_when_idle: bool = True) -> None:
+        args = ["coordinator", *(["--exit-when-idle"] if exit_when_idle else [])]
+        self.coordinator = self._spawn("coordinator", *args)
+
+    def start_worker(self, index: int) -> None:
+        self.workers[index] = self._spawn(f"worker-{index}", "worker", "--worker-id", f"worker-{index}")
+
+    def kill_worker(self, index: int, sig: int = signal.SIGKILL) -> None:
+        proc = self.workers[index]
+        proc.send_signal(sig)
+        if sig == signal.SIGKILL:
+            proc.wait(10)
+
+    def kill_coordinator(self) -> None:
+        assert self.coordinator is not None
+        self.coordinator.kill()
+        self.coordinator.wait(10)
+
+    def wait_idle(self, timeout: float = 300) -> None:
+        """Until the coordinator saw every input consumed and committed (it then exits 0)."""
+        assert self.coordinator is not None
+        try:
+            code = self.coordinator.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"job not idle after {timeout}s; logs in {self.workdir}") from None
+        assert code == 0, f"coordinator exited with {code}; logs in {self.workdir}"
+
+    def stop(self) -> None:
+        procs = [p for p in [self.coordinator, *self.workers.values()] if p is not None]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    def completed_checkpoints(self) -> int:
+        return self.log("coordinator").count(" complete in ")
+
+    def wait_for_checkpoints(self, more: int, timeout: float = 60) -> None:
+        """Until ``more`` further checkpoints completed: the job has committed progress."""
+        target = self.completed_checkpoints() + more
+        wait_until(lambda: self.completed_checkpoints() >= target, timeout, f"{more} checkpoints")
+
+    def log(self, name: str) -> str:
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # --- verification --------------------------------------------------------------------
+
+    def verify_exactly_once(self) -> int:
+        """The Kafka EOS-test invariants on the committed output; returns records verified.
+
+        Per word: values strictly increasing (no duplicate or lost update can hide) and the last
+        one equal to the exact count; no unknown word; the read reaches the high watermark of
+        every partition (read_updates raises otherwise), so no transaction is left open.
+        """
+        final, updates = read_updates(self.settings, self.settings.output_topic, timeout=60)
+        unknown = final.keys() - self.expected.keys()
+        assert not unknown, f"words nobody wrote: {sorted(unknown)[:5]}"
+        missing = self.expected.keys() - final.keys()
+        assert not missing, f"words without output: {sorted(missing)[:5]}"
+        for word, values in updates.items():
+            assert all(a < b for a, b in zip(values, values[1:], strict=False)), (
+                f"{word}: values not strictly increasing: {values[:20]}"
+            )
+            assert values[-1] == self.expected[word], (
+                f"{word}: final {values[-1]} != exact {self.expected[word]}"
+            )
+        return sum(len(v) for v in updates.values())
+
+    def snapshot_manifests(self) -> list[dict[str, object]]:
+        root = self.workdir / "checkpoints" / self.job
+        return [json.loads(p.read_text()) for p in sorted(root.glob("*/chk-*/_snapshot.json"))]
+
+
+def wait_until(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
