@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from processor.config import SettingsError
+
 _TASK = ["job", "task"]
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -69,4 +71,10 @@ workers_alive = Gauge("processor_workers_alive", "Workers with a recent heartbea
 def serve(port: int, host: str = "127.0.0.1") -> None:
     """Serve /metrics on host:port (port 0: not at all)."""
     if port:
-        start_http_server(port, addr=host)
+        try:
+            start_http_server(port, addr=host)
+        except OSError as exc:
+            raise SettingsError(
+                f"invalid setting PROCESSOR_METRICS_PORT: cannot serve {host}:{port} "
+                f"({exc.strerror})"
+            ) from None

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from processor.config import Settings
 from processor.kafka import clients
+from processor.models.records import Headers
 
 
 class TransactionalOutput:
@@ -51,7 +52,7 @@ class TransactionalOutput:
         value: bytes,
         key: bytes | None = None,
         partition: int | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
+        headers: Headers | None = None,
     ) -> None:
         if not self._open:
             self._begin()

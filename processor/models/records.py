@@ -29,7 +29,10 @@ class Barrier:
     channel: int
 
 
-def encode_barrier(barrier: Barrier) -> tuple[bytes, list[tuple[str, bytes]]]:
+Headers = list[tuple[str, str | bytes | None]]  # as confluent-kafka types them
+
+
+def encode_barrier(barrier: Barrier) -> tuple[bytes, Headers]:
     """Value and headers of a barrier control record."""
     value = _BARRIER.pack(barrier.channel, barrier.checkpoint_id)
     return value, [(BARRIER_HEADER, value)]

@@ -126,6 +126,10 @@ class CoordinatorService:
         next_trigger = next_assign + interval_s
         idle_streak = 0
         changed = True
+        # The first trigger waits until every task runs (or a while at most): a checkpoint
+        # triggered before a source is up can only fail.
+        seen_running: set[str] = set()
+        first_trigger_by = next_trigger + 15
         try:
             while not stop.is_set():
                 now = time.monotonic()
@@ -139,6 +143,8 @@ class CoordinatorService:
                             changed = True
                         for task, status in message.tasks.items():
                             checkpoints.observe(status.checkpoint)
+                            if status.state == "running":
+                                seen_running.add(task)
                             if task not in placement and status.state != "failed":
                                 placement[task] = message.worker  # adopt what already runs
                     elif isinstance(message, control.Ack):
@@ -171,7 +177,8 @@ class CoordinatorService:
                     )
                     metrics.workers_alive.labels(**self._labels).set(len(registry.alive))
                     next_assign = now + heartbeat_s
-                if now >= next_trigger and placement:
+                ready = len(seen_running) == len(tasks) or now >= first_trigger_by
+                if now >= next_trigger and placement and ready:
                     checkpoint_id, dropped = checkpoints.trigger(time.time())
                     self._send(control.Trigger(checkpoint_id, time.time()))
                     for failed in dropped:

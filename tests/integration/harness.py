@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import contextlib
+import itertools
 import json
 import os
 import signal
@@ -51,7 +53,9 @@ class JobRun:
             input_topic=f"{self.job}.input",
             output_topic=f"{self.job}.counts",
         )
-        clients.ensure_topic(clients.admin(self.settings), self.settings.input_topic, input_partitions)
+        clients.ensure_topic(
+            clients.admin(self.settings), self.settings.input_topic, input_partitions
+        )
         self.expected: collections.Counter[str] = collections.Counter()
         self.coordinator: subprocess.Popen[bytes] | None = None
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
@@ -61,14 +65,16 @@ class JobRun:
 
     # --- input ---------------------------------------------------------------------------
 
-    def produce(self, values: Iterable[bytes | None], headers: list[tuple[str, bytes]] | None = None) -> None:
+    def produce(
+        self,
+        values: Iterable[bytes | None],
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> None:
         """Append records to the input; valid UTF-8 lines count towards the expected result."""
         for value in values:
             if value:
-                try:
+                with contextlib.suppress(UnicodeDecodeError):
                     self.expected.update(words([value.decode()]))
-                except UnicodeDecodeError:
-                    pass
             while True:
                 try:
                     self._producer.produce(self.settings.input_topic, value, headers=headers)
@@ -79,18 +85,27 @@ class JobRun:
 
     # --- processes -----------------------------------------------------------------------
 
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
         log = (self.workdir / f"{name}.log").open("ab")
         return subprocess.Popen(
-            [sys.executable, "-m", "processor", *args], env=self.env, stdout=log, stderr=log
+            [sys.executable, "-m", "processor", *args],
+            env={**self.env, **env},
+            stdout=log,
+            stderr=log,
         )
 
     def start_coordinator(self, exit_when_idle: bool = True) -> None:
         args = ["coordinator", *(["--exit-when-idle"] if exit_when_idle else [])]
         self.coordinator = self._spawn("coordinator", *args)
 
-    def start_worker(self, index: int) -> None:
-        self.workers[index] = self._spawn(f"worker-{index}", "worker", "--worker-id", f"worker-{index}")
+    def start_worker(self, index: int, metrics_port: int = 0) -> None:
+        self.workers[index] = self._spawn(
+            f"worker-{index}",
+            "worker",
+            "--worker-id",
+            f"worker-{index}",
+            PROCESSOR_METRICS_PORT=str(metrics_port),
+        )
 
     def kill_worker(self, index: int, sig: int = signal.SIGKILL) -> None:
         proc = self.workers[index]
@@ -150,7 +165,7 @@ class JobRun:
         missing = self.expected.keys() - final.keys()
         assert not missing, f"words without output: {sorted(missing)[:5]}"
         for word, values in updates.items():
-            assert all(a < b for a, b in zip(values, values[1:], strict=False)), (
+            assert all(a < b for a, b in itertools.pairwise(values)), (
                 f"{word}: values not strictly increasing: {values[:20]}"
             )
             assert values[-1] == self.expected[word], (

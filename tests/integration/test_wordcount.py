@@ -57,7 +57,7 @@ def _barriers(run: JobRun) -> list:  # type: ignore[type-arg]
             if not msgs:
                 break
             seen += len(msgs)
-            found += [decode_barrier(m.value()) for m in msgs if is_barrier(m.headers())]
+            found += [decode_barrier(m.value() or b"") for m in msgs if is_barrier(m.headers())]
     finally:
         consumer.close()
     return found

