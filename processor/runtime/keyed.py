@@ -147,6 +147,13 @@ class KeyedTask(Task):
                 outcome = self._on_barrier(msg, store, out, consumer)
                 if outcome.seeks:
                     for p, offset in outcome.seeks.items():
+                        log.debug(
+                            "%s: re-reading held-back records from %s[%d]@%d",
+                            self.ctx.task_id,
+                            self.topic,
+                            p,
+                            offset,
+                        )
                         consumer.seek(TopicPartition(self.topic, p, offset))
                     break  # the rest of this batch is read again after the seek
                 continue

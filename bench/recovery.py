@@ -1,0 +1,120 @@
+"""Recovery time after SIGKILL of a worker, measured on the real broker.
+
+Recovery = from the kill to the first committed checkpoint of *every* task that ran on the
+killed worker (read from the acknowledgements on the control topic, by Kafka timestamp).
+
+Two cases:
+  restart   the worker is started again at once (a supervisor: `processor local`, Kubernetes)
+  failover  the worker stays dead; its tasks move after the heartbeat timeout
+
+    python bench/recovery.py [--bootstrap 127.0.0.1:9092] [--words 3000000] [--kills 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from processor.commands import corpus  # noqa: E402
+from processor.kafka import clients  # noqa: E402
+from processor.models import control  # noqa: E402
+from tests.integration.harness import JobRun  # noqa: E402
+
+
+def _control_messages(run: JobRun) -> list[tuple[float, control.Message]]:
+    consumer = clients.consumer(run.settings, **{"group.id": f"{run.job}.bench"})
+    tp = TopicPartition(run.settings.control_topic, 0)
+    _, high = consumer.get_watermark_offsets(tp, timeout=10)
+    consumer.assign([TopicPartition(tp.topic, 0, OFFSET_BEGINNING)])
+    out: list[tuple[float, control.Message]] = []
+    position = 0
+    while position < high:
+        for msg in consumer.consume(10_000, 1.0):
+            position = max(position, (msg.offset() or 0) + 1)
+            message = control.decode(msg.value() or b"")
+            if message is not None:
+                out.append((msg.timestamp()[1] / 1000, message))
+    consumer.close()
+    return out
+
+
+def measure(bootstrap: str, words: int, kills: int, restart: bool) -> list[float]:
+    if True:
+        tmp = tempfile.mkdtemp(prefix="recovery-")  # kept: the processes' logs are there
+        print(f"logs in {tmp}", flush=True)
+        run = JobRun(bootstrap, Path(tmp), interval_ms=1000)
+        lines = [line.encode() for line in corpus.lines(words, seed=5)]
+        # Spread the input over ~40 s, so that every kill lands in a busy stream.
+        step = len(lines) // 200 + 1
+        feeding = threading.Thread(
+            target=lambda: [
+                run.produce(lines[i : i + step]) or time.sleep(0.2)
+                for i in range(0, len(lines), step)
+            ],
+            daemon=True,
+        )
+        kill_times: list[float] = []
+        try:
+            run.start_coordinator(exit_when_idle=True)
+            run.start_worker(0)
+            run.start_worker(1)
+            feeding.start()
+            run.wait_for_checkpoints(2)
+            for _ in range(kills):
+                kill_times.append(time.time())
+                run.kill_worker(0)
+                if restart:
+                    run.start_worker(0)
+                    run.wait_for_checkpoints(2)
+                else:
+                    run.wait_for_checkpoints(2)
+                    run.start_worker(0)
+                    run.wait_for_checkpoints(2)
+            feeding.join()
+            run.wait_idle(600)
+            run.verify_exactly_once()
+            messages = _control_messages(run)
+        finally:
+            run.stop()
+    results = []
+    for killed_at in kill_times:
+        owner = [m for ts, m in messages if isinstance(m, control.Assignment) and ts < killed_at][-1]
+        tasks = {t for t, w in owner.tasks.items() if w == "worker-0"}
+        first: dict[str, float] = {}
+        for ts, m in messages:
+            if isinstance(m, control.Ack) and ts > killed_at and m.task in tasks:
+                first.setdefault(m.task, ts)
+        assert first.keys() == tasks, f"tasks never recovered: {tasks - first.keys()}"
+        results.append(max(first.values()) - killed_at)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--words", type=int, default=3_000_000)
+    parser.add_argument("--kills", type=int, default=3)
+    args = parser.parse_args()
+    report = {}
+    for case, restart in [("restart", True), ("failover", False)]:
+        times = measure(args.bootstrap, args.words, args.kills, restart)
+        report[case] = {
+            "recovery_s": [round(t, 3) for t in times],
+            "median_s": round(statistics.median(times), 3),
+        }
+        print(f"{case}: recovery after SIGKILL {report[case]}", flush=True)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

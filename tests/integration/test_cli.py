@@ -1,0 +1,117 @@
+"""The commands users run, as subprocesses: demo, local (Ctrl-C), invalid settings."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from tests.integration.harness import wait_until
+
+
+def _processor(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "processor", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_demo_runs_end_to_end_and_checks_every_count(kafka_bootstrap: str, tmp_path: Path) -> None:
+    result = _processor(
+        "demo",
+        "--words",
+        "100000",
+        "--workers",
+        "2",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--checkpoint-dir",
+        str(tmp_path / "chk"),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "match a direct count exactly" in result.stdout
+    assert "top 15 words" in result.stdout
+
+
+def test_local_stops_every_child_on_ctrl_c(kafka_bootstrap: str, tmp_path: Path) -> None:
+    job = f"cli-{uuid.uuid4().hex[:6]}"
+    env = {
+        "PROCESSOR_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "PROCESSOR_JOB_NAME": job,
+        "PROCESSOR_INPUT_TOPIC": f"{job}.input",
+        "PROCESSOR_OUTPUT_TOPIC": f"{job}.counts",
+        "PROCESSOR_STATE_DIR": str(tmp_path / "state"),
+        "PROCESSOR_CHECKPOINT_DIR": str(tmp_path / "chk"),
+    }
+    corpus = tmp_path / "in.txt"
+    corpus.write_text("to be or not to be\n" * 100)
+    assert _processor("produce", "--topic", f"{job}.input", str(corpus), env=env).returncode == 0
+    log = (tmp_path / "local.log").open("w")
+    local = subprocess.Popen(
+        [sys.executable, "-m", "processor", "local", "--workers", "2"],
+        env={**os.environ, **env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        # The words reach the output in the second epoch: wait for three checkpoints.
+        wait_until(
+            lambda: (tmp_path / "local.log").read_text().count(" complete in ") >= 3,
+            60,
+            "three checkpoints",
+        )
+        local.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        assert local.wait(60) == 0
+        time.sleep(0.5)
+        # Every child process of the group has exited too.
+        alive = subprocess.run(["pgrep", "-g", str(local.pid)], capture_output=True, text=True)
+        assert alive.stdout.strip() == "", f"children left running: {alive.stdout}"
+        counts = _processor("counts", "--top", "3", env=env)
+        assert counts.returncode == 0
+        assert counts.stdout.splitlines()[:2] == ["         200  be", "         200  to"]
+    finally:
+        if local.poll() is None:
+            os.killpg(local.pid, signal.SIGKILL)
+
+
+def test_invalid_setting_is_one_line_naming_it_with_exit_code_2() -> None:
+    result = _processor("worker", "--checkpoint-interval-ms", "5")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--checkpoint-interval-ms" in lines[0], result.stderr
+
+    result = _processor("worker", env={"PROCESSOR_SHUFFLE_PARTITIONS": "zero"})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        line
+        for line in result.stderr.strip().splitlines()
+        if "PROCESSOR_SHUFFLE_PARTITIONS" in line
+    ]
+
+
+def test_missing_input_topic_is_one_line_with_exit_code_2(kafka_bootstrap: str) -> None:
+    result = _processor(
+        "coordinator",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--input-topic",
+        "no-such-topic",
+        "--job-name",
+        f"cli-{uuid.uuid4().hex[:6]}",
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "input topic 'no-such-topic' does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
