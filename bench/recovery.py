@@ -25,10 +25,10 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from processor.commands import corpus  # noqa: E402
-from processor.kafka import clients  # noqa: E402
-from processor.models import control  # noqa: E402
-from tests.integration.harness import JobRun  # noqa: E402
+from processor.commands import corpus
+from processor.kafka import clients
+from processor.models import control
+from tests.integration.harness import JobRun
 
 
 def _control_messages(run: JobRun) -> list[tuple[float, control.Message]]:
@@ -49,46 +49,48 @@ def _control_messages(run: JobRun) -> list[tuple[float, control.Message]]:
 
 
 def measure(bootstrap: str, words: int, kills: int, restart: bool) -> list[float]:
-    if True:
-        tmp = tempfile.mkdtemp(prefix="recovery-")  # kept: the processes' logs are there
-        print(f"logs in {tmp}", flush=True)
-        run = JobRun(bootstrap, Path(tmp), interval_ms=1000)
-        lines = [line.encode() for line in corpus.lines(words, seed=5)]
-        # Spread the input over ~40 s, so that every kill lands in a busy stream.
-        step = len(lines) // 200 + 1
-        feeding = threading.Thread(
-            target=lambda: [
-                run.produce(lines[i : i + step]) or time.sleep(0.2)
-                for i in range(0, len(lines), step)
-            ],
-            daemon=True,
-        )
-        kill_times: list[float] = []
-        try:
-            run.start_coordinator(exit_when_idle=True)
-            run.start_worker(0)
-            run.start_worker(1)
-            feeding.start()
-            run.wait_for_checkpoints(2)
-            for _ in range(kills):
-                kill_times.append(time.time())
-                run.kill_worker(0)
-                if restart:
-                    run.start_worker(0)
-                    run.wait_for_checkpoints(2)
-                else:
-                    run.wait_for_checkpoints(2)
-                    run.start_worker(0)
-                    run.wait_for_checkpoints(2)
-            feeding.join()
-            run.wait_idle(600)
-            run.verify_exactly_once()
-            messages = _control_messages(run)
-        finally:
-            run.stop()
+    tmp = tempfile.mkdtemp(prefix="recovery-")  # kept: the processes' logs are there
+    print(f"logs in {tmp}", flush=True)
+    run = JobRun(bootstrap, Path(tmp), interval_ms=1000)
+    lines = [line.encode() for line in corpus.lines(words, seed=5)]
+    step = len(lines) // 200 + 1
+
+    def feed() -> None:
+        # Spread over ~40 s, so that every kill lands in a busy stream.
+        for i in range(0, len(lines), step):
+            run.produce(lines[i : i + step])
+            time.sleep(0.2)
+
+    feeding = threading.Thread(target=feed, daemon=True)
+    kill_times: list[float] = []
+    try:
+        run.start_coordinator(exit_when_idle=True)
+        run.start_worker(0)
+        run.start_worker(1)
+        feeding.start()
+        run.wait_for_checkpoints(2)
+        for _ in range(kills):
+            kill_times.append(time.time())
+            run.kill_worker(0)
+            if restart:
+                run.start_worker(0)
+                run.wait_for_checkpoints(2)
+            else:
+                run.wait_for_checkpoints(2)
+                run.start_worker(0)
+                run.wait_for_checkpoints(2)
+        feeding.join()
+        run.wait_idle(600)
+        run.verify_exactly_once()
+        messages = _control_messages(run)
+    finally:
+        run.stop()
     results = []
     for killed_at in kill_times:
-        owner = [m for ts, m in messages if isinstance(m, control.Assignment) and ts < killed_at][-1]
+        assignments = [
+            m for ts, m in messages if isinstance(m, control.Assignment) and ts < killed_at
+        ]
+        owner = assignments[-1]
         tasks = {t for t, w in owner.tasks.items() if w == "worker-0"}
         first: dict[str, float] = {}
         for ts, m in messages:

@@ -87,3 +87,33 @@ def test_sigstopped_worker_is_fenced_as_a_zombie(kafka_bootstrap: str, tmp_path:
         run.verify_exactly_once()
     finally:
         run.stop()
+
+
+def test_coordinator_killed_mid_stream_and_restarted(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The coordinator holds nothing that matters for correctness: kill it, start another."""
+    run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
+    fed = threading.Event()
+    feeder = threading.Thread(target=_feed, args=(run, 400_000, 6.0, fed), daemon=True)
+    try:
+        run.start_coordinator()
+        run.start_worker(0)
+        run.start_worker(1)
+        feeder.start()
+        run.wait_for_checkpoints(2)
+        before = run.completed_checkpoints()
+        run.kill_coordinator()
+        time.sleep(1)
+        run.start_coordinator()
+        feeder.join(120)
+        assert fed.is_set()
+        run.wait_idle(timeout=300)
+        run.verify_exactly_once()
+        # The new coordinator continued the checkpoint ids instead of starting over.
+        ids = [
+            int(line.split("checkpoint ")[1].split()[0])
+            for line in run.log("coordinator").splitlines()
+            if " complete in " in line
+        ]
+        assert len(ids) > before and ids == sorted(ids)
+    finally:
+        run.stop()
