@@ -28,6 +28,8 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from processor.processes import pid_alive
+
 KAFKA_VERSION = "4.4.0"
 SCALA_VERSION = "2.13"
 # kafka-server 4.4.0 declares log4j-core 2.25.5 and every Kafka module still declares
@@ -335,7 +337,7 @@ class LocalBroker:
         # so readiness means a transactional producer got through init_transactions.
         metadata_ok = False
         while True:
-            dead = proc.poll() is not None if proc is not None else not _alive(pid)
+            dead = proc.poll() is not None if proc is not None else not pid_alive(pid)
             if dead:
                 code = f" with code {proc.returncode}" if proc is not None else ""
                 raise BrokerError(
@@ -379,7 +381,7 @@ class LocalBroker:
             pid = int(self.pid_file.read_text().strip())
         except (OSError, ValueError):
             return None
-        if not _alive(pid):
+        if not pid_alive(pid):
             return None
         # After a reboot or crash the pid may belong to an unrelated process by now.
         try:
@@ -477,30 +479,10 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _alive(pid: int) -> bool:
-    # Our own exited child stays a zombie (and kill(pid, 0) succeeds) until reaped.
-    with contextlib.suppress(ChildProcessError):
-        reaped, _ = os.waitpid(pid, os.WNOHANG)
-        if reaped == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    # Someone else's zombie child: gone for our purposes, only not yet reaped.
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
 def _wait_exit(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while True:
-        gone = proc.poll() is not None if proc is not None else not _alive(pid)
+        gone = proc.poll() is not None if proc is not None else not pid_alive(pid)
         if gone:
             return True
         if time.monotonic() >= deadline:

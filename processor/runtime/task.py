@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from processor.config import Settings
 from processor.jobs.graph import KeyedCountJob
 from processor.models.control import Message as ControlMessage
+from processor.processes import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -96,20 +97,9 @@ def local_dir(settings: Settings, task_id: str) -> Path:
     base.mkdir(parents=True, exist_ok=True)
     for old in base.iterdir():
         pid = old.name.split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        # An earlier incarnation in this very process has ended too.
+        if pid.isdigit() and (int(pid) == os.getpid() or not pid_alive(int(pid))):
             shutil.rmtree(old, ignore_errors=True)
     path = base / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     path.mkdir()
     return path
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # an earlier incarnation in this process has ended
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

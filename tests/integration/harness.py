@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from processor.commands import corpus
 from processor.commands.counts import read_updates
 from processor.config import Settings, load_settings
 from processor.jobs.wordcount import words
@@ -59,6 +61,7 @@ class JobRun:
         self.expected: collections.Counter[str] = collections.Counter()
         self.coordinator: subprocess.Popen[bytes] | None = None
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
+        self._feeder: threading.Thread | None = None
         self._producer = Producer(
             {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10}
         )
@@ -82,6 +85,28 @@ class JobRun:
                 except BufferError:
                     self._producer.poll(0.05)
         assert self._producer.flush(30) == 0
+
+    def feed(self, words: int, seconds: float, seed: int = 11) -> None:
+        """Produce a corpus in the background, spread over ``seconds``: kills land mid-stream."""
+        lines = [line.encode() for line in corpus.lines(words, seed=seed)]
+        chunks = 20
+        size = len(lines) // chunks + 1
+
+        def run() -> None:
+            for i in range(chunks):
+                self.produce(lines[i * size : (i + 1) * size])
+                time.sleep(seconds / chunks)
+
+        self._feeder = threading.Thread(target=run, daemon=True)
+        self._feeder.start()
+
+    def finish(self, timeout: float = 400) -> int:
+        """Wait for the feed and for the job to be idle; verify; return records verified."""
+        if self._feeder is not None:
+            self._feeder.join(120)
+            assert not self._feeder.is_alive(), "the input feed did not finish"
+        self.wait_idle(timeout)
+        return self.verify_exactly_once()
 
     # --- processes -----------------------------------------------------------------------
 

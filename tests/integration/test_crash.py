@@ -1,42 +1,27 @@
-"""Exactly-once under SIGKILL: workers die mid-stream, the output stays exact."""
+"""Exactly-once under SIGKILL: workers and the coordinator die mid-stream, output stays exact."""
 
 from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
-from processor.commands import corpus
 from tests.integration.harness import JobRun
 
 # CI runs a short stream; PROCESSOR_CRASH_WORDS=5000000 runs the multi-million-word version.
 WORDS = int(os.environ.get("PROCESSOR_CRASH_WORDS", "1000000"))
 
 
-def _feed(run: JobRun, words: int, seconds: float, done: threading.Event) -> None:
-    """Produce the corpus spread over ``seconds``, so that kills land mid-stream."""
-    lines = [line.encode() for line in corpus.lines(words, seed=11)]
-    chunks = 20
-    size = len(lines) // chunks + 1
-    for i in range(chunks):
-        run.produce(lines[i * size : (i + 1) * size])
-        time.sleep(seconds / chunks)
-    done.set()
-
-
 def test_sigkill_workers_mid_stream_loses_and_duplicates_nothing(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
-    fed = threading.Event()
-    feeder = threading.Thread(target=_feed, args=(run, WORDS, 12.0, fed), daemon=True)
     try:
         run.start_coordinator()
         for i in range(3):
             run.start_worker(i)
-        feeder.start()
+        run.feed(WORDS, seconds=12)
         run.wait_for_checkpoints(2)
         # 1. Kill and restart at once (a supervisor restarting a crashed process).
         run.kill_worker(0)
@@ -56,11 +41,7 @@ def test_sigkill_workers_mid_stream_loses_and_duplicates_nothing(
         # 4. One more, late in the stream.
         run.kill_worker(1)
         run.start_worker(1)
-        feeder.join(120)
-        assert fed.is_set()
-        run.wait_idle(timeout=400)
-        verified = run.verify_exactly_once()
-        assert verified >= len(run.expected)
+        assert run.finish() >= len(run.expected)
         restores = sum(run.log(f"worker-{i}").count("restored checkpoint") for i in range(3))
         assert restores > 0, "no task was restored from a snapshot: the kills came too early"
     finally:
@@ -70,21 +51,16 @@ def test_sigkill_workers_mid_stream_loses_and_duplicates_nothing(
 def test_sigstopped_worker_is_fenced_as_a_zombie(kafka_bootstrap: str, tmp_path: Path) -> None:
     """A paused worker loses its tasks; when it wakes up it cannot write a single record."""
     run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
-    fed = threading.Event()
-    feeder = threading.Thread(target=_feed, args=(run, 400_000, 6.0, fed), daemon=True)
     try:
         run.start_coordinator()
         run.start_worker(0)
         run.start_worker(1)
-        feeder.start()
+        run.feed(400_000, seconds=6)
         run.wait_for_checkpoints(2)
         run.kill_worker(0, signal.SIGSTOP)
         time.sleep(4)  # past the heartbeat timeout: worker-1 takes over and fences it
         run.kill_worker(0, signal.SIGCONT)
-        feeder.join(120)
-        assert fed.is_set()
-        run.wait_idle(timeout=300)
-        run.verify_exactly_once()
+        run.finish()
     finally:
         run.stop()
 
@@ -92,22 +68,17 @@ def test_sigstopped_worker_is_fenced_as_a_zombie(kafka_bootstrap: str, tmp_path:
 def test_coordinator_killed_mid_stream_and_restarted(kafka_bootstrap: str, tmp_path: Path) -> None:
     """The coordinator holds nothing that matters for correctness: kill it, start another."""
     run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
-    fed = threading.Event()
-    feeder = threading.Thread(target=_feed, args=(run, 400_000, 6.0, fed), daemon=True)
     try:
         run.start_coordinator()
         run.start_worker(0)
         run.start_worker(1)
-        feeder.start()
+        run.feed(400_000, seconds=6)
         run.wait_for_checkpoints(2)
         before = run.completed_checkpoints()
         run.kill_coordinator()
         time.sleep(1)
         run.start_coordinator()
-        feeder.join(120)
-        assert fed.is_set()
-        run.wait_idle(timeout=300)
-        run.verify_exactly_once()
+        run.finish()
         # The new coordinator continued the checkpoint ids instead of starting over.
         ids = [
             int(line.split("checkpoint ")[1].split()[0])
