@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
-from processor import metrics
+from processor import faults, metrics
 from processor.checkpointing.coordinator import (
     CheckpointCoordinator,
     CompletedCheckpoint,
@@ -205,7 +205,8 @@ class CoordinatorService:
             json.dumps(record).encode(),
             key=b"%d" % (done.checkpoint_id % CHECKPOINT_HISTORY),
         )
-        self._producer.poll(0)
+        self._producer.flush(10)
+        faults.reach("coordinator_recorded")
         self.history = [*self.history[-(CHECKPOINT_HISTORY - 1) :], record]
         labels = self._labels
         metrics.checkpoints_completed.labels(**labels).inc()

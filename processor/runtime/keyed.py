@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from processor import metrics
+from processor import faults, metrics
 from processor.checkpointing.aligner import BarrierAligner, BarrierOutcome, Verdict
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
@@ -233,6 +233,7 @@ class KeyedTask(Task):
     ) -> None:
         checkpoint_id = outcome.completed
         assert checkpoint_id is not None
+        faults.reach("barrier_aligned", self.ctx.task_id)
         metrics.alignment_seconds.labels(**self.labels).observe(alignment_s)
         self._flush(store, out)
         self._finish_upload(out, block=True)
@@ -243,6 +244,7 @@ class KeyedTask(Task):
         out.send_offsets(
             [TopicPartition(self.topic, self.partition, resume, metadata=meta)], consumer
         )
+        faults.reach("offsets_sent", self.ctx.task_id)
         local = self._workdir / f"chk-{checkpoint_id}"
         store.checkpoint(local)
         sync_s = time.monotonic() - started
@@ -266,7 +268,9 @@ class KeyedTask(Task):
         if pending is None or (not block and not pending.future.done()):
             return
         info = pending.future.result()  # an upload error ends the task: it restarts and restores
+        faults.reach("snapshot_durable", self.ctx.task_id)
         commit_s = out.commit()
+        faults.reach("committed", self.ctx.task_id)
         self._upload = None
         self.last_checkpoint = pending.checkpoint_id
         metrics.snapshot_upload_seconds.labels(**self.labels).observe(info.duration_s)

@@ -17,7 +17,7 @@ from collections import Counter
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
-from processor import metrics
+from processor import faults, metrics
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
 from processor.models.control import Ack
@@ -162,8 +162,10 @@ class SourceTask(Task):
         ]
         if offsets:
             out.send_offsets(offsets, consumer)
+            faults.reach("offsets_sent", self.ctx.task_id)
         sync_s = time.monotonic() - started
         commit_s = out.commit()
+        faults.reach("committed", self.ctx.task_id)
         metrics.transaction_commit_seconds.labels(**self.labels).observe(commit_s)
         self.last_checkpoint = checkpoint_id
         self.ctx.report(

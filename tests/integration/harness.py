@@ -119,18 +119,23 @@ class JobRun:
             stderr=log,
         )
 
-    def start_coordinator(self, exit_when_idle: bool = True) -> None:
+    def start_coordinator(self, exit_when_idle: bool = True, fault: str = "") -> None:
+        """``fault`` arms a crash point (processor/faults.py) in this process only."""
         args = ["coordinator", *(["--exit-when-idle"] if exit_when_idle else [])]
-        self.coordinator = self._spawn("coordinator", *args)
+        self.coordinator = self._spawn("coordinator", *args, PROCESSOR_FAULT=fault)
 
-    def start_worker(self, index: int, metrics_port: int = 0) -> None:
+    def start_worker(self, index: int, metrics_port: int = 0, fault: str = "") -> None:
         self.workers[index] = self._spawn(
             f"worker-{index}",
             "worker",
             "--worker-id",
             f"worker-{index}",
             PROCESSOR_METRICS_PORT=str(metrics_port),
+            PROCESSOR_FAULT=fault,
         )
+
+    def dead_workers(self) -> list[int]:
+        return [i for i, proc in self.workers.items() if proc.poll() is not None]
 
     def kill_worker(self, index: int, sig: int = signal.SIGKILL) -> None:
         proc = self.workers[index]

@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from processor import faults
 from processor.state.storage import CheckpointStorage, SnapshotMissing
 
 MANIFEST_NAME = "_snapshot.json"
@@ -78,6 +79,7 @@ class SnapshotStore:
             raise ValueError("snapshot prefix must not be empty")
         self._storage = storage
         self._prefix = prefix
+        self._task = prefix.rsplit("/", 1)[-1]  # names the task to fault points
         self._lock = threading.Lock()
         self._session = _new_session()
         # local file name -> where this lineage already stored that exact file.
@@ -183,6 +185,7 @@ class SnapshotStore:
             "created_at": datetime.now(UTC).isoformat(),
         }
         payload = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        faults.reach("snapshot_uploading", self._task)
         self._storage.put_bytes(self._chk_key(checkpoint_id, MANIFEST_NAME), payload)
         # A lineage never brings back a file number it compacted away, so only
         # the files of the latest checkpoint can be reused.
@@ -219,6 +222,7 @@ class SnapshotStore:
                         checkpoint_id, f"file {name} has {size} bytes, expected {expected}"
                     )
                 sizes[name] = size
+            faults.reach("restoring", self._task)
             if dest.exists():
                 dest.rmdir()
             staging.rename(dest)

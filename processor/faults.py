@@ -1,0 +1,51 @@
+"""Named crash points, so that tests can kill a process at the exact step they want to test.
+
+Armed only through the environment, read once at import::
+
+    PROCESSOR_FAULT=<point>[@<task>][#<n>]
+
+kills this process with SIGKILL the ``n``-th time (default: the first) ``<point>`` is reached,
+by ``<task>`` when one is named. Unarmed, ``reach()`` is one comparison.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+log = logging.getLogger(__name__)
+
+POINTS = {
+    "barrier_aligned": "a keyed task aligned barrier n, before its snapshot",
+    "snapshot_uploading": "the local snapshot exists, its copy to checkpoint storage is not done",
+    "snapshot_durable": "the snapshot is durable, the transaction is not committed",
+    "offsets_sent": "send_offsets_to_transaction done, commit_transaction not",
+    "committed": "the transaction is committed, the acknowledgement not sent",
+    "coordinator_recorded": "the coordinator recorded a completed checkpoint, told nobody",
+    "restoring": "a task is copying its snapshot back from checkpoint storage",
+}
+
+
+class _Armed:
+    def __init__(self, spec: str) -> None:
+        spec, _, count = spec.partition("#")
+        self.point, _, self.task = spec.partition("@")
+        if self.point not in POINTS:
+            raise ValueError(f"PROCESSOR_FAULT: unknown fault point {self.point!r}")
+        self.remaining = int(count or 1)
+
+
+_armed = _Armed(os.environ["PROCESSOR_FAULT"]) if os.environ.get("PROCESSOR_FAULT") else None
+
+
+def reach(point: str, task: str = "") -> None:
+    if _armed is None or point != _armed.point or (_armed.task and task != _armed.task):
+        return
+    _armed.remaining -= 1
+    if _armed.remaining > 0:
+        return
+    log.critical("fault point %s reached%s: SIGKILL", point, f" by {task}" if task else "")
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os.kill(os.getpid(), signal.SIGKILL)

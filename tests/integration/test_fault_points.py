@@ -1,0 +1,92 @@
+"""One test per crash point: the process dies exactly there, the job recovers, output is exact."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from processor.faults import POINTS
+from tests.integration.harness import JobRun, wait_until
+
+TASK_POINTS = [
+    ("barrier_aligned", "count-0"),
+    ("snapshot_uploading", "count-0"),
+    ("snapshot_durable", "count-0"),
+    ("offsets_sent", "count-0"),
+    ("offsets_sent", "split-0"),
+    ("committed", "count-0"),
+    ("committed", "split-0"),
+]
+
+
+def _died_at(run: JobRun, point: str, timeout: float = 60) -> list[int]:
+    """Wait for armed workers to kill themselves at ``point``; return which did."""
+    wait_until(lambda: run.dead_workers(), timeout, f"a worker to die at {point}")
+    dead = run.dead_workers()
+    for i in dead:
+        assert run.workers[i].returncode == -signal.SIGKILL
+        assert f"fault point {point} reached" in run.log(f"worker-{i}")
+    return dead
+
+
+def test_every_fault_point_has_a_test() -> None:
+    tested = {p for p, _ in TASK_POINTS} | {"restoring", "coordinator_recorded"}
+    assert tested == POINTS.keys()
+
+
+@pytest.mark.parametrize(("point", "task"), TASK_POINTS)
+def test_worker_killed_at_fault_point(
+    point: str, task: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
+    try:
+        run.start_coordinator()
+        # Both workers are armed: whichever runs the task dies at the point.
+        for i in range(2):
+            run.start_worker(i, fault=f"{point}@{task}")
+        run.feed(300_000, seconds=4)
+        for i in _died_at(run, point):
+            run.start_worker(i)  # restarted unarmed: it recovers the task
+        run.finish()
+    finally:
+        run.stop()
+
+
+def test_worker_killed_while_restoring(kafka_bootstrap: str, tmp_path: Path) -> None:
+    run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
+    try:
+        run.start_coordinator()
+        run.start_worker(0)
+        run.start_worker(1)
+        run.feed(300_000, seconds=4)
+        run.wait_for_checkpoints(2)
+        for i in range(2):  # everything dies; the next incarnations restore
+            run.kill_worker(i)
+        for i in range(2):
+            run.start_worker(i, fault="restoring@count-0")
+        for i in _died_at(run, "restoring"):
+            run.start_worker(i)
+        run.finish()
+    finally:
+        run.stop()
+
+
+def test_coordinator_killed_after_recording_a_checkpoint(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
+    try:
+        run.start_coordinator(fault="coordinator_recorded#2")
+        run.start_worker(0)
+        run.start_worker(1)
+        run.feed(300_000, seconds=4)
+        assert run.coordinator is not None
+        wait_until(lambda: run.coordinator.poll() is not None, 60, "the coordinator to die")
+        assert run.coordinator.returncode == -signal.SIGKILL
+        assert "fault point coordinator_recorded reached" in run.log("coordinator")
+        run.start_coordinator()
+        run.finish()
+    finally:
+        run.stop()
