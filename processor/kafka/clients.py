@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -13,17 +14,51 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from processor.config import Settings
 
 log = logging.getLogger(__name__)
+# librdkafka's own log lines, through Python logging instead of straight to stderr.
+rdkafka_log = logging.getLogger("librdkafka")
+
+_UNKNOWN_TOPIC = KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a message through at most once per ``period`` seconds, whatever its numbers.
+
+    While a broker is away every client reports every reconnect attempt; one line per
+    problem every few seconds says the same without burying everything else.
+    """
+
+    def __init__(self, period: float = 10.0) -> None:
+        super().__init__()
+        self.period = period
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = _DIGITS.sub("#", record.getMessage())
+        now = time.monotonic()
+        if now - self._last.get(key, -self.period) < self.period:
+            return False
+        self._last[key] = now
+        return True
+
+
+_DIGITS = re.compile(r"\d+")
+log.addFilter(RepeatFilter())
+rdkafka_log.addFilter(RepeatFilter())
 
 
 def _log_error(err: KafkaError) -> None:
     # librdkafka reports transient broker trouble here and retries by itself.
-    log.warning("kafka: %s", err)
+    log.warning("kafka: %s", err.str())
+
+
+def _common(settings: Settings) -> dict[str, Any]:
+    return {**settings.client_config(), "error_cb": _log_error, "logger": rdkafka_log}
 
 
 def consumer(settings: Settings, **overrides: Any) -> Consumer:
     """A consumer that only ever sees committed data and never commits by itself."""
     config: dict[str, Any] = {
-        **settings.client_config(),
+        **_common(settings),
         "group.id": settings.group_id,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -32,7 +67,6 @@ def consumer(settings: Settings, **overrides: Any) -> Consumer:
         "fetch.wait.max.ms": 50,
         "fetch.min.bytes": 1,
         "queued.max.messages.kbytes": 65536,
-        "error_cb": _log_error,
         **overrides,
     }
     return Consumer(config)
@@ -40,30 +74,30 @@ def consumer(settings: Settings, **overrides: Any) -> Consumer:
 
 def producer(settings: Settings, **overrides: Any) -> Producer:
     config: dict[str, Any] = {
-        **settings.client_config(),
+        **_common(settings),
         "linger.ms": 5,
         "batch.size": 1_000_000,
         "compression.type": "lz4",
         "queue.buffering.max.messages": 1_000_000,
         "queue.buffering.max.kbytes": 1_048_576,
         "partitioner": "murmur2_random",  # the same key -> partition mapping as Java clients
-        "error_cb": _log_error,
         **overrides,
     }
     return Producer(config)
 
 
 def admin(settings: Settings) -> AdminClient:
-    config: dict[str, Any] = {**settings.client_config(), "error_cb": _log_error}
-    return AdminClient(config)
+    return AdminClient(_common(settings))
 
 
 def topic_partitions(client: AdminClient | Consumer, topic: str, timeout: float = 10) -> int | None:
     """Number of partitions of ``topic``, or None when it does not exist."""
     metadata = client.list_topics(topic, timeout=timeout)
     info = metadata.topics.get(topic)
-    if info is None or info.error is not None:
+    if info is None or (info.error is not None and info.error.code() == _UNKNOWN_TOPIC):
         return None
+    if info.error is not None:
+        raise KafkaException(info.error)  # e.g. no leader yet: worth a retry, not "missing"
     return len(info.partitions)
 
 

@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
 
 from processor import faults, metrics
 from processor.checkpointing.coordinator import (
@@ -99,11 +99,33 @@ class CoordinatorService:
         self.history = sorted(records.values(), key=lambda r: int(r["id"]))
         return int(self.history[-1]["id"]) if self.history else 0
 
+    def _start(self, stop: threading.Event) -> int | None:
+        """Set up the topics and read the history, waiting for Kafka with a backoff.
+
+        Returns the last completed checkpoint id, or None when stopped while waiting.
+        """
+        delay = 0.5
+        while not stop.is_set():
+            try:
+                self.setup()
+                return self._load_history()
+            except (KafkaException, TimeoutError) as exc:
+                log.warning(
+                    "waiting for Kafka at %s: %s (next try in %.1fs)",
+                    self.settings.bootstrap_servers,
+                    exc,
+                    delay,
+                )
+            stop.wait(delay)
+            delay = min(10.0, delay * 2)
+        return None
+
     def run(self, stop: threading.Event, exit_when_idle: bool = False) -> None:
         s = self.settings
-        self.setup()
+        last_id = self._start(stop)
+        if last_id is None:
+            return
         tasks = task_ids(self.job, self.input_partitions, s.shuffle_partitions)
-        last_id = self._load_history()
         checkpoints = CheckpointCoordinator(tasks, last_id, s.checkpoint_timeout_ms / 1000)
         registry = WorkerRegistry(s.worker_timeout_ms / 1000)
         placement: dict[str, str] = {}

@@ -1,0 +1,1 @@
+"""One module per system under test, all behind the small interface of ``base.Peer``."""

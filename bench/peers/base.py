@@ -1,0 +1,129 @@
+"""The interface every system under test implements, and its process handling.
+
+A peer is prepared once (build, install: not timed), then started on a ``Job`` any number of
+times. Every process a peer starts is the leader of a new process group, so that ``stop``
+can end whatever it left behind and prove that nothing is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from bench.measure import pgroup_members
+
+
+@dataclass(frozen=True)
+class Job:
+    """One word-count run: read ``input_topic`` from the beginning, write ``output_topic``."""
+
+    bootstrap: str
+    name: str  # unique per run: job name, application.id, consumer group
+    input_topic: str
+    output_topic: str
+    workdir: Path  # logs, local state, checkpoints
+    interval_ms: int = 1000  # checkpoint / commit interval
+    parallelism: int = 2  # workers, stream threads, processes
+    until_idle: bool = False  # exit by itself once the input is done (where supported)
+
+
+class Running:
+    """The processes of one started job."""
+
+    def __init__(self, procs: Sequence[subprocess.Popen[bytes]], logs: Sequence[Path]) -> None:
+        self.procs = list(procs)
+        self.logs = list(logs)
+        self.started_at = time.time()
+
+    @property
+    def roots(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def alive(self) -> bool:
+        return any(p.poll() is None for p in self.procs)
+
+    def wait(self, timeout: float) -> bool:
+        """Until every root process exited by itself; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def exit_codes(self) -> list[int | None]:
+        return [p.poll() for p in self.procs]
+
+    def stop(self, timeout: float = 40) -> list[int]:
+        """SIGTERM (a clean shutdown), SIGKILL after ``timeout``; then nothing may be left in
+        the process groups. Returns the pids that had to be killed."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+        killed: list[int] = []
+        for proc in self.procs:
+            members = pgroup_members(proc.pid)
+            if members:
+                killed += members
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+        time.sleep(0.2 if killed else 0)
+        left = [pid for proc in self.procs for pid in pgroup_members(proc.pid)]
+        if left:
+            raise RuntimeError(f"processes survived SIGKILL: {left}")
+        return killed
+
+    def log_text(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in self.logs if p.exists())
+
+
+def spawn(
+    cmd: Sequence[str], log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A process in a new session (its own process group), stdout and stderr into ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            list(cmd),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+class Peer(ABC):
+    """A word-count system under test."""
+
+    name: ClassVar[str]  # key in the report, prefix of its topics
+    title: ClassVar[str]  # for people
+
+    def prepare(self) -> None:  # noqa: B027 - optional hook
+        """Build or install what ``start`` needs (not timed); idempotent."""
+
+    @abstractmethod
+    def start(self, job: Job) -> Running:
+        """Start the job's processes and return at once."""
+
+    @abstractmethod
+    def first_consumed_at(self, running: Running) -> float | None:
+        """Wall time at which the job began consuming input (from its logs), if known."""
+
+    @abstractmethod
+    def settings(self) -> dict[str, object]:
+        """What the report should say about how the system was configured."""

@@ -1,0 +1,83 @@
+"""Quix Streams: ``quix_app.py`` as N processes of one consumer group, exactly-once."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+from bench.peers.base import Job, Peer, Running, spawn
+
+VERSION = "3.28.1"
+# Its own virtualenv, outside the repository: quixstreams pins confluent-kafka < 2.13, and
+# installing it next to the project would downgrade the project's confluent-kafka.
+VENV = Path.home() / ".cache" / "processor" / f"bench-quixstreams-{VERSION}"
+APP = Path(__file__).resolve().parent / "quix_app.py"
+_FIRST = re.compile(r"^FIRST_RECORD (\d+)$", re.MULTILINE)
+
+
+class QuixPeer(Peer):
+    name: ClassVar[str] = "quix"
+    title: ClassVar[str] = f"Quix Streams {VERSION}"
+
+    @property
+    def python(self) -> Path:
+        return VENV / "bin" / "python"
+
+    def prepare(self) -> None:
+        check = [
+            str(self.python),
+            "-c",
+            "import quixstreams, sys; sys.exit(quixstreams.__version__ != sys.argv[1])",
+            VERSION,
+        ]
+        if (
+            self.python.exists()
+            and subprocess.run(check, capture_output=True, check=False).returncode == 0
+        ):
+            return
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+        done = subprocess.run(
+            [str(self.python), "-m", "pip", "install", "-q", f"quixstreams=={VERSION}"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+        )
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+            raise RuntimeError(f"pip install quixstreams=={VERSION} failed: {' | '.join(tail)}")
+
+    def start(self, job: Job) -> Running:
+        procs = []
+        logs = []
+        for i in range(job.parallelism):
+            cmd = [
+                str(self.python),
+                str(APP),
+                job.bootstrap,
+                job.input_topic,
+                job.output_topic,
+                job.name,
+                str(job.workdir / f"quix-state-{i}"),
+                str(job.interval_ms / 1000),
+            ]
+            log = job.workdir / f"quix-{i}.log"
+            procs.append(spawn(cmd, log))
+            logs.append(log)
+        return Running(procs, logs)
+
+    def first_consumed_at(self, running: Running) -> float | None:
+        stamps = [int(m) / 1000 for m in _FIRST.findall(running.log_text())]
+        return min(stamps) if stamps else None
+
+    def settings(self) -> dict[str, object]:
+        return {
+            "processing_guarantee": "exactly-once",
+            "commit_interval": 1.0,
+            "processes": 2,
+            "state": "RocksDB (default), changelog topics (default)",
+            "pipeline": "apply(words, expand) -> group_by(word) -> stateful count -> to_topic",
+        }
