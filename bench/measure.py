@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
+import itertools
 import os
 import re
 import threading
@@ -386,6 +387,7 @@ class ProcessSampler(threading.Thread):
         self.interval = interval
         self.processes: dict[int, _Seen] = {}
         self.cpu_s = 0.0
+        self.timeline: list[tuple[float, float]] = []  # (wall time, tree CPU seconds)
         self.peak_rss_sum_kb = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -420,8 +422,20 @@ class ProcessSampler(threading.Thread):
                 rss_sum += status[1]
             if tree:
                 self.cpu_s = max(self.cpu_s, total)
+                self.timeline.append((time.time(), self.cpu_s))
             self.peak_rss_sum_kb = max(self.peak_rss_sum_kb, rss_sum)
             return self.cpu_s
+
+    def cpu_at(self, when: float) -> float:
+        """Tree CPU seconds at wall time ``when``, interpolated between samples."""
+        with self._lock:
+            points = list(self.timeline)
+        if not points or when <= points[0][0]:
+            return 0.0  # before the first sample (taken right after the start)
+        for (t0, c0), (t1, c1) in itertools.pairwise(points):
+            if t0 <= when <= t1:
+                return c0 + (c1 - c0) * (when - t0) / (t1 - t0 or 1)
+        return points[-1][1]
 
     def report(self) -> dict[str, object]:
         with self._lock:

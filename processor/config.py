@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     state_dir: Path = Path("/tmp/processor/state")
     checkpoint_dir: Path = Path("/tmp/processor/checkpoints")
     retained_checkpoints: int = Field(default=2, ge=1, le=100)
+    # Failed snapshots in a row that a task declines and survives; past it the task fails
+    # and recovers from its last commit (Flink's tolerable-failed-checkpoints, default 0).
+    tolerable_checkpoint_failures: int = Field(default=0, ge=0)
     worker_id: str = ""
     heartbeat_interval_ms: int = Field(default=300, ge=10)
     worker_timeout_ms: int = Field(default=3000, ge=100)

@@ -37,6 +37,14 @@ transaction_commit_seconds = Histogram(
 )
 state_keys = Gauge("processor_state_keys", "Keys in a task's state (estimate)", _TASK)
 state_size_bytes = Gauge("processor_state_size_bytes", "Size of a task's last snapshot", _TASK)
+snapshot_failures = Counter(
+    "processor_snapshot_failures", "Snapshots that could not be taken or stored", _TASK
+)
+snapshot_failures_in_a_row = Gauge(
+    "processor_snapshot_failures_in_a_row",
+    "Consecutive failed snapshots of a task (the task fails past the tolerated number)",
+    _TASK,
+)
 restores_total = Counter("processor_restores", "Task restores from a snapshot", _TASK)
 last_restore_seconds = Gauge(
     "processor_last_restore_duration_seconds", "Duration of a task's last restore", _TASK

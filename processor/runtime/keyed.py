@@ -61,7 +61,9 @@ class KeyedTask(Task):
         super().__init__(ctx)
         self.partition = partition
         self.topic = ctx.settings.shuffle_topic
-        self._dirty: dict[bytes, int] = {}
+        self._dirty: dict[bytes, int] = {}  # key -> latest count, not yet in a transaction
+        self._in_txn: dict[bytes, int] = {}  # key -> count written into the open transaction
+        self._snapshot_failures = 0  # in a row
         self._upload: _Upload | None = None
         self._align_started: float | None = None
         self._records_in = 0
@@ -197,6 +199,7 @@ class KeyedTask(Task):
         out.produce_many(self.settings.output_topic, list(items.items()))
         self._records_out += len(items)
         self._m_out.inc(len(items))
+        self._in_txn.update(self._dirty)
         self._dirty.clear()
 
     def _on_barrier(
@@ -235,8 +238,10 @@ class KeyedTask(Task):
         assert checkpoint_id is not None
         faults.reach("barrier_aligned", self.ctx.task_id)
         metrics.alignment_seconds.labels(**self.labels).observe(alignment_s)
-        self._flush(store, out)
+        # Close checkpoint n-1 first: if it is declined, what it carried goes back into
+        # _dirty, and must be in transaction n with the offsets that move past it.
         self._finish_upload(out, block=True)
+        self._flush(store, out)
         started = time.monotonic()
         positions = {str(u): off for (_, u), off in outcome.positions.items()}
         resume = self._aligner.resume_offsets()[self.partition]
@@ -246,7 +251,11 @@ class KeyedTask(Task):
         )
         faults.reach("offsets_sent", self.ctx.task_id)
         local = self._workdir / f"chk-{checkpoint_id}"
-        store.checkpoint(local)
+        try:
+            store.checkpoint(local)
+        except Exception as exc:  # noqa: BLE001 - local disk trouble: decline, maybe tolerate
+            self._snapshot_failed(checkpoint_id, exc, out)
+            return
         sync_s = time.monotonic() - started
         future = self._uploader.submit(self._snapshots.upload, checkpoint_id, local)
         self._upload = _Upload(
@@ -267,11 +276,18 @@ class KeyedTask(Task):
         pending = self._upload
         if pending is None or (not block and not pending.future.done()):
             return
-        info = pending.future.result()  # an upload error ends the task: it restarts and restores
+        self._upload = None
+        try:
+            info = pending.future.result()
+        except Exception as exc:  # noqa: BLE001 - storage trouble: decline, maybe tolerate
+            self._snapshot_failed(pending.checkpoint_id, exc, out)
+            return
         faults.reach("snapshot_durable", self.ctx.task_id)
         commit_s = out.commit()
         faults.reach("committed", self.ctx.task_id)
-        self._upload = None
+        self._in_txn.clear()
+        self._snapshot_failures = 0
+        metrics.snapshot_failures_in_a_row.labels(**self.labels).set(0)
         self.last_checkpoint = pending.checkpoint_id
         metrics.snapshot_upload_seconds.labels(**self.labels).observe(info.duration_s)
         metrics.transaction_commit_seconds.labels(**self.labels).observe(commit_s)
@@ -293,9 +309,46 @@ class KeyedTask(Task):
                 commit_s=round(commit_s, 6),
             )
         )
-        self._uploader.submit(
-            self._snapshots.retain, pending.checkpoint_id, self.settings.retained_checkpoints
+        self._uploader.submit(self._retain, pending.checkpoint_id)
+
+    def _retain(self, committed_id: int) -> None:
+        try:
+            self._snapshots.retain(committed_id, self.settings.retained_checkpoints)
+        except Exception as exc:  # noqa: BLE001 - old snapshots stay; the next commit tries again
+            log.warning("%s: could not delete old snapshots: %s", self.ctx.task_id, exc)
+
+    def _snapshot_failed(
+        self, checkpoint_id: int, exc: Exception, out: TransactionalOutput
+    ) -> None:
+        """Decline checkpoint n; within the tolerance, go on as if barrier n never came.
+
+        Transaction n must not commit (its snapshot is not durable), so it is aborted, and
+        what it carried is emitted again with the next epoch: the latest counts of its keys
+        are already in RocksDB and the next snapshot includes them.
+        """
+        self._snapshot_failures += 1
+        tolerated = self.settings.tolerable_checkpoint_failures
+        reason = f"snapshot failed: {type(exc).__name__}: {exc}"
+        metrics.snapshot_failures.labels(**self.labels).inc()
+        metrics.snapshot_failures_in_a_row.labels(**self.labels).set(self._snapshot_failures)
+        log.warning(
+            "%s: checkpoint %d declined, %s (%d in a row, %d tolerated)",
+            self.ctx.task_id,
+            checkpoint_id,
+            reason,
+            self._snapshot_failures,
+            tolerated,
         )
+        self.ctx.report(Decline(self.ctx.task_id, checkpoint_id, reason))
+        if self._snapshot_failures > tolerated:
+            raise RuntimeError(
+                f"{self._snapshot_failures} checkpoints in a row failed "
+                f"(PROCESSOR_TOLERABLE_CHECKPOINT_FAILURES={tolerated}): {reason}"
+            ) from exc
+        out.abort()
+        for key, count in self._in_txn.items():
+            self._dirty.setdefault(key, count)  # a newer count in _dirty wins
+        self._in_txn.clear()
 
     def _lag(self, consumer: Consumer) -> int:
         tp = TopicPartition(self.topic, self.partition)

@@ -1,0 +1,538 @@
+"""This project against Kafka Streams and Quix Streams: the same word count, same broker.
+
+One local Kafka 4.4.0 broker (127.0.0.1:49092, controller 49093, data in a temp dir) serves
+every system in turn. Each system gets its own copy of the same seeded Zipf corpus in
+``<system>.input`` (4 partitions, produced before it starts: a full backlog), writes
+``<system>.output``, commits every 1 s exactly-once, and runs with a parallelism of 2 (workers,
+stream threads, processes). Its output is verified (read_committed, to the end: the last value
+per word is the exact count, nothing unknown; for this project also strictly increasing)
+before its figures count.
+
+Phases: throughput and resources (every system), latency at a fixed input rate (every system
+that sustains it), recovery after SIGKILL (this project, full mode only: bench/recovery.py).
+
+    python bench/run.py --quick          # 300k words, no recovery: a few minutes
+    python bench/run.py                  # 4M words, latency, recovery
+    python bench/run.py --systems processor --words 1000000 --no-latency
+
+Writes bench/results/<timestamp>.json and bench/results/latest.md; progress goes to stderr,
+and the last line on stdout is one JSON object with the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.measure import (  # noqa: E402
+    OutputWatcher,
+    ProcessSampler,
+    RateProducer,
+    create_topic,
+    exact_counts,
+    latency_percentiles,
+    process_cpu_s,
+    produce_all,
+)
+from bench.peers.base import Job, Peer  # noqa: E402
+from bench.peers.kstreams_peer import KafkaStreamsPeer  # noqa: E402
+from bench.peers.processor_peer import (  # noqa: E402
+    ProcessorPeer,
+    blocked_in_checkpoints,
+    checkpoint_stats,
+)
+from bench.peers.quix_peer import QuixPeer  # noqa: E402
+from processor.commands import corpus  # noqa: E402
+from processor.kafka.broker import LocalBroker  # noqa: E402
+
+PORT = 49092
+CONTROLLER_PORT = 49093
+PARTITIONS = 4
+INTERVAL_MS = 1000
+PARALLELISM = 2
+PEERS: dict[str, type[Peer]] = {
+    "processor": ProcessorPeer,
+    "kafka_streams": KafkaStreamsPeer,
+    "quix": QuixPeer,
+}
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    words: int
+    latency_rate: int  # words per second
+    latency_warmup_s: float
+    latency_s: float
+    recovery_words: int  # 0: no recovery phase
+    timeout_s: float  # for one system to reach the exact output
+
+
+QUICK = Mode("quick", 300_000, 20_000, 3.0, 10.0, 0, 240.0)
+FULL = Mode("full", 4_000_000, 20_000, 5.0, 30.0, 2_000_000, 1200.0)
+
+
+def say(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------ phases
+
+
+def throughput(
+    peer: Peer,
+    bootstrap: str,
+    broker_pid: int,
+    lines: Sequence[bytes],
+    expected: dict[str, int],
+    workdir: Path,
+    run_id: str,
+    timeout: float,
+) -> dict[str, Any]:
+    """A full backlog, then the system: how fast the exact result is committed, at what cost."""
+    name = peer.name
+    words = sum(expected.values())
+    job = Job(
+        bootstrap=bootstrap,
+        name=f"bench-{name}-{run_id}",
+        input_topic=f"{name}.input",
+        output_topic=f"{name}.output",
+        workdir=workdir / name,
+        interval_ms=INTERVAL_MS,
+        parallelism=PARALLELISM,
+        until_idle=isinstance(peer, ProcessorPeer),
+    )
+    say(f"{name}: producing {words:,} words ({len(lines):,} lines) into {job.input_topic}")
+    create_topic(bootstrap, job.input_topic, PARTITIONS)
+    create_topic(bootstrap, job.output_topic, PARTITIONS)
+    produce_all(bootstrap, job.input_topic, lines, PARTITIONS)
+
+    watcher = OutputWatcher(bootstrap, job.output_topic, expected)
+    watcher.start()
+    broker_cpu_before = process_cpu_s(broker_pid)
+    say(f"{name}: starting ({peer.title})")
+    running = peer.start(job)
+    sampler = ProcessSampler(running.roots)
+    sampler.start()
+    result: dict[str, Any] = {"system": peer.title, "settings": peer.settings()}
+    error: str | None = None
+    exact_at = exited_at = None
+    cpu_at_exact = broker_cpu = 0.0
+    try:
+        exact_at = watcher.wait_exact(timeout, alive=running.alive)
+        cpu_at_exact = sampler.sample()
+        broker_cpu = process_cpu_s(broker_pid) - broker_cpu_before
+        say(f"{name}: output exact after {exact_at - running.started_at:.1f}s")
+        if job.until_idle:
+            if running.wait(120):
+                exited_at = time.time()
+            else:
+                error = "did not exit by itself (--until-idle) within 120 s of the exact output"
+    except (TimeoutError, RuntimeError) as exc:
+        error = str(exc)
+    finally:
+        killed = running.stop()
+        sampler.stop()
+    verdict = watcher.finish()
+    first = peer.first_consumed_at(running)
+    result["exit_codes"] = running.exit_codes()
+    result["killed_at_stop"] = len(killed)
+    result["verification"] = {
+        "exact": verdict.exact,
+        "output_records": verdict.records,
+        "words": verdict.words,
+        "wrong_final": verdict.wrong_final,
+        "missing_words": verdict.missing_words,
+        "unknown_words": verdict.unknown_words,
+        "not_increasing_updates": verdict.not_increasing,
+        "examples": verdict.examples,
+    }
+    ok = error is None and verdict.exact and exact_at is not None and first is not None
+    if isinstance(peer, ProcessorPeer) and verdict.not_increasing:
+        ok = False
+        error = f"{verdict.not_increasing} updates not strictly increasing"
+    if first is None and error is None:
+        error = "no first-consumed marker in the logs"
+    result["ok"] = ok
+    result["error"] = error
+    result["resources"] = sampler.report()
+    if not ok or exact_at is None or first is None:
+        say(f"{name}: FAILED: {error}; verdict {result['verification']}")
+        return result
+    processing_s = exact_at - first
+    cpu_processing = cpu_at_exact - sampler.cpu_at(first)
+    result.update(
+        {
+            "words": words,
+            "lines": len(lines),
+            "startup_s": round(first - running.started_at, 3),
+            "processing_s": round(processing_s, 3),
+            "words_per_s": round(words / processing_s),
+            "words_per_s_incl_startup": round(words / (exact_at - running.started_at)),
+            "first_output_after_s": (
+                round(watcher.first_output_at - first, 3) if watcher.first_output_at else None
+            ),
+            "cpu_s_processing": round(cpu_processing, 2),
+            "cpu_s_per_million_words": round(cpu_processing / (words / 1e6), 2),
+            "cpu_s_until_exact_incl_startup": round(cpu_at_exact, 2),
+            "broker_cpu_s_until_exact": round(broker_cpu, 2),
+            "exit_after_exact_s": round(exited_at - exact_at, 3) if exited_at else None,
+        }
+    )
+    if isinstance(peer, ProcessorPeer):
+        result["checkpoints"] = checkpoint_stats(running)
+        result["checkpoint_blocking"] = blocked_in_checkpoints(bootstrap, job.name, first, exact_at)
+    say(
+        f"{name}: {result['words_per_s']:,} words/s, startup {result['startup_s']}s, "
+        f"{result['cpu_s_per_million_words']} CPU s/M words, peak RSS "
+        f"{result['resources']['peak_rss_mb_sum_of_process_peaks']} MB, "
+        f"{verdict.records:,} output records verified"
+    )
+    return result
+
+
+def latency(
+    peer: Peer, bootstrap: str, mode: Mode, workdir: Path, run_id: str, seed: int = 7
+) -> dict[str, Any]:
+    """Input at a fixed rate; per line, the time until every word of it shows a count that
+    includes it in the committed output."""
+    name = peer.name
+    job = Job(
+        bootstrap=bootstrap,
+        name=f"bench-{name}-lat-{run_id}",
+        input_topic=f"{name}.lat.input",
+        output_topic=f"{name}.lat.output",
+        workdir=workdir / f"{name}-latency",
+        interval_ms=INTERVAL_MS,
+        parallelism=PARALLELISM,
+    )
+    probe = "benchprobe"
+    total = int(mode.latency_rate * (mode.latency_warmup_s + mode.latency_s))
+    lines = list(corpus.lines(total, seed=seed))
+    expected = dict(exact_counts([probe, *lines]))
+    create_topic(bootstrap, job.input_topic, PARTITIONS)
+    create_topic(bootstrap, job.output_topic, PARTITIONS)
+    watcher = OutputWatcher(bootstrap, job.output_topic, expected, record_times=True)
+    watcher.start()
+    say(f"{name}: latency at {mode.latency_rate:,} words/s for {mode.latency_s:.0f}s")
+    running = peer.start(job)
+    producer = RateProducer(bootstrap, job.input_topic, lines, mode.latency_rate, PARTITIONS)
+    result: dict[str, Any] = {"rate_words_per_s": mode.latency_rate}
+    try:
+        # Ready = it processed and committed one line: the start-up is not latency.
+        produce_all(bootstrap, job.input_topic, [probe.encode()], PARTITIONS)
+        _wait(lambda: probe in watcher.current or not running.alive(), 120, watcher)
+        if probe not in watcher.current:
+            raise RuntimeError("the system never processed the probe line")
+        started = time.time()
+        producer.start()
+        producer.join(mode.latency_warmup_s + mode.latency_s + 120)
+        if producer.error is not None:
+            raise RuntimeError(f"the rate producer failed: {producer.error}")
+        watcher.wait_exact(120, alive=running.alive)
+    except (TimeoutError, RuntimeError) as exc:
+        result["error"] = str(exc)
+    finally:
+        running.stop()
+    verdict = watcher.finish()
+    result["verified_exact"] = verdict.exact
+    result["producer_max_behind_s"] = round(producer.max_behind_s, 3)
+    if "error" in result or not verdict.exact:
+        result.setdefault("error", f"output not exact: {verdict.examples}")
+        say(f"{name}: latency FAILED: {result['error']}")
+        return result
+    figures = latency_percentiles(
+        lines, producer.sent_at, watcher.seen, skip_before=started + mode.latency_warmup_s
+    )
+    result.update(figures)
+    say(f"{name}: latency p50 {figures.get('p50_ms')} ms, p99 {figures.get('p99_ms')} ms")
+    return result
+
+
+def _wait(predicate: Any, timeout: float, watcher: OutputWatcher) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not predicate():
+        if watcher.error is not None:
+            raise RuntimeError(f"reading the output failed: {watcher.error}")
+        time.sleep(0.05)
+
+
+def recovery(bootstrap: str, words: int) -> dict[str, Any]:
+    from bench.recovery import measure
+
+    say(f"processor: recovery after SIGKILL of a worker (bench/recovery.py, {words:,} words)")
+    try:
+        times = measure(bootstrap, words, kills=1, restart=True)
+    except (AssertionError, RuntimeError, TimeoutError) as exc:
+        say(f"processor: recovery FAILED: {exc}")
+        return {"error": str(exc), "recovery_s": None}
+    say(f"processor: recovered in {times[0]:.2f}s")
+    return {"recovery_s": round(statistics.median(times), 3), "all_s": [round(t, 3) for t in times]}
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float | int):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _ratio(a: Any, b: Any) -> str:
+    if not isinstance(a, int | float) or not isinstance(b, int | float) or not b:
+        return "-"
+    return f"{a / b:.2f}x"
+
+
+def _rss(result: dict[str, Any]) -> Any:
+    return result.get("resources", {}).get("peak_rss_mb_sum_of_process_peaks")
+
+
+def markdown(report: dict[str, Any]) -> str:
+    systems: dict[str, Any] = report["systems"]
+    lat: dict[str, Any] = report["latency"]
+    m = report["mode"]
+    out = [
+        f"# Benchmark {report['timestamp']} ({m['name']} mode)",
+        "",
+        f"{m['words']:,} words ({report['corpus']['lines']:,} lines, Zipf vocabulary "
+        f"{report['corpus']['distinct_words']:,} words) per system; one local Kafka 4.4.0 "
+        f"broker; {PARTITIONS} input partitions; commit/checkpoint every {INTERVAL_MS} ms; "
+        f"parallelism {PARALLELISM}; exactly-once everywhere; {report['machine']}.",
+        "",
+        "| system | verified | words/s | words/s incl. startup | startup s | CPU s / M words "
+        "| broker CPU s | peak RSS MB (Σ process peaks) | output records | latency p50 / p99 ms |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, r in systems.items():
+        lr = lat.get(name, {})
+        latency_cell = (
+            f"{_fmt(lr.get('p50_ms'))} / {_fmt(lr.get('p99_ms'))}" if "p99_ms" in lr else "-"
+        )
+        out.append(
+            f"| {r['system']} | {'yes' if r['ok'] else 'NO: ' + str(r.get('error'))} "
+            f"| {_fmt(r.get('words_per_s'))} | {_fmt(r.get('words_per_s_incl_startup'))} "
+            f"| {_fmt(r.get('startup_s'), 2)} | {_fmt(r.get('cpu_s_per_million_words'), 2)} "
+            f"| {_fmt(r.get('broker_cpu_s_until_exact'), 1)} "
+            f"| {_fmt(_rss(r))} "
+            f"| {_fmt(r['verification']['output_records'])} | {latency_cell} |"
+        )
+    ours = systems.get("processor", {})
+    out += [
+        "",
+        "| ratio | words/s | CPU s / M words | peak RSS | latency p99 |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    ours_lat = lat.get("processor", {})
+    for peer in ("kafka_streams", "quix"):
+        if peer not in systems:
+            continue
+        other = systems[peer]
+        cells = [
+            _ratio(ours.get(key), other.get(key))
+            for key in ("words_per_s", "cpu_s_per_million_words")
+        ]
+        cells.append(_ratio(_rss(ours), _rss(other)))
+        cells.append(_ratio(ours_lat.get("p99_ms"), lat.get(peer, {}).get("p99_ms")))
+        out.append(f"| processor / {peer} | {' | '.join(cells)} |")
+    head = report["headline"]
+    out += [
+        "",
+        f"processor: recovery after SIGKILL {_fmt(head['processor']['recovery_s'], 2)} s; "
+        f"task time blocked in checkpoint steps {_fmt(head['checkpoint_overhead_pct'], 2)} %.",
+        "",
+        "* words/s: input words / (first input record consumed -> every count exact in the "
+        "committed output, seen by a read_committed reader). incl. startup: from process start.",
+        "* CPU s / M words: CPU (user+sys) of the system's process tree between those two "
+        "moments, per million input words; the broker's CPU from start to exact is separate.",
+        "* peak RSS: sum over the system's processes of each one's VmHWM.",
+        "* latency: per input line at a fixed rate, until all its words show counts that include "
+        "it in the committed output; from the time the line was handed to the producer.",
+        "* The machine has 2 cores shared by broker, system, the bench and whatever else runs "
+        "(other test suites): CPU-bound figures are noisy.",
+        "",
+    ]
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------ main
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C, so that every `finally` stops its processes."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="300k words, no recovery")
+    parser.add_argument("--words", type=int, help="corpus size per system")
+    parser.add_argument("--systems", default=",".join(PEERS), help="comma-separated subset")
+    parser.add_argument("--latency-rate", type=int, help="words/s of the latency phase")
+    parser.add_argument("--no-latency", action="store_true")
+    parser.add_argument("--no-recovery", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (broker, logs)")
+    args = parser.parse_args(argv)
+    mode = QUICK if args.quick else FULL
+    if args.words:
+        mode = Mode(**{**mode.__dict__, "words": args.words})
+    if args.latency_rate:
+        mode = Mode(**{**mode.__dict__, "latency_rate": args.latency_rate})
+    names = [n.strip() for n in args.systems.split(",") if n.strip()]
+    unknown = set(names) - PEERS.keys()
+    if unknown:
+        parser.error(f"unknown systems {sorted(unknown)}; known: {list(PEERS)}")
+    peers = [PEERS[n]() for n in names]
+
+    for peer in peers:
+        say(f"preparing {peer.title}")
+        peer.prepare()
+
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_id = stamp.replace("-", "")
+    say(f"corpus: {mode.words:,} words, seed 1")
+    text = list(corpus.lines(mode.words, seed=1))
+    lines = [line.encode() for line in text]
+    expected = dict(exact_counts(text))
+    del text
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-run-"))
+    broker = LocalBroker(port=PORT, controller_port=CONTROLLER_PORT, data_dir=tmp / "kafka")
+    report: dict[str, Any] = {
+        "timestamp": stamp,
+        "mode": mode.__dict__,
+        "machine": _machine(),
+        "corpus": {
+            "lines": len(lines),
+            "words": sum(expected.values()),
+            "distinct_words": len(expected),
+        },
+        "systems": {},
+        "latency": {},
+        "recovery": None,
+    }
+    failed = False
+    with _terminate_as_interrupt():
+        try:
+            say(f"starting the broker on {broker.bootstrap} (data in {broker.data_dir})")
+            broker.start()
+            broker_pid = int(broker.pid_file.read_text().strip())
+            for peer in peers:
+                try:
+                    report["systems"][peer.name] = throughput(
+                        peer,
+                        broker.bootstrap,
+                        broker_pid,
+                        lines,
+                        expected,
+                        tmp,
+                        run_id,
+                        mode.timeout_s,
+                    )
+                except Exception as exc:  # noqa: BLE001 - one system's crash is its result
+                    traceback.print_exc()
+                    report["systems"][peer.name] = {
+                        "system": peer.title,
+                        "ok": False,
+                        "error": repr(exc),
+                    }
+                failed |= not report["systems"][peer.name]["ok"]
+            if not args.no_latency:
+                for peer in peers:
+                    r = report["systems"][peer.name]
+                    sustained = r.get("words_per_s") or 0
+                    if sustained < 1.5 * mode.latency_rate:
+                        report["latency"][peer.name] = {
+                            "rate_words_per_s": mode.latency_rate,
+                            "skipped": f"throughput {sustained:,} words/s is not 1.5x the rate",
+                        }
+                        continue
+                    try:
+                        report["latency"][peer.name] = latency(
+                            peer, broker.bootstrap, mode, tmp, run_id
+                        )
+                    except Exception as exc:  # noqa: BLE001 - reported, the run goes on
+                        traceback.print_exc()
+                        report["latency"][peer.name] = {"error": repr(exc)}
+            if mode.recovery_words and not args.no_recovery and "processor" in names:
+                report["recovery"] = recovery(broker.bootstrap, mode.recovery_words)
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            say("stopping the broker")
+            broker.stop()
+            if failed or args.keep:
+                say(f"kept {tmp} (broker data and logs)")
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    report["headline"] = _headline(report)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{stamp}.json").write_text(json.dumps(report, indent=2) + "\n")
+    table = markdown(report)
+    (RESULTS / "latest.md").write_text(table)
+    print(table, file=sys.stderr)
+    say(f"wrote {RESULTS / (stamp + '.json')} and {RESULTS / 'latest.md'}")
+    print(json.dumps(report["headline"]), flush=True)
+    return 1 if failed else 0
+
+
+def _headline(report: dict[str, Any]) -> dict[str, Any]:
+    systems, lat = report["systems"], report["latency"]
+
+    def wps(name: str) -> Any:
+        return systems.get(name, {}).get("words_per_s")
+
+    ours = systems.get("processor", {})
+    return {
+        "processor": {
+            "words_per_s": wps("processor"),
+            "p99_latency_ms": lat.get("processor", {}).get("p99_ms"),
+            "recovery_s": (report["recovery"] or {}).get("recovery_s"),
+        },
+        "kafka_streams": {"words_per_s": wps("kafka_streams")},
+        "quix": {"words_per_s": wps("quix")},
+        "checkpoint_overhead_pct": ours.get("checkpoint_blocking", {}).get("blocked_pct"),
+    }
+
+
+def _machine() -> str:
+    import os
+    import platform
+
+    return f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
