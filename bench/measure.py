@@ -229,7 +229,7 @@ class OutputWatcher(threading.Thread):
         self.exact_at: float | None = None
         self.error: BaseException | None = None
         self._matched = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._exact = threading.Event()
         self._consumer = Consumer(
             {
@@ -242,6 +242,15 @@ class OutputWatcher(threading.Thread):
             }
         )
         self._partitions = 0
+        self._closed = False
+
+    def close(self) -> None:
+        """Stop reading without judging (an error path); idempotent."""
+        self._halt.set()
+        self.join(30)
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()
 
     def run(self) -> None:
         try:
@@ -254,7 +263,7 @@ class OutputWatcher(threading.Thread):
         meta = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic]
         self._partitions = len(meta.partitions)
         self._consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self._partitions)])
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             self._poll(0.05)
 
     def _poll(self, timeout: float) -> int:
@@ -320,7 +329,7 @@ class OutputWatcher(threading.Thread):
 
     def finish(self, timeout: float = 120) -> Verdict:
         """After the system stopped: read to the end of every partition, then judge it all."""
-        self._stop.set()
+        self._halt.set()
         self.join(30)
         if self.error is not None:
             raise RuntimeError(f"reading {self.topic} failed: {self.error}")
@@ -343,6 +352,7 @@ class OutputWatcher(threading.Thread):
                     f"{self.topic}: partitions {sorted(ends)} never reached their end"
                 )
         finally:
+            self._closed = True
             consumer.close()
         verdict = Verdict(
             records=self.records,
@@ -390,15 +400,15 @@ class ProcessSampler(threading.Thread):
         self.timeline: list[tuple[float, float]] = []  # (wall time, tree CPU seconds)
         self.peak_rss_sum_kb = 0
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             self.sample()
-            self._stop.wait(self.interval)
+            self._halt.wait(self.interval)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(10)
         self.sample()
 

@@ -127,6 +127,22 @@ def throughput(
 
     watcher = OutputWatcher(bootstrap, job.output_topic, expected)
     watcher.start()
+    try:
+        return _throughput(peer, job, watcher, broker_pid, words, len(lines), timeout)
+    finally:
+        watcher.close()
+
+
+def _throughput(
+    peer: Peer,
+    job: Job,
+    watcher: OutputWatcher,
+    broker_pid: int,
+    words: int,
+    lines: int,
+    timeout: float,
+) -> dict[str, Any]:
+    name, bootstrap = peer.name, job.bootstrap
     broker_cpu_before = process_cpu_s(broker_pid)
     say(f"{name}: starting ({peer.title})")
     running = peer.start(job)
@@ -182,7 +198,7 @@ def throughput(
     result.update(
         {
             "words": words,
-            "lines": len(lines),
+            "lines": lines,
             "startup_s": round(first - running.started_at, 3),
             "processing_s": round(processing_s, 3),
             "words_per_s": round(words / processing_s),
@@ -232,6 +248,16 @@ def latency(
     create_topic(bootstrap, job.output_topic, PARTITIONS)
     watcher = OutputWatcher(bootstrap, job.output_topic, expected, record_times=True)
     watcher.start()
+    try:
+        return _latency(peer, job, watcher, lines, probe, mode)
+    finally:
+        watcher.close()
+
+
+def _latency(
+    peer: Peer, job: Job, watcher: OutputWatcher, lines: list[str], probe: str, mode: Mode
+) -> dict[str, Any]:
+    name, bootstrap = peer.name, job.bootstrap
     say(f"{name}: latency at {mode.latency_rate:,} words/s for {mode.latency_s:.0f}s")
     running = peer.start(job)
     producer = RateProducer(bootstrap, job.input_topic, lines, mode.latency_rate, PARTITIONS)
@@ -336,7 +362,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {_fmt(r.get('startup_s'), 2)} | {_fmt(r.get('cpu_s_per_million_words'), 2)} "
             f"| {_fmt(r.get('broker_cpu_s_until_exact'), 1)} "
             f"| {_fmt(_rss(r))} "
-            f"| {_fmt(r['verification']['output_records'])} | {latency_cell} |"
+            f"| {_fmt(r.get('verification', {}).get('output_records'))} | {latency_cell} |"
         )
     ours = systems.get("processor", {})
     out += [

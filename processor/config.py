@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     # epoch may buffer (combiner, dirty state) before it is flushed into the open transaction.
     consume_batch: int = Field(default=5000, ge=1)
     flush_keys: int = Field(default=200_000, ge=1)
+    # Longer keys are skipped and counted: records must stay well below Kafka's size limit.
+    max_key_bytes: int = Field(default=32_768, ge=16, le=524_288)
     transaction_timeout_ms: int = Field(default=60_000, ge=1000)
     metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"  # 0.0.0.0 in containers, so that Prometheus can scrape

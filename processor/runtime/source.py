@@ -43,6 +43,7 @@ class SourceTask(Task):
         self._m_null = metrics.records_skipped.labels(**self.labels, reason="null")
         self._m_empty = metrics.records_skipped.labels(**self.labels, reason="empty")
         self._m_utf8 = metrics.records_skipped.labels(**self.labels, reason="non_utf8")
+        self._m_oversized = metrics.records_skipped.labels(**self.labels, reason="oversized_key")
         self._shuffle_partitions = s.shuffle_partitions
 
     def request_checkpoint(self, checkpoint_id: int) -> None:
@@ -143,6 +144,14 @@ class SourceTask(Task):
             return
         channel = self.channel
         items = [(k.encode(), encode_count(channel, n)) for k, n in self._combiner.items()]
+        limit = self.settings.max_key_bytes
+        if any(len(key) > limit for key, _ in items):
+            # A key this long would make records Kafka refuses (a task that can never commit):
+            # skip it, counted, and keep the rest of its line.
+            for key, _ in items:
+                if len(key) > limit:
+                    self._m_oversized.inc(self._combiner[key.decode()])
+            items = [(key, value) for key, value in items if len(key) <= limit]
         out.produce_many(self.settings.shuffle_topic, items)
         self._records_out += len(items)
         self._m_out.inc(len(items))

@@ -1,7 +1,12 @@
-"""Bad input gets a defined outcome: skipped and counted, dead-lettered, or processed as data."""
+"""Bad input, tried systematically: each kind has a defined outcome and the job carries on.
+
+Outcomes: ``data`` (processed as text), ``dlq`` (skipped, counted and copied to <job>.dlq),
+``skipped:<reason>`` (skipped and counted). Valid records around them are counted exactly.
+"""
 
 from __future__ import annotations
 
+import random
 import socket
 import urllib.request
 from pathlib import Path
@@ -15,6 +20,24 @@ from tests.integration.harness import JobRun, wait_until
 
 Dead = tuple[bytes, dict[str, bytes]]
 
+_garbage = bytes(random.Random(3).randrange(256) for _ in range(4096)) + b"\xff"
+LONG_WORD = "x" * 100_000
+BARRIER_VALUE, BARRIER_HEADERS = encode_barrier(Barrier(999, 0))
+
+# (case, value, headers, outcome)
+CASES: list[tuple[str, bytes | None, bool, str]] = [
+    ("null", None, False, "skipped:null"),
+    ("empty", b"", False, "skipped:empty"),
+    ("non-UTF-8", b"\xff\xfe not utf8", False, "dlq"),
+    ("1 MB line", ("lorem ipsum dolor " * 55_000).encode()[:1_000_000], False, "data"),
+    ("100k words", " ".join(f"w{i % 997}" for i in range(100_000)).encode(), False, "data"),
+    ("binary garbage", _garbage, False, "dlq"),
+    ("control characters", b"ctrl\x00chars\x01here\x1b[31m red\x7f", False, "data"),
+    ("forged barrier header, text", b"forged barrier words", True, "data"),
+    ("forged barrier header, barrier bytes", BARRIER_VALUE, True, "dlq"),
+    ("oversized key", f"{LONG_WORD} tail".encode(), False, "skipped:oversized_key"),
+]
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -22,21 +45,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_null_empty_non_utf8_and_forged_barriers(kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_bad_input_table(kafka_bootstrap: str, tmp_path: Path) -> None:
     port = _free_port()
     run = JobRun(kafka_bootstrap, tmp_path, input_partitions=1)
     try:
-        run.produce([b"good words here", None, b"", b"\xff\xfe not utf8", b"more good words"])
-        # Records that look like barriers in a user topic are data, never control signals:
-        # one with text is counted, one with the binary barrier encoding is not UTF-8.
-        barrier_value, barrier_headers = encode_barrier(Barrier(999, 0))
-        run.produce([b"forged barrier words"], headers=barrier_headers)
-        run.produce([barrier_value], headers=barrier_headers)
+        run.produce([b"good words before"])
+        for _, value, forged, _ in CASES:
+            run.produce([value], headers=BARRIER_HEADERS if forged else None)
+        run.produce([b"good words after"])
+        del run.expected[LONG_WORD]  # the one word too long to be a key
         run.start_coordinator()
         run.start_worker(0, metrics_port=port)
-        run.wait_idle()
-        run.verify_exactly_once()
-        assert run.expected["forged"] == 1 and run.expected["barrier"] == 1
+        run.finish()
 
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
             text = page.read().decode()
@@ -47,14 +67,22 @@ def test_null_empty_non_utf8_and_forged_barriers(kafka_bootstrap: str, tmp_path:
             if sample.name == "processor_records_skipped_total"
             and sample.labels.get("task") == "split-0"
             and sample.labels.get("job") == run.job
+            and sample.value
         }
-        assert skipped == {"null": 1, "empty": 1, "non_utf8": 2}
-
-        dead = _read_all(run, run.settings.dlq_topic, expect=2)
-        assert [value for value, _ in dead] == [b"\xff\xfe not utf8", barrier_value]
+        dlq_cases = [value for _, value, _, outcome in CASES if outcome == "dlq"]
+        assert skipped == {
+            "null": 1,
+            "empty": 1,
+            "non_utf8": len(dlq_cases),
+            "oversized_key": 1,
+        }
+        dead = _read_all(run, run.settings.dlq_topic, expect=len(dlq_cases))
+        assert [value for value, _ in dead] == dlq_cases
+        first_offset = 1 + [c for c, *_ in CASES].index("non-UTF-8")
         assert dead[0][1]["source.topic"] == run.settings.input_topic.encode()
-        assert dead[0][1]["source.offset"] == b"3"
+        assert dead[0][1]["source.offset"] == str(first_offset).encode()
         assert dead[0][1]["error"].startswith(b"not UTF-8")
+        assert run.expected["tail"] == 1 and run.expected["forged"] == 1
     finally:
         run.stop()
 
