@@ -79,15 +79,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 class Mode:
     name: str
     words: int
-    latency_rate: int  # words per second
+    latency_rates: tuple[int, ...]  # words per second; the first one is the headline
     latency_warmup_s: float
     latency_s: float
     recovery_words: int  # 0: no recovery phase
     timeout_s: float  # for one system to reach the exact output
 
 
-QUICK = Mode("quick", 300_000, 20_000, 3.0, 10.0, 0, 240.0)
-FULL = Mode("full", 4_000_000, 20_000, 5.0, 30.0, 2_000_000, 1200.0)
+QUICK = Mode("quick", 300_000, (20_000, 5_000), 3.0, 10.0, 0, 240.0)
+FULL = Mode("full", 4_000_000, (20_000, 5_000), 5.0, 30.0, 2_000_000, 1200.0)
 
 
 def say(text: str) -> None:
@@ -226,22 +226,22 @@ def _throughput(
 
 
 def latency(
-    peer: Peer, bootstrap: str, mode: Mode, workdir: Path, run_id: str, seed: int = 7
+    peer: Peer, bootstrap: str, rate: int, mode: Mode, workdir: Path, run_id: str, seed: int = 7
 ) -> dict[str, Any]:
     """Input at a fixed rate; per line, the time until every word of it shows a count that
     includes it in the committed output."""
     name = peer.name
     job = Job(
         bootstrap=bootstrap,
-        name=f"bench-{name}-lat-{run_id}",
-        input_topic=f"{name}.lat.input",
-        output_topic=f"{name}.lat.output",
-        workdir=workdir / f"{name}-latency",
+        name=f"bench-{name}-lat{rate}-{run_id}",
+        input_topic=f"{name}.lat{rate}.input",
+        output_topic=f"{name}.lat{rate}.output",
+        workdir=workdir / f"{name}-latency-{rate}",
         interval_ms=INTERVAL_MS,
         parallelism=PARALLELISM,
     )
     probe = "benchprobe"
-    total = int(mode.latency_rate * (mode.latency_warmup_s + mode.latency_s))
+    total = int(rate * (mode.latency_warmup_s + mode.latency_s))
     lines = list(corpus.lines(total, seed=seed))
     expected = dict(exact_counts([probe, *lines]))
     create_topic(bootstrap, job.input_topic, PARTITIONS)
@@ -249,19 +249,25 @@ def latency(
     watcher = OutputWatcher(bootstrap, job.output_topic, expected, record_times=True)
     watcher.start()
     try:
-        return _latency(peer, job, watcher, lines, probe, mode)
+        return _latency(peer, job, watcher, lines, probe, rate, mode)
     finally:
         watcher.close()
 
 
 def _latency(
-    peer: Peer, job: Job, watcher: OutputWatcher, lines: list[str], probe: str, mode: Mode
+    peer: Peer,
+    job: Job,
+    watcher: OutputWatcher,
+    lines: list[str],
+    probe: str,
+    rate: int,
+    mode: Mode,
 ) -> dict[str, Any]:
     name, bootstrap = peer.name, job.bootstrap
-    say(f"{name}: latency at {mode.latency_rate:,} words/s for {mode.latency_s:.0f}s")
+    say(f"{name}: latency at {rate:,} words/s for {mode.latency_s:.0f}s")
     running = peer.start(job)
-    producer = RateProducer(bootstrap, job.input_topic, lines, mode.latency_rate, PARTITIONS)
-    result: dict[str, Any] = {"rate_words_per_s": mode.latency_rate}
+    producer = RateProducer(bootstrap, job.input_topic, lines, rate, PARTITIONS)
+    result: dict[str, Any] = {"rate_words_per_s": rate}
     try:
         # Ready = it processed and committed one line: the start-up is not latency.
         produce_all(bootstrap, job.input_topic, [probe.encode()], PARTITIONS)
@@ -337,7 +343,8 @@ def _rss(result: dict[str, Any]) -> Any:
 
 def markdown(report: dict[str, Any]) -> str:
     systems: dict[str, Any] = report["systems"]
-    lat: dict[str, Any] = report["latency"]
+    rates = report["mode"]["latency_rates"]
+    lat: dict[str, Any] = report["latency"].get(str(rates[0]), {}) if rates else {}
     m = report["mode"]
     out = [
         f"# Benchmark {report['timestamp']} ({m['name']} mode)",
@@ -348,7 +355,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"parallelism {PARALLELISM}; exactly-once everywhere; {report['machine']}.",
         "",
         "| system | verified | words/s | words/s incl. startup | startup s | CPU s / M words "
-        "| broker CPU s | peak RSS MB (Σ process peaks) | output records | latency p50 / p99 ms |",
+        "| broker CPU s | peak RSS MB (Σ process peaks) | output records "
+        f"| latency p50 / p99 ms at {rates[0] if rates else 0:,} words/s |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, r in systems.items():
@@ -382,6 +390,21 @@ def markdown(report: dict[str, Any]) -> str:
         cells.append(_ratio(_rss(ours), _rss(other)))
         cells.append(_ratio(ours_lat.get("p99_ms"), lat.get(peer, {}).get("p99_ms")))
         out.append(f"| processor / {peer} | {' | '.join(cells)} |")
+    if report["latency"]:
+        out += [
+            "",
+            "| latency at a fixed input rate | p50 ms | p90 ms | p99 ms | max ms | lines |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for rate, by_system in report["latency"].items():
+            for name, lr in by_system.items():
+                label = f"{name} at {int(rate):,} words/s"
+                if "p99_ms" not in lr:
+                    why = lr.get("skipped") or lr.get("error")
+                    out.append(f"| {label} | {why} | | | | |")
+                    continue
+                cells = [_fmt(lr.get(k), 1) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")]
+                out.append(f"| {label} | {' | '.join(cells)} | {_fmt(lr.get('lines'))} |")
     head = report["headline"]
     out += [
         "",
@@ -424,7 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="300k words, no recovery")
     parser.add_argument("--words", type=int, help="corpus size per system")
     parser.add_argument("--systems", default=",".join(PEERS), help="comma-separated subset")
-    parser.add_argument("--latency-rate", type=int, help="words/s of the latency phase")
+    parser.add_argument(
+        "--latency-rates", help="words/s of the latency phase, comma-separated (20000,5000)"
+    )
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--no-recovery", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (broker, logs)")
@@ -432,8 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     mode = QUICK if args.quick else FULL
     if args.words:
         mode = Mode(**{**mode.__dict__, "words": args.words})
-    if args.latency_rate:
-        mode = Mode(**{**mode.__dict__, "latency_rate": args.latency_rate})
+    if args.latency_rates:
+        rates = tuple(int(r) for r in args.latency_rates.split(","))
+        mode = Mode(**{**mode.__dict__, "latency_rates": rates})
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
     unknown = set(names) - PEERS.keys()
     if unknown:
@@ -493,23 +519,24 @@ def main(argv: list[str] | None = None) -> int:
                         "error": repr(exc),
                     }
                 failed |= not report["systems"][peer.name]["ok"]
-            if not args.no_latency:
+            for rate in [] if args.no_latency else mode.latency_rates:
+                at_rate: dict[str, Any] = report["latency"].setdefault(str(rate), {})
                 for peer in peers:
-                    r = report["systems"][peer.name]
-                    sustained = r.get("words_per_s") or 0
-                    if sustained < 1.5 * mode.latency_rate:
-                        report["latency"][peer.name] = {
-                            "rate_words_per_s": mode.latency_rate,
-                            "skipped": f"throughput {sustained:,} words/s is not 1.5x the rate",
+                    sustained = report["systems"][peer.name].get("words_per_s") or 0
+                    if sustained < 1.5 * rate:
+                        at_rate[peer.name] = {
+                            "rate_words_per_s": rate,
+                            "skipped": f"throughput {sustained:,} words/s is below 1.5 x the rate",
                         }
+                        say(f"{peer.name}: no latency at {rate:,} words/s (saturated)")
                         continue
                     try:
-                        report["latency"][peer.name] = latency(
-                            peer, broker.bootstrap, mode, tmp, run_id
+                        at_rate[peer.name] = latency(
+                            peer, broker.bootstrap, rate, mode, tmp, run_id
                         )
                     except Exception as exc:  # noqa: BLE001 - reported, the run goes on
                         traceback.print_exc()
-                        report["latency"][peer.name] = {"error": repr(exc)}
+                        at_rate[peer.name] = {"rate_words_per_s": rate, "error": repr(exc)}
             if mode.recovery_words and not args.no_recovery and "processor" in names:
                 report["recovery"] = recovery(broker.bootstrap, mode.recovery_words)
         except BaseException:
@@ -535,7 +562,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _headline(report: dict[str, Any]) -> dict[str, Any]:
-    systems, lat = report["systems"], report["latency"]
+    systems = report["systems"]
+    rates = report["mode"]["latency_rates"]
+    lat = report["latency"].get(str(rates[0]), {}) if rates else {}
 
     def wps(name: str) -> Any:
         return systems.get(name, {}).get("words_per_s")

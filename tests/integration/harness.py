@@ -89,7 +89,7 @@ class JobRun:
     def feed(self, words: int, seconds: float, seed: int = 11) -> None:
         """Produce a corpus in the background, spread over ``seconds``: kills land mid-stream."""
         lines = [line.encode() for line in corpus.lines(words, seed=seed)]
-        chunks = 20
+        chunks = max(20, int(seconds / 0.5))  # gaps well under the idle detection's 3 checkpoints
         size = len(lines) // chunks + 1
 
         def run() -> None:
@@ -103,8 +103,11 @@ class JobRun:
     def finish(self, timeout: float = 400) -> int:
         """Wait for the feed and for the job to be idle; verify; return records verified."""
         if self._feeder is not None:
-            self._feeder.join(120)
+            self._feeder.join(300)
             assert not self._feeder.is_alive(), "the input feed did not finish"
+        if self.coordinator is not None and self.coordinator.poll() == 0:
+            # It saw the job idle during a pause of the feed and left: the rest needs one.
+            self.start_coordinator()
         self.wait_idle(timeout)
         return self.verify_exactly_once()
 

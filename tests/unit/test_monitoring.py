@@ -396,6 +396,11 @@ def _bind_mounts(service: Mapping[str, Any]) -> dict[str, Path]:
     return found
 
 
+def _named_volumes(service: Mapping[str, Any]) -> set[str]:
+    sources = {mount.split(":")[0] for mount in service.get("volumes", [])}
+    return {source for source in sources if not source.startswith((".", "/"))}
+
+
 def _depends_on(service: Mapping[str, Any]) -> set[str]:
     return set(service.get("depends_on") or [])
 
@@ -411,8 +416,7 @@ def test_compose_prometheus(compose: dict[str, Any], services: dict[str, dict[st
     mounts = _bind_mounts(prometheus)
     assert mounts[str(config.parent)] == PROMETHEUS_CONFIG.parent
     assert config.name == PROMETHEUS_CONFIG.name
-    named = {m.split(":")[0] for m in prometheus["volumes"]} - {"./deploy/prometheus"}
-    assert named <= set(compose["volumes"])
+    assert _named_volumes(prometheus) <= set(compose["volumes"])
 
 
 def test_compose_grafana(compose: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
@@ -431,6 +435,7 @@ def test_compose_grafana(compose: dict[str, Any], services: dict[str, dict[str, 
     assert mounts[str(home.parent)] / home.name == DASHBOARD
     for host_path in mounts.values():
         assert host_path.is_dir(), host_path
+    assert _named_volumes(grafana) <= set(compose["volumes"])
 
 
 # --------------------------------------------------------------------------- Kubernetes
@@ -719,6 +724,10 @@ def _alert_tests() -> list[dict[str, Any]]:
     coordinator = {"instance": "coordinator:9400"}
     started = "process_start_time_seconds"
     warning, critical, info = ({"severity": s} for s in ("warning", "critical", "info"))
+
+    def lag(values: str, **labels: str) -> dict[str, str]:
+        return _series("processor_consumer_lag_records", values, partition="0", **labels)
+
     return [
         {
             "input_series": [
@@ -778,7 +787,7 @@ def _alert_tests() -> list[dict[str, Any]]:
             "input_series": [
                 # Six checkpoints a minute, all between 10 and 30 s ...
                 *(
-                    _series(f"processor_checkpoint_duration_seconds_bucket", v, job="slow", le=le)
+                    _series("processor_checkpoint_duration_seconds_bucket", v, job="slow", le=le)
                     for le, v in (
                         ("1", "0x30"),
                         ("10", "0x30"),
@@ -788,7 +797,7 @@ def _alert_tests() -> list[dict[str, Any]]:
                 ),
                 # ... and all under a second.
                 *(
-                    _series(f"processor_checkpoint_duration_seconds_bucket", v, job="fast", le=le)
+                    _series("processor_checkpoint_duration_seconds_bucket", v, job="fast", le=le)
                     for le, v in (
                         ("1", "0+6x30"),
                         ("10", "0+6x30"),
@@ -804,46 +813,11 @@ def _alert_tests() -> list[dict[str, Any]]:
         },
         {
             "input_series": [
-                _series(
-                    "processor_consumer_lag_records",
-                    "0+100x40",
-                    job="behind",
-                    task="split-0",
-                    partition="0",
-                    instance="w1:9400",
-                ),
-                _series(
-                    "processor_consumer_lag_records",
-                    "50x40",
-                    job="behind",
-                    task="count-0",
-                    partition="0",
-                    instance="w2:9400",
-                ),
-                _series(
-                    "processor_consumer_lag_records",
-                    "123456x40",
-                    job="steady",
-                    task="split-0",
-                    partition="0",
-                    instance="w1:9400",
-                ),
-                _series(
-                    "processor_consumer_lag_records",
-                    "0.3x40",
-                    job="steady",
-                    task="split-1",
-                    partition="1",
-                    instance="w1:9400",
-                ),
-                _series(
-                    "processor_consumer_lag_records",
-                    "5000-100x40",
-                    job="catching-up",
-                    task="split-0",
-                    partition="0",
-                    instance="w3:9400",
-                ),
+                lag("0+100x40", job="behind", task="split-0", instance="w1:9400"),
+                lag("50x40", job="behind", task="count-0", instance="w2:9400"),
+                lag("123456x40", job="steady", task="split-0", instance="w1:9400"),
+                lag("0.3x40", job="steady", task="split-1", instance="w1:9400"),
+                lag("5000-100x40", job="catching-up", task="split-0", instance="w3:9400"),
             ],
             "alert_rule_test": [
                 _expect("ProcessorConsumerLagGrowing", "10m"),
@@ -929,7 +903,7 @@ def _alert_tests() -> list[dict[str, Any]]:
 
 
 def test_promtool_alert_unit_tests(
-    promtool: str, tmp_path: Path, rules: list[dict[str, Any]], dashboard: dict[str, Any]
+    promtool: str, tmp_path: Path, dashboard: dict[str, Any]
 ) -> None:
     tests = _alert_tests()
     tested = {case["alertname"] for test in tests for case in test["alert_rule_test"]}

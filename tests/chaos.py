@@ -1,0 +1,199 @@
+"""Chaos run: kill everything that can die, at seeded random moments, then verify the output.
+
+    python -m tests.chaos --words 3000000 --faults 100 --seed 1     # by hand
+    (tests/integration/test_chaos.py runs a short version in CI)
+
+Faults: SIGKILL of a worker (restarted after a random pause), SIGKILL of the coordinator
+(restarted), SIGSTOP of a worker past the heartbeat timeout then SIGCONT (a zombie that must be
+fenced), and one restart of the Kafka broker. The verifier checks the invariants of Kafka's own
+EOS system test on the committed output: per word strictly increasing values ending at the
+exact count, no unknown word, nothing beyond what the input implies, no open transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import json
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from processor.commands.counts import read_updates
+from processor.kafka import clients
+from processor.kafka.broker import LocalBroker
+from processor.models import control
+from tests.integration.harness import JobRun
+
+PORT = 39292
+WORKERS = 3
+
+
+@dataclass
+class Summary:
+    faults: collections.Counter[str] = field(default_factory=collections.Counter)
+    records_verified: int = 0
+    words: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    unknown: int = 0
+    recovery_s: list[float] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        rec = sorted(self.recovery_s)
+        return {
+            "faults": dict(self.faults),
+            "faults_total": sum(self.faults.values()),
+            "words": self.words,
+            "records_verified": self.records_verified,
+            "lost": self.lost,
+            "duplicated": self.duplicated,
+            "unknown": self.unknown,
+            "recovery_s": {
+                "n": len(rec),
+                "median": round(statistics.median(rec), 3) if rec else None,
+                "max": round(rec[-1], 3) if rec else None,
+            },
+            "duration_s": round(self.duration_s, 1),
+        }
+
+
+def run_chaos(workdir: Path, words: int, faults: int, seed: int, broker_restart: bool) -> Summary:
+    rng = random.Random(seed)
+    summary = Summary(words=words)
+    broker = LocalBroker(port=PORT, controller_port=PORT + 1, data_dir=workdir / "kafka")
+    broker.start(timeout=120)
+    run = JobRun(broker.bootstrap, workdir, interval_ms=500)
+    started = time.monotonic()
+    kills: list[tuple[float, str]] = []  # (time, worker id) of worker kills, for recovery times
+    try:
+        run.start_coordinator()
+        for i in range(WORKERS):
+            run.start_worker(i)
+        # The input keeps coming while faults happen: about 1.5 faults per second of feed.
+        run.feed(words, seconds=max(10.0, faults * 0.7), seed=seed)
+        run.wait_for_checkpoints(2, timeout=120)
+        broker_at = rng.randrange(faults) if broker_restart else -1
+        for n in range(faults):
+            if n == broker_at:
+                broker.stop()
+                time.sleep(rng.uniform(0.5, 2))
+                broker.start(timeout=120)
+                summary.faults["broker restart"] += 1
+            else:
+                kind = rng.choices(["kill", "coordinator", "stop"], weights=[6, 2, 1])[0]
+                _inject(run, rng, kind, kills, summary)
+            time.sleep(rng.uniform(0.2, 1.0))
+        for i in run.dead_workers():
+            run.start_worker(i)
+        run.finish(timeout=900)
+        summary.duration_s = time.monotonic() - started
+        _verify(run, summary)
+        summary.recovery_s = _recovery_times(run, kills)
+    finally:
+        run.stop()
+        broker.stop()
+    return summary
+
+
+def _inject(
+    run: JobRun,
+    rng: random.Random,
+    kind: str,
+    kills: list[tuple[float, str]],
+    summary: Summary,
+) -> None:
+    i = rng.randrange(WORKERS)
+    if kind == "kill":
+        if run.workers[i].poll() is None:
+            kills.append((time.time(), f"worker-{i}"))
+            run.kill_worker(i)
+            time.sleep(rng.uniform(0, 3))
+        run.start_worker(i)
+        summary.faults["worker SIGKILL"] += 1
+    elif kind == "coordinator":
+        run.kill_coordinator()
+        time.sleep(rng.uniform(0, 2))
+        run.start_coordinator()
+        summary.faults["coordinator SIGKILL"] += 1
+    else:
+        if run.workers[i].poll() is not None:
+            run.start_worker(i)
+            return
+        run.kill_worker(i, signal.SIGSTOP)
+        time.sleep(3.0)  # past the 2 s heartbeat timeout: its tasks move and fence it
+        run.kill_worker(i, signal.SIGCONT)
+        summary.faults["worker SIGSTOP (zombie)"] += 1
+
+
+def _verify(run: JobRun, summary: Summary) -> None:
+    final, updates = read_updates(run.settings, run.settings.output_topic, timeout=120)
+    summary.records_verified = sum(len(v) for v in updates.values())
+    summary.unknown = len(final.keys() - run.expected.keys())
+    for word, exact in run.expected.items():
+        values = updates.get(word, [])
+        summary.duplicated += sum(1 for a, b in itertools.pairwise(values) if a >= b)
+        last = values[-1] if values else 0
+        summary.lost += max(0, exact - last)
+        summary.duplicated += max(0, last - exact)
+
+
+def _recovery_times(run: JobRun, kills: list[tuple[float, str]]) -> list[float]:
+    """Per worker kill: until every task it ran committed again (acks on the control topic)."""
+    consumer = clients.consumer(run.settings, **{"group.id": f"{run.job}.chaos"})
+    tp = TopicPartition(run.settings.control_topic, 0)
+    _, high = consumer.get_watermark_offsets(tp, timeout=10)
+    consumer.assign([TopicPartition(tp.topic, 0, OFFSET_BEGINNING)])
+    messages: list[tuple[float, control.Message]] = []
+    position = 0
+    while position < high:
+        for msg in consumer.consume(10_000, 1.0):
+            position = max(position, (msg.offset() or 0) + 1)
+            message = control.decode(msg.value() or b"")
+            if message is not None:
+                messages.append((msg.timestamp()[1] / 1000, message))
+    consumer.close()
+    times = []
+    for killed_at, worker in kills:
+        before = [m for ts, m in messages if isinstance(m, control.Assignment) and ts < killed_at]
+        if not before:
+            continue
+        tasks = {t for t, w in before[-1].tasks.items() if w == worker}
+        first: dict[str, float] = {}
+        for ts, m in messages:
+            if isinstance(m, control.Ack) and ts > killed_at and m.task in tasks:
+                first.setdefault(m.task, ts)
+        if tasks and first.keys() == tasks:
+            times.append(max(first.values()) - killed_at)
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Chaos run with an exactly-once verifier.")
+    parser.add_argument("--words", type=int, default=3_000_000)
+    parser.add_argument("--faults", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-broker-restart", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
+        summary = run_chaos(
+            Path(tmp), args.words, args.faults, args.seed, not args.no_broker_restart
+        )
+    report = summary.to_json()
+    print(json.dumps(report, indent=1))
+    ok = summary.lost == summary.duplicated == summary.unknown == 0
+    print("chaos run: " + ("PASSED" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
