@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
 
@@ -44,7 +44,8 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"  # 0.0.0.0 in containers, so that Prometheus can scrape
     # Extra librdkafka settings for every client (security.protocol, sasl.*, ssl.*),
     # e.g. PROCESSOR_KAFKA_CONFIG='{"security.protocol": "SASL_SSL"}'.
-    kafka_config: dict[str, str] = Field(default_factory=dict)
+    # Values are secrets (sasl.password, ssl.key.password...): never shown in a repr or a log.
+    kafka_config: dict[str, SecretStr] = Field(default_factory=dict)
     log_level: str = "INFO"
 
     @field_validator("bootstrap_servers")
@@ -56,7 +57,8 @@ class Settings(BaseSettings):
 
     def client_config(self) -> dict[str, Any]:
         """Settings shared by every Kafka client the service creates."""
-        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_config}
+        extra = {k: v.get_secret_value() for k, v in self.kafka_config.items()}
+        return {"bootstrap.servers": self.bootstrap_servers, **extra}
 
     @property
     def shuffle_topic(self) -> str:

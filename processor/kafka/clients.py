@@ -51,14 +51,15 @@ def _log_error(err: KafkaError) -> None:
     log.warning("kafka: %s", err.str())
 
 
-def _common(settings: Settings) -> dict[str, Any]:
+def common_config(settings: Settings) -> dict[str, Any]:
+    """What every client gets: bootstrap servers and the security settings, our logging."""
     return {**settings.client_config(), "error_cb": _log_error, "logger": rdkafka_log}
 
 
-def consumer(settings: Settings, **overrides: Any) -> Consumer:
+def consumer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
     """A consumer that only ever sees committed data and never commits by itself."""
-    config: dict[str, Any] = {
-        **_common(settings),
+    return {
+        **common_config(settings),
         "group.id": settings.group_id,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -69,12 +70,15 @@ def consumer(settings: Settings, **overrides: Any) -> Consumer:
         "queued.max.messages.kbytes": 65536,
         **overrides,
     }
-    return Consumer(config)
 
 
-def producer(settings: Settings, **overrides: Any) -> Producer:
-    config: dict[str, Any] = {
-        **_common(settings),
+def consumer(settings: Settings, **overrides: Any) -> Consumer:
+    return Consumer(consumer_config(settings, **overrides))
+
+
+def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
+    return {
+        **common_config(settings),
         "linger.ms": 5,
         "batch.size": 1_000_000,
         "compression.type": "lz4",
@@ -83,11 +87,14 @@ def producer(settings: Settings, **overrides: Any) -> Producer:
         "partitioner": "murmur2_random",  # the same key -> partition mapping as Java clients
         **overrides,
     }
-    return Producer(config)
+
+
+def producer(settings: Settings, **overrides: Any) -> Producer:
+    return Producer(producer_config(settings, **overrides))
 
 
 def admin(settings: Settings) -> AdminClient:
-    return AdminClient(_common(settings))
+    return AdminClient(common_config(settings))
 
 
 def topic_partitions(client: AdminClient | Consumer, topic: str, timeout: float = 10) -> int | None:

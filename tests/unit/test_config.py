@@ -73,7 +73,7 @@ def test_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.state_dir == Path("/var/lib/processor")
     assert s.worker_id == "worker-7"
     assert s.metrics_port == 9100
-    assert s.kafka_config == {"security.protocol": "SASL_SSL"}
+    assert s.client_config()["security.protocol"] == "SASL_SSL"
     assert s.log_level == "DEBUG"
 
 

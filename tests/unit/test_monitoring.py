@@ -55,6 +55,7 @@ DASHBOARD_METRICS = {
     "processor_last_checkpoint_full_size_bytes",
     "processor_checkpoint_alignment_seconds_bucket",
     "processor_checkpoints_failed_total",
+    "processor_snapshot_failures_total",
     "processor_restores_total",
     "processor_last_restore_duration_seconds",
     "processor_workers_alive",
@@ -64,6 +65,7 @@ ALERTS = {
     "ProcessorCheckpointsFailing",
     "ProcessorCheckpointsStalled",
     "ProcessorCheckpointsSlow",
+    "ProcessorSnapshotsFailing",
     "ProcessorConsumerLagGrowing",
     "ProcessorTargetDown",
     "ProcessorNoWorkersAlive",
@@ -725,6 +727,9 @@ def _alert_tests() -> list[dict[str, Any]]:
     started = "process_start_time_seconds"
     warning, critical, info = ({"severity": s} for s in ("warning", "critical", "info"))
 
+    failures, in_a_row = "processor_snapshot_failures_total", "processor_snapshot_failures_in_a_row"
+    count_0 = {"job": "wc", "task": "count-0"}
+
     def lag(values: str, **labels: str) -> dict[str, str]:
         return _series("processor_consumer_lag_records", values, partition="0", **labels)
 
@@ -809,6 +814,22 @@ def _alert_tests() -> list[dict[str, Any]]:
             "alert_rule_test": [
                 _expect("ProcessorCheckpointsSlow", "8m"),
                 _expect("ProcessorCheckpointsSlow", "15m", {**warning, "job": "slow"}),
+            ],
+        },
+        {
+            "input_series": [
+                # count-0 fails two snapshots at 6m and 7m, then succeeds again.
+                _series(failures, "0x5 1 2x30", job="wc", task="count-0", instance="w1:9400"),
+                _series(in_a_row, "0x5 1 2 0x30", job="wc", task="count-0", instance="w1:9400"),
+                # count-1 has never failed one.
+                _series(failures, "0x40", job="wc", task="count-1", instance="w1:9400"),
+                _series(in_a_row, "0x40", job="wc", task="count-1", instance="w1:9400"),
+            ],
+            "alert_rule_test": [
+                _expect("ProcessorSnapshotsFailing", "5m"),
+                _expect("ProcessorSnapshotsFailing", "6m", {**warning, **count_0}),
+                _expect("ProcessorSnapshotsFailing", "10m", {**warning, **count_0}),
+                _expect("ProcessorSnapshotsFailing", "20m"),
             ],
         },
         {
