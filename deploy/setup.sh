@@ -19,3 +19,15 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"
+# promtool checks the Prometheus config and alert rules in the deploy tests (skipped when
+# absent). Only the binary is taken from Debian's package: nothing is installed system-wide.
+if ! command -v promtool >/dev/null && command -v apt-get >/dev/null; then
+  tmp=$(mktemp -d)
+  fetch() { (cd "$tmp" && apt-get download -qq prometheus >/dev/null 2>&1); }
+  if fetch || { [ "$(id -u)" = 0 ] && apt-get update -qq >/dev/null 2>&1 && fetch; }; then
+    dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x" && cp "$tmp/x/usr/bin/promtool" .venv/bin/
+  else
+    echo "setup: promtool is not available here; its checks will be skipped" >&2
+  fi
+  rm -rf "$tmp"
+fi

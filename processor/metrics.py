@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from processor.config import SettingsError
@@ -74,6 +76,26 @@ checkpoint_duration = Histogram(
     buckets=_DURATION_BUCKETS,
 )
 workers_alive = Gauge("processor_workers_alive", "Workers with a recent heartbeat", ["job"])
+
+
+def forget_task(job: str, task: str) -> None:
+    """Drop a task's gauges when it leaves this process.
+
+    Left behind, a moved task's last lag or state size would stay frozen here and be
+    counted twice in every sum over the job. Counters stay: rates over them are still right.
+    """
+    for gauge, names in (
+        (consumer_lag, ("job", "task", "partition")),
+        (state_keys, ("job", "task")),
+        (state_size_bytes, ("job", "task")),
+        (snapshot_failures_in_a_row, ("job", "task")),
+        (last_restore_seconds, ("job", "task")),
+    ):
+        for family in gauge.collect():
+            for sample in family.samples:
+                if sample.labels.get("job") == job and sample.labels.get("task") == task:
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(*(sample.labels[n] for n in names))
 
 
 def serve(port: int, host: str = "127.0.0.1") -> None:

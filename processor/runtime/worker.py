@@ -16,6 +16,7 @@ import uuid
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
+from processor import metrics
 from processor.config import Settings
 from processor.jobs import JOBS
 from processor.jobs.graph import TaskId
@@ -46,6 +47,7 @@ class TaskRunner:
             self.task.state = "failed"
             self.error = f"{type(exc).__name__}: {exc}"
             log.error("task %s failed: %s", self.task.ctx.task_id, self.error)
+        metrics.forget_task(self.task.settings.job_name, self.task.ctx.task_id)
         self.ended_at = time.monotonic()
 
     @property
