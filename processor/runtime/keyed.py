@@ -22,11 +22,12 @@ import struct
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from processor import faults, metrics
-from processor.checkpointing.aligner import BarrierAligner, BarrierOutcome, Verdict
+from processor.checkpointing.aligner import BarrierAligner, BarrierOutcome, Channel, Verdict
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
 from processor.models.control import Ack, Decline
@@ -34,7 +35,7 @@ from processor.models.records import decode_barrier, decode_count, is_barrier
 from processor.runtime.task import Task, TaskContext, check, commit_metadata, committed, local_dir
 from processor.state.rocksdb.snapshots import SnapshotInfo, SnapshotStore
 from processor.state.rocksdb.store import RocksDBStore
-from processor.state.storage import DirectoryStorage
+from processor.state.storage import DirectoryStorage, SnapshotMissing
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ class KeyedTask(Task):
         self._dirty: dict[bytes, int] = {}  # key -> latest count, not yet in a transaction
         self._in_txn: dict[bytes, int] = {}  # key -> count written into the open transaction
         self._snapshot_failures = 0  # in a row
+        self._replay_until: dict[int, int] | None = None  # see _restore_snapshot
+        self._replay_end = -1
         self._upload: _Upload | None = None
         self._align_started: float | None = None
         self._records_in = 0
@@ -110,7 +113,7 @@ class KeyedTask(Task):
         db_path = self._workdir / "db"
         if self.last_checkpoint:
             started = time.monotonic()
-            info = self._snapshots.restore(self.last_checkpoint, db_path)
+            info, positions = self._restore_snapshot(self.last_checkpoint, positions, db_path)
             took = time.monotonic() - started
             metrics.restores_total.labels(**self.labels).inc()
             metrics.last_restore_seconds.labels(**self.labels).set(took)
@@ -118,7 +121,7 @@ class KeyedTask(Task):
             log.info(
                 "%s: restored checkpoint %d (%d bytes) in %.3fs",
                 self.ctx.task_id,
-                self.last_checkpoint,
+                info.checkpoint_id,
                 info.full_bytes,
                 took,
             )
@@ -130,33 +133,79 @@ class KeyedTask(Task):
         log.info("%s: resuming %s[%d] at %d", self.ctx.task_id, self.topic, self.partition, start)
         return store
 
+    def _restore_snapshot(
+        self, committed_id: int, committed_at: dict[Channel, int], db_path: Path
+    ) -> tuple[SnapshotInfo, dict[Channel, int]]:
+        """Restore the committed snapshot, or an older one that can safely stand in for it.
+
+        An older snapshot m holds exactly the records up to its positions, so m plus the
+        records between its positions and the committed ones is the committed state: those
+        are replayed into the state *without output*, since their output is committed
+        already. Only a snapshot at or before the committed positions on every channel
+        qualifies; without one the task fails with the reason, and never guesses.
+        """
+        try:
+            return self._snapshots.restore(committed_id, db_path), committed_at
+        except SnapshotMissing as exc:
+            problem = str(exc)
+        log.error("%s: %s", self.ctx.task_id, problem)
+        for older in reversed(self._snapshots.checkpoints()):
+            if older >= committed_id:
+                continue
+            try:
+                raw = self._snapshots.meta(older)["positions"]
+                held = {(self.partition, int(u)): int(off) for u, off in raw.items()}
+            except (SnapshotMissing, KeyError, TypeError, ValueError, AttributeError):
+                continue
+            if held.keys() != committed_at.keys() or any(held[c] > committed_at[c] for c in held):
+                continue
+            try:
+                info = self._snapshots.restore(older, db_path)
+            except SnapshotMissing as exc:
+                log.error("%s: %s", self.ctx.task_id, exc)
+                continue
+            log.warning(
+                "%s: falling back to checkpoint %d; replaying up to the positions of "
+                "checkpoint %d without output (it is committed already)",
+                self.ctx.task_id,
+                older,
+                committed_id,
+            )
+            self._replay_until = {u: off for (_, u), off in committed_at.items()}
+            self._replay_end = max(committed_at.values())
+            return info, held
+        raise SnapshotMissing(f"{problem}; no older snapshot can stand in for it")
+
     def _process(
         self, msgs: list[Message], store: RocksDBStore, out: TransactionalOutput, consumer: Consumer
     ) -> None:
         admit = self._aligner.admit
         partition = self.partition
         deltas: dict[bytes, int] = {}
+        replay = self._replay_until  # None but right after a fallback restore
+        quiet: dict[bytes, int] = {}  # replayed records whose output is committed already
         applied = 0
         for msg in msgs:
             if not check(msg):
                 continue
             if is_barrier(msg.headers()):
                 self._apply(deltas, store, out)
-                deltas = {}
+                self._apply_quietly(quiet, store)
+                deltas, quiet = {}, {}
                 self._records_in += applied
                 self._m_in.inc(applied)
                 applied = 0
                 outcome = self._on_barrier(msg, store, out, consumer)
                 if outcome.seeks:
-                    for p, offset in outcome.seeks.items():
+                    for p, seek_to in outcome.seeks.items():
                         log.debug(
                             "%s: re-reading held-back records from %s[%d]@%d",
                             self.ctx.task_id,
                             self.topic,
                             p,
-                            offset,
+                            seek_to,
                         )
-                        consumer.seek(TopicPartition(self.topic, p, offset))
+                        consumer.seek(TopicPartition(self.topic, p, seek_to))
                     break  # the rest of this batch is read again after the seek
                 continue
             key = msg.key()
@@ -167,12 +216,40 @@ class KeyedTask(Task):
             if key is None:  # not written by a source task: skip rather than crash-loop
                 self._m_bad.inc()
                 continue
-            if admit((partition, channel), msg.offset()) is _PROCESS:  # type: ignore[arg-type]
-                deltas[key] = deltas.get(key, 0) + count
+            offset: int = msg.offset()  # type: ignore[assignment]  # set on data messages
+            if admit((partition, channel), offset) is _PROCESS:
+                if replay is not None and offset <= replay.get(channel, -1):
+                    quiet[key] = quiet.get(key, 0) + count
+                else:
+                    deltas[key] = deltas.get(key, 0) + count
                 applied += 1
         self._records_in += applied
         self._m_in.inc(applied)
         self._apply(deltas, store, out)
+        if replay is not None:
+            self._apply_quietly(quiet, store)
+            last = msgs[-1].offset()
+            if last is not None and last >= self._replay_end:
+                self._replay_until = None
+                log.info("%s: replay after the fallback is done", self.ctx.task_id)
+
+    def _apply_quietly(self, quiet: dict[bytes, int], store: RocksDBStore) -> None:
+        """Counts into the state without marking them for output."""
+        rest: dict[bytes, int] = {}
+        for key, delta in quiet.items():
+            if key in self._dirty:
+                self._dirty[key] += delta  # output pending anyway: it carries the sum
+            else:
+                rest[key] = delta
+        if rest:
+            keys = list(rest)
+            olds = store.get_many(keys)
+            store.write(
+                {
+                    k: b"%d" % ((int(old) if old is not None else 0) + rest[k])
+                    for k, old in zip(keys, olds, strict=True)
+                }
+            )
 
     def _apply(
         self, deltas: dict[bytes, int], store: RocksDBStore, out: TransactionalOutput
@@ -186,7 +263,9 @@ class KeyedTask(Task):
                 dirty[key] = int(old) if old is not None else 0
         for key, delta in deltas.items():
             dirty[key] += delta
-        if len(dirty) >= self.settings.flush_keys:
+        # No early flush while replaying: what is in a transaction must not be changed
+        # quietly afterwards (checkpoint n+1 can only complete after the replay).
+        if len(dirty) >= self.settings.flush_keys and self._replay_until is None:
             self._flush(store, out)
 
     def _flush(self, store: RocksDBStore, out: TransactionalOutput) -> None:
@@ -257,7 +336,9 @@ class KeyedTask(Task):
             self._snapshot_failed(checkpoint_id, exc, out)
             return
         sync_s = time.monotonic() - started
-        future = self._uploader.submit(self._snapshots.upload, checkpoint_id, local)
+        future = self._uploader.submit(
+            self._snapshots.upload, checkpoint_id, local, {"positions": positions}
+        )
         self._upload = _Upload(
             checkpoint_id,
             future,

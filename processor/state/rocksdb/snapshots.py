@@ -70,6 +70,7 @@ class _Manifest:
     files: dict[str, str]
     sizes: dict[str, int]
     parent: int | None
+    meta: dict[str, Any]
 
 
 class SnapshotStore:
@@ -91,7 +92,9 @@ class SnapshotStore:
     def prefix(self) -> str:
         return self._prefix
 
-    def upload(self, checkpoint_id: int, local_dir: Path) -> SnapshotInfo:
+    def upload(
+        self, checkpoint_id: int, local_dir: Path, meta: dict[str, Any] | None = None
+    ) -> SnapshotInfo:
         """Store the RocksDB checkpoint in `local_dir` as `checkpoint_id`.
 
         Blocking; meant for a background thread. `local_dir` is removed afterwards,
@@ -100,7 +103,7 @@ class SnapshotStore:
         """
         with self._lock:
             try:
-                return self._upload(checkpoint_id, local_dir)
+                return self._upload(checkpoint_id, local_dir, meta or {})
             finally:
                 shutil.rmtree(local_dir, ignore_errors=True)
 
@@ -112,6 +115,11 @@ class SnapshotStore:
         """
         with self._lock:
             return self._restore(checkpoint_id, dest)
+
+    def meta(self, checkpoint_id: int) -> dict[str, Any]:
+        """What the owner stored with the snapshot (e.g. its input positions)."""
+        with self._lock:
+            return self._read_manifest(checkpoint_id).meta
 
     def checkpoints(self) -> list[int]:
         """Ids of complete snapshots (manifest present), ascending."""
@@ -134,7 +142,7 @@ class SnapshotStore:
         with self._lock:
             self._retain(committed_id, keep)
 
-    def _upload(self, checkpoint_id: int, local_dir: Path) -> SnapshotInfo:
+    def _upload(self, checkpoint_id: int, local_dir: Path, meta: dict[str, Any]) -> SnapshotInfo:
         started = time.monotonic()
         entries = sorted(local_dir.iterdir())
         if any(not entry.is_file() for entry in entries):
@@ -180,6 +188,7 @@ class SnapshotStore:
             "sizes": sizes,
             "session": self._session,
             "parent": self._parent,
+            "meta": meta,
             "full_bytes": full_bytes,
             "uploaded_bytes": uploaded_bytes,
             "created_at": datetime.now(UTC).isoformat(),
@@ -349,4 +358,7 @@ def _parse_manifest(doc: Any) -> _Manifest:
     parent = doc.get("parent")
     if parent is not None and not isinstance(parent, int):
         raise ValueError("bad 'parent'")
-    return _Manifest(files=dict(files), sizes=dict(sizes), parent=parent)
+    meta = doc.get("meta", {})
+    if not isinstance(meta, dict):
+        raise ValueError("bad 'meta'")
+    return _Manifest(files=dict(files), sizes=dict(sizes), parent=parent, meta=meta)
