@@ -528,6 +528,26 @@ def _label(pid: int) -> str:
     return "?"
 
 
+def machine_busy_s() -> float:
+    """CPU seconds all cores spent not idle since boot (/proc/stat: all but idle, iowait)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+    return (sum(ticks) - ticks[3] - ticks[4]) / _TICK
+
+
+def log_anomalies(text: str, limit: int = 4) -> dict[str, object]:
+    """Warning and error lines of a log: how many, and a few distinct ones (shortened)."""
+    hits = [
+        line for line in text.splitlines() if re.search(r"\b(WARN|WARNING|ERROR|Exception)\b", line)
+    ]
+    distinct: dict[str, None] = {}
+    for line in hits:
+        # Without timestamps and numbers, repeats of one message fold into one example.
+        key = re.sub(r"\d+", "N", line.split("] ", 1)[-1])[:240]
+        distinct.setdefault(key, None)
+    return {"lines": len(hits), "examples": list(distinct)[:limit]}
+
+
 def process_cpu_s(pid: int) -> float:
     """utime + stime (+ reaped children) of one process, 0 when it is gone."""
     return _stat(pid) or 0.0
