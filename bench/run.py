@@ -177,6 +177,10 @@ def _throughput(
         sampler.stop()
     verdict = watcher.finish()
     first = peer.first_consumed_at(running)
+    # Without its marker (a changed log line, say) the window starts at the process start:
+    # the figure is then lower than it should be, never higher, and the report says so.
+    result["window_starts_at"] = "first input consumed" if first else "process start"
+    first = first or running.started_at
     result["exit_codes"] = running.exit_codes()
     result["killed_at_stop"] = len(killed)
     result["verification"] = {
@@ -189,12 +193,10 @@ def _throughput(
         "not_increasing_updates": verdict.not_increasing,
         "examples": verdict.examples,
     }
-    ok = error is None and verdict.exact and exact_at is not None and first is not None
+    ok = error is None and verdict.exact and exact_at is not None
     if isinstance(peer, ProcessorPeer) and verdict.not_increasing:
         ok = False
         error = f"{verdict.not_increasing} updates not strictly increasing"
-    if first is None and error is None:
-        error = "no first-consumed marker in the logs"
     result["ok"] = ok
     result["error"] = error
     result["resources"] = sampler.report()
@@ -202,7 +204,7 @@ def _throughput(
         "system": log_anomalies(running.log_text()),
         "broker": log_anomalies(_read_from(broker.log_file, broker_log_offset)),
     }
-    if not ok or exact_at is None or first is None:
+    if not ok or exact_at is None:
         say(f"{name}: FAILED: {error}; verdict {result['verification']}")
         return result
     processing_s = exact_at - first
@@ -520,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         "timestamp": stamp,
         "mode": mode.__dict__,
         "machine": _machine(),
+        "source": _source_version(),
         "corpus": {
             "lines": len(lines),
             "words": sum(expected.values()),
@@ -614,6 +617,18 @@ def _headline(report: dict[str, Any]) -> dict[str, Any]:
         "quix": {"words_per_s": wps("quix")},
         "checkpoint_overhead_pct": ours.get("checkpoint_blocking", {}).get("blocked_pct"),
     }
+
+
+def _source_version() -> dict[str, Any]:
+    """The commit measured, and which files of the project differed from it (uncommitted)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    dirty = [line[3:] for line in git("status", "--porcelain", "processor").splitlines()]
+    return {"commit": git("rev-parse", "HEAD"), "uncommitted_processor_files": dirty}
 
 
 def _machine() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -71,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     counts.add_argument("--topic", help="default: the output topic")
     counts.add_argument("--top", type=int, default=20)
 
+    status = sub.add_parser("status", help="the coordinator's checkpoint and task status")
+    status.add_argument("--url", default="http://127.0.0.1:9400", help="coordinator's metrics URL")
+    status.add_argument("--history", type=int, default=10, help="checkpoints to show")
+
     corpus = sub.add_parser("corpus", help="write a seeded Zipf text corpus")
     corpus.add_argument("--words", type=int, default=1_000_000)
     corpus.add_argument("--seed", type=int, default=1)
@@ -121,6 +126,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     command: str = args.command
+    if command == "status":
+        from processor.commands import status
+
+        try:
+            print(status.render(status.fetch(args.url), args.history))
+        except status.StatusUnavailable as exc:
+            print(f"processor: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if command == "corpus":
         from processor.commands import corpus
 
@@ -138,7 +152,7 @@ def _run(args: argparse.Namespace) -> int:
     if command == "coordinator":
         from processor.runtime.coordinator import CoordinatorService
 
-        metrics.serve(settings.metrics_port, settings.metrics_host)
+        # The coordinator serves /metrics with its status page and API on the same port.
         CoordinatorService(settings).run(_stop_event(), exit_when_idle=args.exit_when_idle)
         return 0
     if command == "worker":
@@ -150,9 +164,11 @@ def _run(args: argparse.Namespace) -> int:
     if command == "local":
         from processor.commands.local import run_local
 
-        return run_local(
-            args.workers, _env(args), _stop_event(), args.until_idle, settings.metrics_port
-        )
+        # Metrics and the status page are on by default here: 9400 and up, unless set.
+        port = settings.metrics_port
+        if args.metrics_port is None and "PROCESSOR_METRICS_PORT" not in os.environ:
+            port = 9400
+        return run_local(args.workers, _env(args), _stop_event(), args.until_idle, port)
     if command == "produce":
         from processor.commands.produce import produce_lines
 

@@ -25,6 +25,12 @@ alignment_seconds = Histogram(
     _TASK,
     buckets=_DURATION_BUCKETS,
 )
+start_delay_seconds = Histogram(
+    "processor_checkpoint_start_delay_seconds",
+    "Trigger of a checkpoint to its first barrier at a task",
+    _TASK,
+    buckets=_DURATION_BUCKETS,
+)
 snapshot_upload_seconds = Histogram(
     "processor_snapshot_upload_seconds",
     "Copy of a snapshot to checkpoint storage",

@@ -37,6 +37,9 @@ class ProcessorPeer(Peer):
             "PROCESSOR_STATE_DIR": str(job.workdir / "state"),
             "PROCESSOR_CHECKPOINT_DIR": str(job.workdir / "checkpoints"),
             "PROCESSOR_CHECKPOINT_INTERVAL_MS": str(job.interval_ms),
+            # `processor local` serves metrics and its status page on 9400+ by default: off
+            # here, so that a demo or a test run on this machine cannot collide with the bench.
+            "PROCESSOR_METRICS_PORT": "0",
         }
         cmd = [sys.executable, "-m", "processor", "local", "--workers", str(job.parallelism)]
         if job.until_idle:
@@ -55,7 +58,7 @@ class ProcessorPeer(Peer):
 
     def settings(self) -> dict[str, object]:
         return {
-            "command": "processor local --workers 2 --until-idle",
+            "command": "processor local --workers 2 --until-idle (metrics port off)",
             "checkpoint_interval_ms": 1000,
             "shuffle_partitions": 8,
             "state": "RocksDB (rocksdict), snapshots to a local checkpoint dir",

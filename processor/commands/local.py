@@ -46,6 +46,7 @@ def run_local(
         start_worker(i)
     if metrics_port:
         urls = [f"http://127.0.0.1:{metrics_port + i}/metrics" for i in range(workers + 1)]
+        log.info("status page: http://127.0.0.1:%d/ (JSON: /api/status)", metrics_port)
         log.info("metrics: %s", " ".join(urls))
     code = 0
     try:

@@ -16,17 +16,22 @@ BARRIER_HEADER = "processor.barrier"
 
 _CHANNEL = struct.Struct(">H")
 _COUNT = struct.Struct(">Hq")
-_BARRIER = struct.Struct(">Hq")
+_BARRIER = struct.Struct(">Hqq")
 
 MAX_CHANNELS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
 class Barrier:
-    """Barrier ``checkpoint_id`` written by upstream task ``channel`` into a shuffle partition."""
+    """Barrier ``checkpoint_id`` written by upstream task ``channel`` into a shuffle partition.
+
+    It carries the time the checkpoint was triggered, so that every task can tell how long
+    the barrier took to reach it (the checkpoint's start delay).
+    """
 
     checkpoint_id: int
     channel: int
+    triggered_at_ms: int = 0
 
 
 Headers = list[tuple[str, str | bytes | None]]  # as confluent-kafka types them
@@ -34,13 +39,13 @@ Headers = list[tuple[str, str | bytes | None]]  # as confluent-kafka types them
 
 def encode_barrier(barrier: Barrier) -> tuple[bytes, Headers]:
     """Value and headers of a barrier control record."""
-    value = _BARRIER.pack(barrier.channel, barrier.checkpoint_id)
+    value = _BARRIER.pack(barrier.channel, barrier.checkpoint_id, barrier.triggered_at_ms)
     return value, [(BARRIER_HEADER, value)]
 
 
 def decode_barrier(value: bytes) -> Barrier:
-    channel, checkpoint_id = _BARRIER.unpack(value)
-    return Barrier(checkpoint_id, channel)
+    channel, checkpoint_id, triggered_at_ms = _BARRIER.unpack(value)
+    return Barrier(checkpoint_id, channel, triggered_at_ms)
 
 
 def is_barrier(headers: list[tuple[str, Any]] | dict[str, Any] | None) -> bool:

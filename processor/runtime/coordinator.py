@@ -8,6 +8,7 @@ checkpoints topic and the tasks, and carries on.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import threading
@@ -28,7 +29,9 @@ from processor.jobs import JOBS
 from processor.jobs.graph import task_ids
 from processor.kafka import clients
 from processor.models import control
+from processor.runtime import status
 from processor.runtime.assignment import WorkerRegistry, assign
+from processor.runtime.status import StatusBoard
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,12 @@ class CoordinatorService:
         self._labels = {"job": settings.job_name}
         self.input_partitions = 0
         self.history: list[dict[str, Any]] = []  # recent completed checkpoints, newest last
+        # For the status page: what the heartbeats and acks last said.
+        self.board = StatusBoard(settings.job_name)
+        self._failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
+        self._task_status: dict[str, tuple[str, str, int]] = {}  # task -> (worker, state, id)
+        self._task_lag: dict[str, int] = {}
+        self._counts = collections.Counter[str]()
 
     def setup(self) -> None:
         """Create the internal topics; the input topic must exist and is used as it is."""
@@ -122,6 +131,23 @@ class CoordinatorService:
 
     def run(self, stop: threading.Event, exit_when_idle: bool = False) -> None:
         s = self.settings
+        server = None
+        if s.metrics_port:
+            try:
+                server = status.serve(self.board, s.metrics_host, s.metrics_port)
+            except OSError as exc:
+                raise SettingsError(
+                    f"invalid setting PROCESSOR_METRICS_PORT: cannot serve "
+                    f"{s.metrics_host}:{s.metrics_port} ({exc.strerror})"
+                ) from None
+        try:
+            self._run(stop, exit_when_idle)
+        finally:
+            if server is not None:
+                server.shutdown()
+
+    def _run(self, stop: threading.Event, exit_when_idle: bool) -> None:
+        s = self.settings
         last_id = self._start(stop)
         if last_id is None:
             return
@@ -164,12 +190,18 @@ class CoordinatorService:
                         if registry.heartbeat(message.worker, message.incarnation, now):
                             changed = True
                         for task, status in message.tasks.items():
+                            self._task_status[task] = (
+                                message.worker,
+                                status.state,
+                                status.checkpoint,
+                            )
                             checkpoints.observe(status.checkpoint)
                             if status.state == "running":
                                 seen_running.add(task)
                             if task not in placement and status.state != "failed":
                                 placement[task] = message.worker  # adopt what already runs
                     elif isinstance(message, control.Ack):
+                        self._task_lag[message.task] = message.lag
                         done = checkpoints.on_ack(message, time.time())
                         if done is not None:
                             self._completed(done)
@@ -198,6 +230,7 @@ class CoordinatorService:
                         )
                     )
                     metrics.workers_alive.labels(**self._labels).set(len(registry.alive))
+                    self._publish_status(checkpoints, registry, placement, now)
                     next_assign = now + heartbeat_s
                 ready = len(seen_running) == len(tasks) or now >= first_trigger_by
                 if now >= next_trigger and placement and ready:
@@ -231,6 +264,7 @@ class CoordinatorService:
         faults.reach("coordinator_recorded")
         self.history = [*self.history[-(CHECKPOINT_HISTORY - 1) :], record]
         labels = self._labels
+        self._counts["completed"] += 1
         metrics.checkpoints_completed.labels(**labels).inc()
         metrics.last_checkpoint_duration.labels(**labels).set(done.duration_s)
         metrics.checkpoint_duration.labels(**labels).observe(done.duration_s)
@@ -247,9 +281,102 @@ class CoordinatorService:
             done.slowest_task(),
         )
 
+    def _publish_status(
+        self,
+        checkpoints: CheckpointCoordinator,
+        registry: WorkerRegistry,
+        placement: dict[str, str],
+        now: float,
+    ) -> None:
+        completed = [
+            {
+                "id": r["id"],
+                "status": "completed",
+                "at": r.get("completed_at"),
+                "duration_s": r.get("duration_s"),
+                "size_bytes": r.get("uploaded_bytes"),
+                "full_size_bytes": r.get("state_bytes"),
+                "slowest_task": _slowest(r),
+            }
+            for r in self.history[-50:]
+        ]
+        history = sorted([*completed, *self._failures], key=lambda c: -int(c["id"]))[:50]
+        tasks = []
+        for task in sorted(set(placement) | set(self._task_status), key=_task_key):
+            worker, state, checkpoint = self._task_status.get(task, ("", "assigned", 0))
+            tasks.append(
+                {
+                    "task": task,
+                    "worker": placement.get(task, worker),
+                    "state": state,
+                    "checkpoint": checkpoint,
+                    "lag": self._task_lag.get(task),
+                }
+            )
+        load = collections.Counter(placement.values())
+        workers = [
+            {
+                "worker": w,
+                "alive": True,
+                "last_seen_s": round(now - st.last_seen, 2),
+                "incarnation": st.incarnation,
+                "tasks": load.get(w, 0),
+            }
+            for w, st in sorted(registry.workers.items())
+        ]
+        self.board.publish(
+            {
+                "job": self.settings.job_name,
+                "coordinator": self.incarnation,
+                "updated_at": time.time(),
+                "input_topic": self.settings.input_topic,
+                "output_topic": self.settings.output_topic,
+                "checkpoints": {
+                    "last_completed": checkpoints.last_completed.checkpoint_id
+                    if checkpoints.last_completed
+                    else (self.history[-1]["id"] if self.history else None),
+                    "in_progress": sorted(checkpoints.pending),
+                    "completed": self._counts["completed"],
+                    "failed": self._counts["failed"],
+                    "history": history,
+                },
+                "tasks": tasks,
+                "workers": workers,
+                "lag": sum(v for v in self._task_lag.values() if v),
+            }
+        )
+
     def _failed(self, failed: FailedCheckpoint) -> None:
+        self._counts["failed"] += 1
+        self._failures.append(
+            {
+                "id": failed.checkpoint_id,
+                "status": "failed",
+                "at": time.time(),
+                "reason": failed.reason,
+            }
+        )
         metrics.checkpoints_failed.labels(**self._labels).inc()
         log.warning("checkpoint %d failed: %s", failed.checkpoint_id, failed.reason)
+
+
+def _slowest(record: dict[str, Any]) -> str | None:
+    tasks = record.get("tasks") or {}
+    if not tasks:
+        return None
+    return str(
+        max(
+            tasks,
+            key=lambda t: sum(
+                float(tasks[t].get(k, 0)) for k in ("alignment_s", "sync_s", "upload_s")
+            ),
+        )
+    )
+
+
+def _task_key(task: str) -> tuple[str, int]:
+    stage, _, index = task.rpartition("-")
+    return (stage, int(index)) if index.isdecimal() else (task, 0)
 
 
 def _describe(placement: dict[str, str]) -> str:

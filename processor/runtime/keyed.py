@@ -32,7 +32,14 @@ from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
 from processor.models.control import Ack, Decline
 from processor.models.records import decode_barrier, decode_count, is_barrier
-from processor.runtime.task import Task, TaskContext, check, commit_metadata, committed, local_dir
+from processor.runtime.task import (
+    Task,
+    TaskContext,
+    check,
+    commit_metadata,
+    committed_after_fencing,
+    local_dir,
+)
 from processor.state.rocksdb.snapshots import SnapshotInfo, SnapshotStore
 from processor.state.rocksdb.store import RocksDBStore
 from processor.state.storage import DirectoryStorage, SnapshotMissing
@@ -104,7 +111,7 @@ class KeyedTask(Task):
             shutil.rmtree(workdir, ignore_errors=True)
 
     def _restore(self, consumer: Consumer) -> RocksDBStore:
-        tp = committed(consumer, [TopicPartition(self.topic, self.partition)])[0]
+        tp = committed_after_fencing(self.settings, [TopicPartition(self.topic, self.partition)])[0]
         meta = commit_metadata(tp)
         self.last_checkpoint = int(meta.get("checkpoint", 0))
         positions = {
@@ -289,6 +296,13 @@ class KeyedTask(Task):
             (self.partition, barrier.channel), barrier.checkpoint_id, msg.offset() or 0
         )
         now = time.monotonic()
+        starts = self._align_started is None and (
+            outcome.completed is not None or self._aligner.pending is not None
+        )
+        if starts and barrier.triggered_at_ms:
+            # The first barrier of a checkpoint reached this task: Flink's start delay.
+            delay = max(0.0, time.time() - barrier.triggered_at_ms / 1000)
+            metrics.start_delay_seconds.labels(**self.labels).observe(delay)
         if outcome.aborted is not None:
             self.ctx.report(
                 Decline(

@@ -22,7 +22,13 @@ from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
 from processor.models.control import Ack
 from processor.models.records import Barrier, encode_barrier, encode_count
-from processor.runtime.task import Task, TaskContext, check, commit_metadata, committed
+from processor.runtime.task import (
+    Task,
+    TaskContext,
+    check,
+    commit_metadata,
+    committed_after_fencing,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +39,7 @@ class SourceTask(Task):
         self.channel = index
         self.partitions = partitions
         self._requested = 0
+        self._requested_at = 0.0  # wall-clock time the coordinator triggered it
         self._combiner: Counter[str] = Counter()
         self._positions: dict[int, int] = {}  # input partition -> next offset to read
         self._records_in = 0
@@ -46,9 +53,12 @@ class SourceTask(Task):
         self._m_oversized = metrics.records_skipped.labels(**self.labels, reason="oversized_key")
         self._shuffle_partitions = s.shuffle_partitions
 
-    def request_checkpoint(self, checkpoint_id: int) -> None:
-        # An int store is atomic; only the newest trigger matters (older ones are superseded).
-        self._requested = max(self._requested, checkpoint_id)
+    def request_checkpoint(self, checkpoint_id: int, triggered_at: float) -> None:
+        # Only the newest trigger matters (older ones are superseded). The time goes first:
+        # the task thread reads _requested, then _requested_at.
+        if checkpoint_id > self._requested:
+            self._requested_at = triggered_at
+            self._requested = checkpoint_id
 
     def run(self) -> None:
         s = self.settings
@@ -74,7 +84,8 @@ class SourceTask(Task):
     def _restore(self, consumer: Consumer) -> None:
         topic = self.settings.input_topic
         start = []
-        for tp in committed(consumer, [TopicPartition(topic, p) for p in self.partitions]):
+        wanted = [TopicPartition(topic, p) for p in self.partitions]
+        for tp in committed_after_fencing(self.settings, wanted):
             if tp.offset >= 0:
                 self._positions[tp.partition] = tp.offset
                 meta = commit_metadata(tp)
@@ -160,8 +171,14 @@ class SourceTask(Task):
     def _checkpoint(self, checkpoint_id: int, out: TransactionalOutput, consumer: Consumer) -> None:
         s = self.settings
         started = time.monotonic()
+        triggered_at = self._requested_at
+        metrics.start_delay_seconds.labels(**self.labels).observe(
+            max(0.0, time.time() - triggered_at)
+        )
         self._flush(out)
-        value, headers = encode_barrier(Barrier(checkpoint_id, self.channel))
+        value, headers = encode_barrier(
+            Barrier(checkpoint_id, self.channel, int(triggered_at * 1000))
+        )
         for p in range(self._shuffle_partitions):
             out.produce(s.shuffle_topic, value, partition=p, headers=headers)
         meta = json.dumps({"checkpoint": checkpoint_id})

@@ -13,10 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from processor.config import Settings
 from processor.jobs.graph import KeyedCountJob
+from processor.kafka import clients
 from processor.models.control import Message as ControlMessage
 from processor.processes import pid_alive
 
@@ -54,7 +61,7 @@ class Task:
     def run(self) -> None:
         raise NotImplementedError
 
-    def request_checkpoint(self, checkpoint_id: int) -> None:
+    def request_checkpoint(self, checkpoint_id: int, triggered_at: float) -> None:
         """Only source tasks act on triggers; others get barriers in their input."""
 
 
@@ -68,10 +75,25 @@ def check(msg: Message) -> bool:
     raise KafkaException(err)
 
 
-def committed(consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
-    # require_stable is implied by read_committed: this waits for a fenced zombie's
-    # pending offsets to be aborted instead of returning them.
-    result: list[TopicPartition] = consumer.committed(partitions, timeout=60)
+def committed_after_fencing(
+    settings: Settings, partitions: list[TopicPartition]
+) -> list[TopicPartition]:
+    """The task's committed input positions; call only after ``init_transactions``.
+
+    Only this task's transactional id commits offsets for its partitions, and its
+    ``init_transactions`` returns only once every earlier transaction of that id is complete
+    (committed, or aborted with its markers written). From then on the last *stable* offset
+    is the answer, and it is read without ``require_stable`` on purpose: a zombie's offset
+    commit that reached the group coordinator after its transaction was aborted (seen after
+    a broker restart) stays pending forever, and a stable read would wait on it forever.
+    """
+    request = [ConsumerGroupTopicPartitions(settings.group_id, partitions)]
+    admin = clients.admin(settings)  # referenced until the result is in: its GC cancels it
+    futures = admin.list_consumer_group_offsets(request, require_stable=False, request_timeout=60)
+    result: list[TopicPartition] = futures[settings.group_id].result().topic_partitions
+    for tp in result:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
     return result
 
 

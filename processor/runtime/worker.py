@@ -125,7 +125,7 @@ class Worker:
             self._assignment = message
         elif isinstance(message, control.Trigger):
             for runner in self._runners.values():
-                runner.task.request_checkpoint(message.checkpoint)
+                runner.task.request_checkpoint(message.checkpoint, message.triggered_at)
 
     def _reconcile(self) -> None:
         assignment = self._assignment

@@ -1,0 +1,144 @@
+"""The coordinator's HTTP endpoints: ``/metrics`` (Prometheus), ``/api/status`` (JSON), ``/``.
+
+The coordinator loop publishes a fresh status document every heartbeat interval by swapping
+one reference; the HTTP thread only ever reads the latest document, so no lock is needed.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import make_wsgi_app
+
+StartResponse = Callable[..., Any]
+
+
+class StatusBoard:
+    """Holds the latest status document."""
+
+    def __init__(self, job: str) -> None:
+        self.document: dict[str, Any] = {"job": job, "updated_at": None}
+
+    def publish(self, document: dict[str, Any]) -> None:
+        self.document = document  # one reference swap: readers see the old or the new
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log: Prometheus scrapes every few seconds."""
+
+
+def serve(board: StatusBoard, host: str, port: int) -> WSGIServer:
+    """Serve the endpoints in a daemon thread; returns the server (``.shutdown()`` stops it)."""
+    metrics_app = make_wsgi_app()
+
+    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics":
+            result: Iterable[bytes] = metrics_app(environ, start_response)
+            return result
+        if path == "/api/status":
+            body = json.dumps(board.document, indent=1).encode()
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [body]
+        if path in ("/", "/index.html"):
+            body = render_html(board.document).encode()
+            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+            return [body]
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found: try /, /api/status or /metrics\n"]
+
+    server = make_server(host, port, app, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="status-http", daemon=True).start()
+    return server
+
+
+def _fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _cell(value: object) -> str:
+    return f"<td>{html.escape('-' if value is None else str(value))}</td>"
+
+
+def render_html(doc: dict[str, Any]) -> str:
+    """A page an operator can read at a glance; it reloads itself every 2 s."""
+    job = html.escape(str(doc.get("job", "")))
+    chk = doc.get("checkpoints", {})
+    rows = []
+    for c in chk.get("history", [])[:20]:
+        status = c.get("status", "")
+        rows.append(
+            f'<tr class="{html.escape(status)}">'
+            + _cell(c.get("id"))
+            + _cell(status)
+            + _cell(time.strftime("%H:%M:%S", time.localtime(c["at"])) if c.get("at") else None)
+            + _cell(f"{c['duration_s']:.3f} s" if c.get("duration_s") is not None else None)
+            + _cell(_fmt_bytes(c.get("size_bytes")))
+            + _cell(_fmt_bytes(c.get("full_size_bytes")))
+            + _cell(c.get("slowest_task") or c.get("reason"))
+            + "</tr>"
+        )
+    tasks = "".join(
+        "<tr>"
+        + _cell(t["task"])
+        + _cell(t.get("worker"))
+        + _cell(t.get("state"))
+        + _cell(t.get("checkpoint"))
+        + _cell(t.get("lag"))
+        + "</tr>"
+        for t in doc.get("tasks", [])
+    )
+    workers = "".join(
+        f'<tr class="{"completed" if w.get("alive") else "failed"}">'
+        + _cell(w["worker"])
+        + _cell("alive" if w.get("alive") else "dead")
+        + _cell(f"{w['last_seen_s']:.1f} s ago" if w.get("last_seen_s") is not None else None)
+        + _cell(w.get("tasks"))
+        + "</tr>"
+        for w in doc.get("workers", [])
+    )
+    summary = (
+        f"last completed checkpoint <b>{html.escape(str(chk.get('last_completed', '-')))}</b>"
+        f" &middot; completed {chk.get('completed', 0)} &middot; failed {chk.get('failed', 0)}"
+        f" &middot; in progress {len(chk.get('in_progress', []))}"
+        f" &middot; total lag <b>{doc.get('lag', '-')}</b> records"
+    )
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
+<title>processor: {job}</title>
+<style>
+body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }}
+h1 {{ font-size: 1.3em; }} h2 {{ font-size: 1.05em; margin-top: 1.5em; }}
+table {{ border-collapse: collapse; }} td, th {{ padding: 3px 10px; text-align: left; }}
+th {{ border-bottom: 1px solid #999; }} tr:nth-child(even) {{ background: #f4f4f4; }}
+tr.failed td:nth-child(2) {{ color: #b00020; font-weight: bold; }}
+tr.completed td:nth-child(2) {{ color: #137333; }}
+.grid {{ display: flex; gap: 3em; flex-wrap: wrap; }}
+</style></head><body>
+<h1>processor &mdash; job {job}</h1>
+<p>{summary}</p>
+<div class="grid">
+<div><h2>Checkpoints (latest 20)</h2>
+<table><tr><th>id</th><th>status</th><th>at</th><th>duration</th><th>uploaded</th>
+<th>full size</th><th>slowest task / reason</th></tr>{"".join(rows)}</table></div>
+<div><h2>Tasks</h2><table><tr><th>task</th><th>worker</th><th>state</th>
+<th>checkpoint</th><th>lag</th></tr>{tasks}</table>
+<h2>Workers</h2><table><tr><th>worker</th><th>status</th><th>heartbeat</th>
+<th>tasks</th></tr>{workers}</table></div>
+</div>
+<p><a href="/api/status">/api/status</a> &middot; <a href="/metrics">/metrics</a></p>
+</body></html>
+"""
