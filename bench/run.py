@@ -175,6 +175,7 @@ def _throughput(
     finally:
         killed = running.stop()
         sampler.stop()
+    _check_broker(broker)
     verdict = watcher.finish()
     first = peer.first_consumed_at(running)
     # Without its marker (a changed log line, say) the window starts at the process start:
@@ -205,7 +206,10 @@ def _throughput(
         "broker": log_anomalies(_read_from(broker.log_file, broker_log_offset)),
     }
     if not ok or exact_at is None:
-        say(f"{name}: FAILED: {error}; verdict {result['verification']}")
+        say(
+            f"{name}: FAILED: {error}; exit codes {result['exit_codes']}; "
+            f"verdict {result['verification']}; logs in {job.workdir}"
+        )
         return result
     processing_s = exact_at - first
     cpu_processing = cpu_at_exact - sampler.cpu_at(first)
@@ -249,11 +253,17 @@ def _throughput(
 
 
 def latency(
-    peer: Peer, bootstrap: str, rate: int, mode: Mode, workdir: Path, run_id: str, seed: int = 7
+    peer: Peer,
+    broker: LocalBroker,
+    rate: int,
+    mode: Mode,
+    workdir: Path,
+    run_id: str,
+    seed: int = 7,
 ) -> dict[str, Any]:
     """Input at a fixed rate; per line, the time until every word of it shows a count that
     includes it in the committed output."""
-    name = peer.name
+    name, bootstrap = peer.name, broker.bootstrap
     job = Job(
         bootstrap=bootstrap,
         name=f"bench-{name}-lat{rate}-{run_id}",
@@ -272,13 +282,14 @@ def latency(
     watcher = OutputWatcher(bootstrap, job.output_topic, expected, record_times=True)
     watcher.start()
     try:
-        return _latency(peer, job, watcher, lines, probe, rate, mode)
+        return _latency(peer, broker, job, watcher, lines, probe, rate, mode)
     finally:
         watcher.close()
 
 
 def _latency(
     peer: Peer,
+    broker: LocalBroker,
     job: Job,
     watcher: OutputWatcher,
     lines: list[str],
@@ -307,6 +318,7 @@ def _latency(
         result["error"] = str(exc)
     finally:
         running.stop()
+    _check_broker(broker)
     verdict = watcher.finish()
     result["verified_exact"] = verdict.exact
     result["producer_max_behind_s"] = round(producer.max_behind_s, 3)
@@ -320,6 +332,18 @@ def _latency(
     result.update(figures)
     say(f"{name}: latency p50 {figures.get('p50_ms')} ms, p99 {figures.get('p99_ms')} ms")
     return result
+
+
+class BrokerDied(RuntimeError):
+    """The benchmark's broker is gone: no later figure could mean anything."""
+
+
+def _check_broker(broker: LocalBroker) -> None:
+    if broker.status() is None:
+        raise BrokerDied(
+            f"the broker on {broker.bootstrap} died during the run (see {broker.log_file}); "
+            "was it killed from outside the bench?"
+        )
 
 
 def _own_cpu_s() -> float:
@@ -548,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
                         run_id,
                         mode.timeout_s,
                     )
+                except BrokerDied:
+                    raise
                 except Exception as exc:  # noqa: BLE001 - one system's crash is its result
                     traceback.print_exc()
                     report["systems"][peer.name] = {
@@ -568,14 +594,18 @@ def main(argv: list[str] | None = None) -> int:
                         say(f"{peer.name}: no latency at {rate:,} words/s (saturated)")
                         continue
                     try:
-                        at_rate[peer.name] = latency(
-                            peer, broker.bootstrap, rate, mode, tmp, run_id
-                        )
+                        at_rate[peer.name] = latency(peer, broker, rate, mode, tmp, run_id)
+                    except BrokerDied:
+                        raise
                     except Exception as exc:  # noqa: BLE001 - reported, the run goes on
                         traceback.print_exc()
                         at_rate[peer.name] = {"rate_words_per_s": rate, "error": repr(exc)}
             if mode.recovery_words and not args.no_recovery and "processor" in names:
                 report["recovery"] = recovery(broker.bootstrap, mode.recovery_words)
+        except BrokerDied as exc:
+            failed = True
+            report["aborted"] = str(exc)
+            say(f"ABORTED: {exc}")
         except BaseException:
             failed = True
             raise

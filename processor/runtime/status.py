@@ -23,7 +23,21 @@ class StatusBoard:
     """Holds the latest status document."""
 
     def __init__(self, job: str) -> None:
-        self.document: dict[str, Any] = {"job": job, "updated_at": None}
+        # The same shape as what the coordinator publishes, before it first does.
+        self.document: dict[str, Any] = {
+            "job": job,
+            "updated_at": None,
+            "checkpoints": {
+                "last_completed": None,
+                "in_progress": [],
+                "completed": 0,
+                "failed": 0,
+                "history": [],
+            },
+            "tasks": [],
+            "workers": [],
+            "lag": None,
+        }
 
     def publish(self, document: dict[str, Any]) -> None:
         self.document = document  # one reference swap: readers see the old or the new

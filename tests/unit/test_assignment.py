@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import pytest
 
@@ -22,40 +24,125 @@ def _loads(result: Mapping[str, str], workers: Sequence[str]) -> dict[str, int]:
     return {w: counts[w] for w in set(workers)}
 
 
+def _stage(task: str) -> str:
+    """The stage of a task id "<stage>-<index>"; a name without a numeric index is its own."""
+    stage, _, index = task.rpartition("-")
+    return stage if index.isdecimal() else task
+
+
+def _stage_counts(
+    placement: Mapping[str, str], tasks: Iterable[str], workers: Iterable[str]
+) -> dict[str, dict[str, int]]:
+    """stage -> worker -> how many of the stage's tasks the worker holds (zeros included)."""
+    wanted, live = set(tasks), set(workers)
+    counts = {_stage(t): dict.fromkeys(live, 0) for t in wanted}
+    for t, w in placement.items():
+        if t in wanted and w in live:
+            counts[_stage(t)][w] += 1
+    return counts
+
+
+def _max_kept_brute_force(
+    tasks: Sequence[str], workers: Sequence[str], current: Mapping[str, str]
+) -> int:
+    """The most current tasks of live workers that any valid placement keeps where they are.
+
+    Valid: per stage counts within one, total loads within one. A stage with n tasks on W
+    workers gives everyone n // W and n % W workers one more (the "extras"); worker w keeps
+    min(c, share) of the c tasks of the stage it holds now, so an extra on w keeps one more
+    task exactly when c > n // W. Totals within one means every worker holds k or k + 1
+    extras in all (k = all extras // W). Search over the workers one at a time, which
+    stages' extras each takes; slow but independent of the flow in assign().
+    """
+    live = sorted(set(workers))
+    n = len(live)
+    held = _stage_counts(current, tasks, live)
+    per_stage = Counter(_stage(t) for t in set(tasks))
+    kept = 0
+    open_stages: list[tuple[int, list[bool]]] = []  # (extras, saves a move on worker i)
+    for stage, size in sorted(per_stage.items()):
+        floor, extras = divmod(size, n)
+        kept += sum(min(held[stage][w], floor) for w in live)
+        if extras:
+            open_stages.append((extras, [held[stage][w] > floor for w in live]))
+    k = sum(e for e, _ in open_stages) // n
+
+    @functools.cache
+    def best(worker: int, need: tuple[int, ...]) -> int | None:
+        if worker == n:
+            return None if any(need) else 0
+        if max(need, default=0) > n - worker:
+            return None  # a stage's extras go to distinct workers
+        candidates = [i for i, e in enumerate(need) if e]
+        found: int | None = None
+        for size in (k, k + 1):
+            for taken in itertools.combinations(candidates, size):
+                rest = list(need)
+                for i in taken:
+                    rest[i] -= 1
+                below = best(worker + 1, tuple(rest))
+                if below is not None:
+                    here = below + sum(open_stages[i][1][worker] for i in taken)
+                    found = here if found is None else max(found, here)
+        return found
+
+    extra_kept = best(0, tuple(e for e, _ in open_stages))
+    assert extra_kept is not None  # a valid placement always exists
+    return kept + extra_kept
+
+
 def check(
     tasks: Sequence[str],
     workers: Sequence[str],
     current: Mapping[str, str],
     result: Mapping[str, str],
-) -> None:
-    """Every invariant that assign() promises, for one call."""
+) -> bool:
+    """Every invariant that assign() promises, for one call. True when the total balance
+    cost moves beyond the per-stage bound (and the brute force had to confirm them)."""
     live = set(workers)
     if not live:
         assert result == {}
-        return
+        return False
     wanted = set(tasks)
     # Every task exactly once (a dict cannot hold a task twice), each on a live worker, and
     # nothing that is not a task.
     assert set(result) == wanted
     assert set(result.values()) <= live
-    # Balanced: loads (idle workers included) differ by at most one.
+    # Balanced per stage: each stage's tasks on any two workers (idle ones included) differ
+    # by at most one ...
+    after = _stage_counts(result, tasks, live)
+    for stage, counts in after.items():
+        assert max(counts.values()) - min(counts.values()) <= 1, (stage, counts)
+    # ... and so do the total loads.
     loads = _loads(result, workers)
-    assert max(loads.values()) - min(loads.values()) <= 1
-    # Sticky: a worker keeps all its current tasks when it ends with at least as many, and
-    # otherwise keeps exactly as many as it ends with (it only gives tasks away, never
-    # swaps one of its own for another).
-    cur = Counter(w for t, w in current.items() if t in wanted and w in live)
-    for w in live:
-        kept = sum(1 for t, cw in current.items() if cw == w and result.get(t) == w)
-        assert kept == min(cur[w], loads[w]), (w, kept, cur[w], loads[w])
-    # ... and the moves are as few as any balanced assignment could make: the workers that
-    # end with one extra task are ones that already had more than the floor.
-    floor, extra = divmod(len(wanted), len(live))
-    best = sum(min(c, floor) for c in cur.values()) + min(
-        extra, sum(1 for c in cur.values() if c > floor)
-    )
+    assert max(loads.values()) - min(loads.values()) <= 1, loads
+    # Sticky per stage: a worker keeps all its current tasks of a stage when it ends with at
+    # least as many of that stage, and otherwise keeps exactly as many as it ends with (it
+    # only gives tasks of the stage away, never swaps one of its own for another).
+    before = _stage_counts(current, tasks, live)
+    for stage, counts in after.items():
+        for w in live:
+            kept = sum(
+                1
+                for t, cw in current.items()
+                if cw == w and t in wanted and _stage(t) == stage and result[t] == w
+            )
+            assert kept == min(before[stage][w], counts[w]), (stage, w, kept, before[stage][w])
+    # ... and the moves are as few as any valid placement could make. Per stage, the workers
+    # that end with the stage's extra task can at best all be ones that hold more than the
+    # even share now; when the result reaches that bound it is optimal. Otherwise the total
+    # balance forced some extras elsewhere: compare with a brute-force search.
     kept_total = sum(1 for t, w in current.items() if w in live and result.get(t) == w)
-    assert kept_total == best
+    bound = 0
+    for stage, counts in before.items():
+        floor, extras = divmod(sum(after[stage].values()), len(live))
+        bound += sum(min(c, floor) for c in counts.values())
+        bound += min(extras, sum(1 for c in counts.values() if c > floor))
+    assert kept_total <= bound
+    if kept_total == bound:
+        return False
+    assert kept_total == _max_kept_brute_force(tasks, workers, current)
+    return True
 
 
 # --- examples -------------------------------------------------------------------------------
@@ -292,6 +379,104 @@ def test_deterministic_for_equal_inputs() -> None:
         assert assign(tasks, ["w1", "w2", "w3", "w4"], current) == first
 
 
+# --- per stage ---------------------------------------------------------------------------
+
+
+def test_joining_worker_gets_a_share_of_every_stage() -> None:
+    # Regression: seen live. Balancing totals only gave the late worker the tail of the task
+    # order (count-6, count-7, split-0..3): every CPU-heavy split task on one worker.
+    tasks = _tasks("count", 8) + _tasks("split", 4)
+    current = dict.fromkeys(tasks, "worker-0")
+    result = assign(tasks, ["worker-0", "worker-1"], current)
+    assert _stage_counts(result, tasks, ["worker-0", "worker-1"]) == {
+        "count": {"worker-0": 4, "worker-1": 4},
+        "split": {"worker-0": 2, "worker-1": 2},
+    }
+    # worker-0 keeps the first tasks of each stage and gives away the last ones.
+    assert {t for t, w in result.items() if w == "worker-1"} == {
+        "count-4",
+        "count-5",
+        "count-6",
+        "count-7",
+        "split-2",
+        "split-3",
+    }
+    assert not check(tasks, ["worker-0", "worker-1"], current, result)
+
+
+def test_stage_skewed_assignment_is_repaired_with_fewest_moves() -> None:
+    # The skewed placement from above, as the coordinator holds it: totals are even, but
+    # worker-1 runs all four splits. Two splits and two counts must trade places.
+    tasks = _tasks("count", 8) + _tasks("split", 4)
+    current = {t: "worker-0" for t in _tasks("count", 6)}
+    current |= dict.fromkeys(["count-6", "count-7", *_tasks("split", 4)], "worker-1")
+    result = assign(tasks, ["worker-0", "worker-1"], current)
+    moved = {t for t in tasks if result[t] != current[t]}
+    assert moved == {"count-4", "count-5", "split-2", "split-3"}
+    assert not check(tasks, ["worker-0", "worker-1"], current, result)
+
+
+def test_check_rejects_balanced_totals_with_skewed_stages() -> None:
+    """The check is strict enough to reject the pre-fix placement (totals 6 and 6)."""
+    tasks = _tasks("count", 8) + _tasks("split", 4)
+    current = dict.fromkeys(tasks, "worker-0")
+    old = {t: "worker-0" for t in _tasks("count", 6)}
+    old |= dict.fromkeys(["count-6", "count-7", *_tasks("split", 4)], "worker-1")
+    with pytest.raises(AssertionError):
+        check(tasks, ["worker-0", "worker-1"], current, old)
+
+
+def test_fresh_assignment_mixes_stages() -> None:
+    tasks = _tasks("split", 4) + _tasks("count", 8)
+    workers = ["w1", "w2", "w3"]
+    result = assign(tasks, workers, {})
+    counts = _stage_counts(result, tasks, workers)
+    assert counts["count"] == {"w1": 3, "w2": 3, "w3": 2}
+    # Round-robin goes on where count stopped: w3 (fewest in total) gets split's extra.
+    assert counts["split"] == {"w1": 1, "w2": 1, "w3": 2}
+    check(tasks, workers, {}, result)
+
+
+def test_new_task_goes_to_fewest_of_stage_then_lowest_load_then_name() -> None:
+    tasks = [*_tasks("count", 4), "split-0"]
+    current = {"count-0": "a", "count-1": "b", "count-2": "b", "count-3": "c"}
+    result = assign(tasks, ["a", "b", "c"], current)
+    # No worker runs a split; a and c have the lowest load; a comes first by name.
+    assert result == {**current, "split-0": "a"}
+    check(tasks, ["a", "b", "c"], current, result)
+
+
+def test_excess_of_a_stage_moves_from_the_busiest_to_the_idlest() -> None:
+    tasks = _tasks("split", 6) + _tasks("count", 3)
+    current = {t: "a" for t in _tasks("split", 5)} | {"split-5": "b"}
+    current |= {"count-0": "a", "count-1": "b", "count-2": "c"}
+    result = assign(tasks, ["a", "b", "c"], current)
+    # a gives its last three splits away, in task order: split-2 to c (no split yet), then
+    # b and c tie on splits (1) and load (2), so split-3 goes to b by name, split-4 to c.
+    assert {t: w for t, w in result.items() if w != current[t]} == {
+        "split-2": "c",
+        "split-3": "b",
+        "split-4": "c",
+    }
+    check(tasks, ["a", "b", "c"], current, result)
+
+
+def test_total_balance_can_cost_moves_beyond_each_stage_alone() -> None:
+    # Three stages of five tasks on three workers: each stage has two extras and a and b
+    # both hold more than the even share of every stage. Per stage nothing would move, but
+    # then a and b would run six tasks and c three: two tasks must go to c, one stage's
+    # extra each from a and from b, never two from the same stage.
+    tasks = _tasks("s1", 5) + _tasks("s2", 5) + _tasks("s3", 5)
+    current: dict[str, str] = {}
+    for stage in ["s1", "s2", "s3"]:
+        current |= dict(zip(_tasks(stage, 5), ["a", "a", "b", "b", "c"], strict=True))
+    result = assign(tasks, ["a", "b", "c"], current)
+    assert _loads(result, ["a", "b", "c"]) == {"a": 5, "b": 5, "c": 5}
+    moved = {t: w for t, w in result.items() if w != current[t]}
+    assert moved == {"s2-3": "c", "s3-1": "c"}
+    assert check(tasks, ["a", "b", "c"], current, result)
+
+
 # --- property-style -------------------------------------------------------------------------
 
 
@@ -329,6 +514,38 @@ def test_random_cases_hold_every_invariant(seed: int) -> None:
         assert assign(t2, w2, _shuffled_dict(rng, current)) == result
         # Stable: a balanced assignment of live workers is a fixed point.
         assert assign(tasks, workers, result) == result
+
+
+def _crowded_case(rng: random.Random) -> tuple[list[str], list[str], dict[str, str]]:
+    """More stages, and most tasks on a few favourite workers: the totals then often rule
+    out keeping every stage's extras where they are."""
+    stages = [f"s{i}" for i in range(rng.randint(1, 5))]
+    tasks = [f"{s}-{i}" for s in stages for i in range(rng.randint(0, 9))]
+    workers = [f"w{i}" for i in range(rng.randint(1, 6))]
+    favourites = rng.sample(workers, rng.randint(1, len(workers)))
+    current = {
+        t: rng.choice(favourites if rng.random() < 0.8 else [*workers, "gone"])
+        for t in tasks
+        if rng.random() < 0.9
+    }
+    return tasks, workers, current
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_crowded_random_cases_hold_every_invariant(seed: int) -> None:
+    rng = random.Random(500 + seed)
+    costly = 0
+    for _ in range(100):
+        tasks, workers, current = _crowded_case(rng)
+        result = assign(tasks, workers, current)
+        costly += check(tasks, workers, current, result)
+        t2, w2 = tasks[:], workers[:]
+        rng.shuffle(t2)
+        rng.shuffle(w2)
+        assert assign(t2, w2, _shuffled_dict(rng, current)) == result
+        assert assign(tasks, workers, result) == result
+    # The brute-force comparison in check() really runs.
+    assert costly > 0
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,0 +1,129 @@
+"""The coordinator's status page, JSON API and /metrics, and `processor status`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.harness import JobRun, wait_until
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as page:
+        return str(page.read().decode())
+
+
+def test_status_api_page_metrics_and_cli(kafka_bootstrap: str, tmp_path: Path) -> None:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    run = JobRun(kafka_bootstrap, tmp_path, interval_ms=300)
+    try:
+        run.produce(b"to be or not to be %d" % i for i in range(500))
+        run.coordinator = run._spawn("coordinator", "coordinator", PROCESSOR_METRICS_PORT=str(port))
+        run.start_worker(0)
+        run.start_worker(1)
+
+        def checkpoints_done() -> bool:
+            try:
+                doc = json.loads(_get(base + "/api/status"))
+            except OSError:
+                return False
+            return int(doc["checkpoints"].get("completed") or 0) >= 3
+
+        wait_until(checkpoints_done, 60, "three checkpoints in the status API")
+        doc = json.loads(_get(base + "/api/status"))
+        assert doc["job"] == run.job
+        assert {t["task"] for t in doc["tasks"]} == {f"split-{i}" for i in range(4)} | {
+            f"count-{i}" for i in range(8)
+        }
+        assert {w["worker"] for w in doc["workers"]} == {"worker-0", "worker-1"}
+        newest = doc["checkpoints"]["history"][0]
+        assert newest["status"] == "completed" and newest["duration_s"] > 0
+        assert newest["slowest_task"]
+
+        page = _get(base + "/")
+        assert f"job {run.job}" in page and "Checkpoints" in page and "worker-1" in page
+
+        names = {f.name for f in text_string_to_metric_families(_get(base + "/metrics"))}
+        assert {
+            "processor_checkpoints_completed",
+            "processor_last_completed_checkpoint_id",
+            "processor_checkpoint_duration_seconds",
+            "processor_workers_alive",
+        } <= names
+
+        cli = subprocess.run(
+            [sys.executable, "-m", "processor", "status", "--url", base],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert cli.returncode == 0, cli.stderr
+        assert f"job {run.job}: last completed checkpoint" in cli.stdout
+        assert "split-3" in cli.stdout and "worker-1" in cli.stdout
+    finally:
+        run.stop()
+
+
+def test_status_cli_without_a_coordinator_is_one_line() -> None:
+    cli = subprocess.run(
+        [sys.executable, "-m", "processor", "status", "--url", f"http://127.0.0.1:{_free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert cli.returncode == 1
+    assert len(cli.stderr.strip().splitlines()) == 1
+    assert "no coordinator answers" in cli.stderr
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_status_page_renders_in_headless_chromium(kafka_bootstrap: str, tmp_path: Path) -> None:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    run = JobRun(kafka_bootstrap, tmp_path, interval_ms=300)
+    try:
+        run.produce([b"hello status page"])
+        run.coordinator = run._spawn("coordinator", "coordinator", PROCESSOR_METRICS_PORT=str(port))
+        run.start_worker(0)
+        wait_until(lambda: " complete in " in run.log("coordinator"), 60, "a checkpoint")
+        shot = tmp_path / "status.png"
+        dom = subprocess.run(
+            [
+                "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={tmp_path / 'profile'}",
+                "--window-size=1250,720",
+                f"--screenshot={shot}",
+                "--dump-dom",
+                base + "/",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert shot.stat().st_size > 10_000
+        assert "Checkpoints" in dom.stdout and "completed" in dom.stdout
+    finally:
+        run.stop()
