@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -89,12 +90,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _configure_logging(level: str, name: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format=f"%(asctime)s %(levelname)s {name} %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log shippers (PROCESSOR_LOG_FORMAT=json)."""
+
+    def __init__(self, process: str) -> None:
+        super().__init__()
+        self.process = process
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+            "level": record.levelname,
+            "process": self.process,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _configure_logging(level: str, name: str, fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter(name))
+    else:
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s %(levelname)s {name} %(name)s: %(message)s")
+        )
+    logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
 def _stop_event() -> threading.Event:
@@ -146,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
     if command == "worker" and args.worker_id:
         extra["worker_id"] = args.worker_id
     settings = _settings(args, **extra)
-    _configure_logging(settings.log_level, settings.worker_id or command)
+    _configure_logging(settings.log_level, settings.worker_id or command, settings.log_format)
     from processor import metrics
 
     if command == "coordinator":

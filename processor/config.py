@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -46,7 +46,8 @@ class Settings(BaseSettings):
     # e.g. PROCESSOR_KAFKA_CONFIG='{"security.protocol": "SASL_SSL"}'.
     # Values are secrets (sasl.password, ssl.key.password...): never shown in a repr or a log.
     kafka_config: dict[str, SecretStr] = Field(default_factory=dict)
-    log_level: str = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = "text"
 
     @field_validator("bootstrap_servers")
     @classmethod

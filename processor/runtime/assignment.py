@@ -106,12 +106,14 @@ def _choose_extras(
     if found is None:  # pragma: no cover - a cyclic layout always exists
         raise AssertionError("no balanced placement of the extra tasks")
     best, witness = found
+    k, r = divmod(sum(extras), n_workers)
     held = [0] * n_workers
     for i in range(n_stages):
         order = sorted(range(n_workers), key=lambda w: (not saves[i][w], held[w], w))
         taken = 0
         for w in order:
-            if taken == extras[i]:
+            full = held[w] > k or (held[w] == k and held.count(k + 1) == r)
+            if taken == extras[i] or full:
                 fixed[i][w] = False
                 continue
             fixed[i][w] = True
