@@ -5,19 +5,34 @@ previous incarnation (a zombie can no longer commit) and aborts its open transac
 Any transactional error ends the task: it is restarted from its last committed transaction,
 which is the one obviously correct answer to ambiguous results (commit may or may not have
 happened: the restart reads back what did).
+
+A transactional call that does not return is an error too. librdkafka can block in
+``send_offsets_to_transaction`` past its timeout when the group coordinator goes away
+(librdkafka#5456, #5511; seen here after a broker restart), so every such call runs under
+a deadline of our own; past it the task fails, its successor fences this producer.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from processor.config import Settings
 from processor.kafka import clients
 from processor.models.records import Headers
+
+T = TypeVar("T")
+
+_GRACE_S = 10.0  # on top of the call's own timeout
+
+
+class TransactionStuck(RuntimeError):
+    """A transactional call outlived its deadline: the producer cannot be trusted any more."""
 
 
 class TransactionalOutput:
@@ -31,11 +46,37 @@ class TransactionalOutput:
             },
         )
         self._open = False
+        self._stuck = False
         self.produced = 0  # records in the open transaction
+
+    def _deadline(self, what: str, timeout: float, call: Callable[[], T]) -> T:
+        """Run a blocking transactional call, giving up after its timeout plus a grace."""
+        outcome: list[T] = []
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                outcome.append(call())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                failure.append(exc)
+
+        thread = threading.Thread(target=run, name=f"{self.transactional_id}:{what}", daemon=True)
+        thread.start()
+        thread.join(timeout + _GRACE_S)
+        if thread.is_alive():
+            self._stuck = True
+            raise TransactionStuck(
+                f"{what} of {self.transactional_id} did not return within {timeout + _GRACE_S:.0f}s"
+            )
+        if failure:
+            raise failure[0]
+        return outcome[0]
 
     def init(self, timeout: float = 60) -> None:
         """Fence earlier incarnations and abort whatever they left open."""
-        self._producer.init_transactions(timeout)
+        self._deadline(
+            "init_transactions", timeout, lambda: self._producer.init_transactions(timeout)
+        )
 
     @property
     def in_transaction(self) -> bool:
@@ -95,24 +136,35 @@ class TransactionalOutput:
         """Input positions, committed with (and only with) this transaction's output."""
         if not self._open:
             self._begin()
-        self._producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        metadata = consumer.consumer_group_metadata()
+        self._deadline(
+            "send_offsets_to_transaction",
+            30,
+            lambda: self._producer.send_offsets_to_transaction(offsets, metadata, 30),
+        )
 
     def commit(self, timeout: float = 60) -> float:
         """Commit the open transaction; returns the seconds it took."""
         started = time.monotonic()
         if self._open:
-            self._producer.commit_transaction(timeout)
+            self._deadline(
+                "commit_transaction", timeout, lambda: self._producer.commit_transaction(timeout)
+            )
             self._open = False
         return time.monotonic() - started
 
     def abort(self, timeout: float = 30) -> None:
         if self._open:
             self._open = False
-            self._producer.abort_transaction(timeout)
+            self._deadline(
+                "abort_transaction", timeout, lambda: self._producer.abort_transaction(timeout)
+            )
 
     def close(self) -> None:
         # Closing after a failure: if the abort fails too, the next incarnation's
         # init_transactions (or the transaction timeout) aborts it.
+        if self._stuck:
+            return  # a call is still blocked inside: leave the producer to its successor's fence
         with contextlib.suppress(Exception):
             self.abort(5)
         self._producer.flush(0)
