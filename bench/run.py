@@ -14,6 +14,7 @@ that sustains it), recovery after SIGKILL (this project, full mode only: bench/r
     python bench/run.py --quick          # 300k words, no recovery: a few minutes
     python bench/run.py                  # 4M words, latency, recovery
     python bench/run.py --systems processor --words 1000000 --no-latency
+    python bench/run.py --render bench/results/<timestamp>.json   # latest.md from a result
 
 Writes bench/results/<timestamp>.json and bench/results/latest.md; progress goes to stderr,
 and the last line on stdout is one JSON object with the headline figures.
@@ -515,7 +516,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--no-recovery", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (broker, logs)")
+    parser.add_argument(
+        "--render", type=Path, metavar="JSON", help="only rewrite latest.md from a results file"
+    )
     args = parser.parse_args(argv)
+    if args.render:
+        (RESULTS / "latest.md").write_text(markdown(json.loads(args.render.read_text())))
+        return 0
     mode = QUICK if args.quick else FULL
     if args.words:
         mode = Mode(**{**mode.__dict__, "words": args.words})

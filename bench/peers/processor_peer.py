@@ -40,6 +40,9 @@ class ProcessorPeer(Peer):
             # `processor local` serves metrics and its status page on 9400+ by default: off
             # here, so that a demo or a test run on this machine cannot collide with the bench.
             "PROCESSOR_METRICS_PORT": "0",
+            # first_consumed_at reads the text log lines.
+            "PROCESSOR_LOG_FORMAT": "text",
+            "PROCESSOR_LOG_LEVEL": "INFO",
         }
         cmd = [sys.executable, "-m", "processor", "local", "--workers", str(job.parallelism)]
         if job.until_idle:

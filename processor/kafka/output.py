@@ -28,7 +28,10 @@ from processor.models.records import Headers
 
 T = TypeVar("T")
 
-_GRACE_S = 10.0  # on top of the call's own timeout
+_GRACE_S = 5.0  # on top of the call's own timeout
+# A loopback or LAN broker answers in milliseconds; a coordinator that moved answers within
+# seconds. Longer than this, the call is one of librdkafka's hangs: restart the task.
+SEND_OFFSETS_TIMEOUT_S = 10.0
 
 
 class TransactionStuck(RuntimeError):
@@ -139,8 +142,10 @@ class TransactionalOutput:
         metadata = consumer.consumer_group_metadata()
         self._deadline(
             "send_offsets_to_transaction",
-            30,
-            lambda: self._producer.send_offsets_to_transaction(offsets, metadata, 30),
+            SEND_OFFSETS_TIMEOUT_S,
+            lambda: self._producer.send_offsets_to_transaction(
+                offsets, metadata, SEND_OFFSETS_TIMEOUT_S
+            ),
         )
 
     def commit(self, timeout: float = 60) -> float:
