@@ -55,7 +55,7 @@ from bench.measure import (  # noqa: E402
     process_cpu_s,
     produce_all,
 )
-from bench.peers.base import Job, Peer  # noqa: E402
+from bench.peers.base import Job, Peer, Running  # noqa: E402
 from bench.peers.kstreams_peer import KafkaStreamsPeer  # noqa: E402
 from bench.peers.processor_peer import (  # noqa: E402
     ProcessorPeer,
@@ -160,7 +160,7 @@ def _throughput(
     exact_at = exited_at = None
     cpu_at_exact = broker_cpu = bench_cpu = machine_cpu = 0.0
     try:
-        exact_at = watcher.wait_exact(timeout, alive=running.alive)
+        exact_at = watcher.wait_exact(timeout, alive=lambda: _both_alive(running, broker))
         cpu_at_exact = sampler.sample()
         broker_cpu = process_cpu_s(broker_pid) - broker_cpu_before
         bench_cpu = _own_cpu_s() - bench_cpu_before
@@ -306,7 +306,7 @@ def _latency(
     try:
         # Ready = it processed and committed one line: the start-up is not latency.
         produce_all(bootstrap, job.input_topic, [probe.encode()], PARTITIONS)
-        _wait(lambda: probe in watcher.current or not running.alive(), 120, watcher)
+        _wait(lambda: probe in watcher.current or not _both_alive(running, broker), 120, watcher)
         if probe not in watcher.current:
             raise RuntimeError("the system never processed the probe line")
         started = time.time()
@@ -314,7 +314,7 @@ def _latency(
         producer.join(mode.latency_warmup_s + mode.latency_s + 120)
         if producer.error is not None:
             raise RuntimeError(f"the rate producer failed: {producer.error}")
-        watcher.wait_exact(120, alive=running.alive)
+        watcher.wait_exact(120, alive=lambda: _both_alive(running, broker))
     except (TimeoutError, RuntimeError) as exc:
         result["error"] = str(exc)
     finally:
@@ -345,6 +345,10 @@ def _check_broker(broker: LocalBroker) -> None:
             f"the broker on {broker.bootstrap} died during the run (see {broker.log_file}); "
             "was it killed from outside the bench?"
         )
+
+
+def _both_alive(running: Running, broker: LocalBroker) -> bool:
+    return running.alive() and broker.status() is not None
 
 
 def _own_cpu_s() -> float:
@@ -414,6 +418,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"broker; {PARTITIONS} input partitions; commit/checkpoint every {INTERVAL_MS} ms; "
         f"parallelism {PARALLELISM}; exactly-once everywhere; {report['machine']}.",
         "",
+        *([f"**Aborted:** {report['aborted']}", ""] if report.get("aborted") else []),
         "| system | verified | words/s | words/s incl. startup | startup s | CPU s / M words "
         "| broker CPU s | others' CPU s | peak RSS MB (Σ process peaks) | output records "
         f"| latency p50 / p99 ms at {rates[0] if rates else 0:,} words/s |",
