@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     # and recovers from its last commit (Flink's tolerable-failed-checkpoints, default 0).
     tolerable_checkpoint_failures: int = Field(default=0, ge=0)
     worker_id: str = ""
+    # Workers the coordinator waits for (10 s at most) before its first assignment.
+    expected_workers: int = Field(default=0, ge=0)
     heartbeat_interval_ms: int = Field(default=300, ge=10)
     worker_timeout_ms: int = Field(default=3000, ge=100)
     # Batching on the hot path: records per consume call, and how many distinct keys an

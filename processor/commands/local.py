@@ -34,7 +34,9 @@ def run_local(
         return {**env, "PROCESSOR_METRICS_PORT": str(port)} if metrics_port else env
 
     coordinator_args = ["coordinator", *(["--exit-when-idle"] if until_idle else [])]
-    coordinator = _spawn(coordinator_args, child_env(metrics_port))
+    coordinator = _spawn(
+        coordinator_args, {**child_env(metrics_port), "PROCESSOR_EXPECTED_WORKERS": str(workers)}
+    )
     procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start_worker(i: int) -> None:

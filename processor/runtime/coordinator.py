@@ -156,6 +156,7 @@ class CoordinatorService:
         registry = WorkerRegistry(s.worker_timeout_ms / 1000)
         placement: dict[str, str] = {}
         generation = time.time_ns() // 1_000_000  # above any earlier coordinator's generations
+        first_generation = generation
         control_consumer = clients.consumer(
             s, **{"group.id": f"{s.job_name}.coordinator", "fetch.wait.max.ms": 10}
         )
@@ -171,6 +172,9 @@ class CoordinatorService:
         interval_s = s.checkpoint_interval_ms / 1000
         started = time.monotonic()
         next_assign = started + 2 * heartbeat_s  # let workers that run already announce themselves
+        # A first assignment before the expected workers are up would move half the tasks
+        # again a moment later: wait for them, a while at most.
+        expected_by = started + 10
         next_trigger = next_assign + interval_s
         idle_streak = 0
         changed = True
@@ -218,7 +222,12 @@ class CoordinatorService:
                 if dead:
                     log.warning("workers %s missed their heartbeats: moving their tasks", dead)
                     changed = True
-                if now >= next_assign:
+                waiting = (
+                    generation == first_generation
+                    and len(registry.alive) < s.expected_workers
+                    and now < expected_by
+                )
+                if now >= next_assign and not waiting:
                     if changed:
                         placement = assign(tasks, registry.alive, placement)
                         generation += 1
