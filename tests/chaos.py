@@ -25,13 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
 from processor.commands.counts import read_updates
-from processor.kafka import clients
 from processor.kafka.broker import LocalBroker
-from processor.models import control
-from tests.integration.harness import JobRun
+from tests.integration.harness import JobRun, control_messages, recovery_times
 
 PORT = 39292
 WORKERS = 3
@@ -98,7 +94,7 @@ def run_chaos(workdir: Path, words: int, faults: int, seed: int, broker_restart:
         run.finish(timeout=900)
         summary.duration_s = time.monotonic() - started
         _verify(run, summary)
-        summary.recovery_s = _recovery_times(run, kills)
+        summary.recovery_s = recovery_times(control_messages(run), kills)
     finally:
         run.stop()
         broker.stop()
@@ -145,36 +141,6 @@ def _verify(run: JobRun, summary: Summary) -> None:
         last = values[-1] if values else 0
         summary.lost += max(0, exact - last)
         summary.duplicated += max(0, last - exact)
-
-
-def _recovery_times(run: JobRun, kills: list[tuple[float, str]]) -> list[float]:
-    """Per worker kill: until every task it ran committed again (acks on the control topic)."""
-    consumer = clients.consumer(run.settings, **{"group.id": f"{run.job}.chaos"})
-    tp = TopicPartition(run.settings.control_topic, 0)
-    _, high = consumer.get_watermark_offsets(tp, timeout=10)
-    consumer.assign([TopicPartition(tp.topic, 0, OFFSET_BEGINNING)])
-    messages: list[tuple[float, control.Message]] = []
-    position = 0
-    while position < high:
-        for msg in consumer.consume(10_000, 1.0):
-            position = max(position, (msg.offset() or 0) + 1)
-            message = control.decode(msg.value() or b"")
-            if message is not None:
-                messages.append((msg.timestamp()[1] / 1000, message))
-    consumer.close()
-    times = []
-    for killed_at, worker in kills:
-        before = [m for ts, m in messages if isinstance(m, control.Assignment) and ts < killed_at]
-        if not before:
-            continue
-        tasks = {t for t, w in before[-1].tasks.items() if w == worker}
-        first: dict[str, float] = {}
-        for ts, m in messages:
-            if isinstance(m, control.Ack) and ts > killed_at and m.task in tasks:
-                first.setdefault(m.task, ts)
-        if tasks and first.keys() == tasks:
-            times.append(max(first.values()) - killed_at)
-    return times
 
 
 def main() -> int:

@@ -16,13 +16,14 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 
 from processor.commands import corpus
 from processor.commands.counts import read_updates
 from processor.config import Settings, load_settings
 from processor.jobs.wordcount import words
 from processor.kafka import clients
+from processor.models import control
 
 
 class JobRun:
@@ -137,6 +138,12 @@ class JobRun:
             PROCESSOR_FAULT=fault,
         )
 
+    def start(self, workers: int) -> None:
+        """The coordinator (leaving when the job is idle) and ``workers`` workers."""
+        self.start_coordinator()
+        for i in range(workers):
+            self.start_worker(i)
+
     def dead_workers(self) -> list[int]:
         return [i for i, proc in self.workers.items() if proc.poll() is not None]
 
@@ -218,3 +225,43 @@ def wait_until(predicate: object, timeout: float, what: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+ControlLog = list[tuple[float, control.Message]]
+
+
+def control_messages(run: JobRun) -> ControlLog:
+    """Every message on the job's control topic, with its Kafka timestamp (seconds)."""
+    consumer = clients.consumer(run.settings, **{"group.id": f"{run.job}.inspect"})
+    tp = TopicPartition(run.settings.control_topic, 0)
+    _, high = consumer.get_watermark_offsets(tp, timeout=10)
+    consumer.assign([TopicPartition(tp.topic, 0, OFFSET_BEGINNING)])
+    out: ControlLog = []
+    position = 0
+    try:
+        while position < high:
+            for msg in consumer.consume(10_000, 1.0):
+                position = max(position, (msg.offset() or 0) + 1)
+                message = control.decode(msg.value() or b"")
+                if message is not None:
+                    out.append((msg.timestamp()[1] / 1000, message))
+    finally:
+        consumer.close()
+    return out
+
+
+def recovery_times(messages: ControlLog, kills: list[tuple[float, str]]) -> list[float]:
+    """Per kill of a worker: until every task it ran had committed again (its acks)."""
+    times = []
+    for killed_at, worker in kills:
+        before = [m for ts, m in messages if isinstance(m, control.Assignment) and ts < killed_at]
+        if not before:
+            continue
+        tasks = {t for t, w in before[-1].tasks.items() if w == worker}
+        first: dict[str, float] = {}
+        for ts, m in messages:
+            if isinstance(m, control.Ack) and ts > killed_at and m.task in tasks:
+                first.setdefault(m.task, ts)
+        if tasks and first.keys() == tasks:
+            times.append(max(first.values()) - killed_at)
+    return times

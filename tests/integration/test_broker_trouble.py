@@ -19,9 +19,7 @@ def test_broker_down_at_start_then_restarted_mid_run(tmp_path: Path) -> None:
     broker.stop()
     try:
         # 1. No broker: the services wait with a clear line, no crash loop.
-        run.start_coordinator()
-        run.start_worker(0)
-        run.start_worker(1)
+        run.start(workers=2)
         wait_until(lambda: "waiting for Kafka" in run.log("coordinator"), 30, "a waiting line")
         time.sleep(3)
         assert run.coordinator is not None and run.coordinator.poll() is None

@@ -18,9 +18,7 @@ def test_sigkill_workers_mid_stream_loses_and_duplicates_nothing(
 ) -> None:
     run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
     try:
-        run.start_coordinator()
-        for i in range(3):
-            run.start_worker(i)
+        run.start(workers=3)
         run.feed(WORDS, seconds=12)
         run.wait_for_checkpoints(2)
         # 1. Kill and restart at once (a supervisor restarting a crashed process).
@@ -52,9 +50,7 @@ def test_sigstopped_worker_is_fenced_as_a_zombie(kafka_bootstrap: str, tmp_path:
     """A paused worker loses its tasks; when it wakes up it cannot write a single record."""
     run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
     try:
-        run.start_coordinator()
-        run.start_worker(0)
-        run.start_worker(1)
+        run.start(workers=2)
         run.feed(400_000, seconds=6)
         run.wait_for_checkpoints(2)
         run.kill_worker(0, signal.SIGSTOP)
@@ -69,9 +65,7 @@ def test_coordinator_killed_mid_stream_and_restarted(kafka_bootstrap: str, tmp_p
     """The coordinator holds nothing that matters for correctness: kill it, start another."""
     run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
     try:
-        run.start_coordinator()
-        run.start_worker(0)
-        run.start_worker(1)
+        run.start(workers=2)
         run.feed(400_000, seconds=6)
         run.wait_for_checkpoints(2)
         before = run.completed_checkpoints()

@@ -57,9 +57,7 @@ def test_worker_killed_at_fault_point(
 def test_worker_killed_while_restoring(kafka_bootstrap: str, tmp_path: Path) -> None:
     run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
     try:
-        run.start_coordinator()
-        run.start_worker(0)
-        run.start_worker(1)
+        run.start(workers=2)
         run.feed(300_000, seconds=4)
         run.wait_for_checkpoints(2)
         for i in range(2):  # everything dies; the next incarnations restore

@@ -9,24 +9,19 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
-from processor.kafka import clients
+from processor.runtime.task import committed_after_fencing
 from tests.integration.harness import JobRun, wait_until
 
 
 def _committed_checkpoint(run: JobRun, partition: int) -> int:
-    consumer = clients.consumer(run.settings)
-    try:
-        tp = TopicPartition(run.settings.shuffle_topic, partition)
-        (committed,) = consumer.committed([tp], timeout=30)
-        return int(json.loads(committed.metadata or "{}")["checkpoint"])
-    finally:
-        consumer.close()
+    # The last stable commit: the killed workers' open transactions will be aborted.
+    tp = TopicPartition(run.settings.shuffle_topic, partition)
+    (committed,) = committed_after_fencing(run.settings, [tp])
+    return int(json.loads(committed.metadata or "{}")["checkpoint"])
 
 
 def _stop_workers_after_progress(run: JobRun) -> Path:
-    run.start_coordinator()
-    run.start_worker(0)
-    run.start_worker(1)
+    run.start(workers=2)
     run.feed(400_000, seconds=8)
     run.wait_for_checkpoints(5)
     for i in range(2):

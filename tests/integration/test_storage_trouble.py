@@ -35,9 +35,7 @@ def test_unwritable_checkpoint_storage(
         tolerable_checkpoint_failures=str(tolerated),
     )
     try:
-        run.start_coordinator()
-        run.start_worker(0)
-        run.start_worker(1)
+        run.start(workers=2)
         run.feed(400_000, seconds=8)
         run.wait_for_checkpoints(2)
         task_dir = tmp_path / "checkpoints" / run.job / "count-0"

@@ -18,9 +18,7 @@ def test_known_corpus_through_two_workers_gives_exact_counts(
     run = JobRun(kafka_bootstrap, tmp_path)
     try:
         run.produce(line.encode() for line in corpus.lines(300_000, seed=7))
-        run.start_coordinator()
-        run.start_worker(0)
-        run.start_worker(1)
+        run.start(workers=2)
         run.wait_idle()
         verified = run.verify_exactly_once()
         assert verified >= len(run.expected)
