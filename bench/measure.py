@@ -13,6 +13,7 @@ import bisect
 import collections
 import contextlib
 import itertools
+import math
 import os
 import re
 import threading
@@ -128,6 +129,24 @@ class RateProducer(threading.Thread):
             self.error = exc
 
 
+def rates(progress: Sequence[tuple[float, int]], t0: float) -> list[tuple[float, float]]:
+    """(seconds since ``t0`` at the end of a sample interval, words/s within it) from a
+    watcher's ``progress``."""
+    out = []
+    for (ta, wa), (tb, wb) in itertools.pairwise(progress):
+        if tb > ta:
+            out.append((round(tb - t0, 3), round((wb - wa) / (tb - ta), 1)))
+    return out
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The p-th percentile (nearest rank) of ``values``; None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(p / 100 * len(ordered)) - 1))]
+
+
 def latency_percentiles(
     lines: Sequence[str],
     sent_at: Sequence[float],
@@ -206,6 +225,11 @@ class OutputWatcher(threading.Thread):
     ``exact_at`` is the wall time at which the committed output first held the exact count of
     every word (``expected``): the read is polled continuously, so it is at most one poll
     (tens of milliseconds) after the commit became visible.
+
+    ``progress`` is the committed output over time: every ``sample_s`` a pair (wall time,
+    words committed so far), where a record (word, count) adds ``count`` minus the word's
+    previous count. It is the same for every system whatever it emits per word (every update,
+    or one per commit), so its slope is the words/s of committed output.
     """
 
     def __init__(
@@ -214,6 +238,7 @@ class OutputWatcher(threading.Thread):
         topic: str,
         expected: dict[str, int],
         record_times: bool = False,
+        sample_s: float = 0.5,
     ) -> None:
         super().__init__(daemon=True, name=f"watcher-{topic}")
         self.topic = topic
@@ -228,6 +253,9 @@ class OutputWatcher(threading.Thread):
         self.first_output_at: float | None = None
         self.exact_at: float | None = None
         self.error: BaseException | None = None
+        self.committed_words = 0
+        self.progress: list[tuple[float, int]] = []
+        self.sample_s = sample_s
         self._matched = 0
         self._halt = threading.Event()
         self._exact = threading.Event()
@@ -263,8 +291,14 @@ class OutputWatcher(threading.Thread):
         meta = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic]
         self._partitions = len(meta.partitions)
         self._consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self._partitions)])
+        next_sample = time.time()
         while not self._halt.is_set():
             self._poll(0.05)
+            now = time.time()
+            if now >= next_sample:
+                self.progress.append((round(now, 3), self.committed_words))
+                while next_sample <= now:
+                    next_sample += self.sample_s
 
     def _poll(self, timeout: float) -> int:
         msgs = self._consumer.consume(10_000, timeout)
@@ -285,6 +319,7 @@ class OutputWatcher(threading.Thread):
                 self._example(f"unknown word {word!r} = {value}")
             else:
                 self._matched += (value == want) - (previous == want)
+            self.committed_words += value - (previous or 0)
             if previous is not None and value <= previous:
                 self.not_increasing += 1
                 self._example(f"{word!r}: {value} after {previous}")

@@ -20,11 +20,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.measure import OutputWatcher, create_topic, exact_counts, rates
+from bench.peers.processor_peer import completed_checkpoints
 from processor.commands import corpus
 from processor.kafka import clients
 from processor.models import control
@@ -49,20 +52,40 @@ def _control_messages(run: JobRun) -> list[tuple[float, control.Message]]:
 
 
 def measure(bootstrap: str, words: int, kills: int, restart: bool) -> list[float]:
+    """Seconds from each kill to the first committed checkpoint of every task it ran."""
+    times: list[float] = measure_run(bootstrap, words, kills, restart)["times"]
+    return times
+
+
+def measure_run(
+    bootstrap: str, words: int, kills: int, restart: bool, feed_s: float = 40.0
+) -> dict[str, Any]:
+    """``measure``, plus what bench/run.py plots: the committed output over time (a
+    read_committed reader tailing the output, words/s per 0.5 s), the kills and the completed
+    checkpoints, in seconds since the job started."""
     tmp = tempfile.mkdtemp(prefix="recovery-")  # kept: the processes' logs are there
-    print(f"logs in {tmp}", flush=True)
+    print(f"logs in {tmp}", file=sys.stderr, flush=True)
     run = JobRun(bootstrap, Path(tmp), interval_ms=1000)
-    lines = [line.encode() for line in corpus.lines(words, seed=5)]
-    step = len(lines) // 200 + 1
+    text = list(corpus.lines(words, seed=5))
+    lines = [line.encode() for line in text]
+    chunks = max(1, int(feed_s / 0.2))
+    step = len(lines) // chunks + 1
+    # The coordinator would create the output with one partition per keyed task; created here
+    # the same way, so that the watcher can follow it from the start.
+    create_topic(bootstrap, run.settings.output_topic, run.settings.shuffle_partitions)
+    watcher = OutputWatcher(bootstrap, run.settings.output_topic, dict(exact_counts(text)))
+    del text
 
     def feed() -> None:
-        # Spread over ~40 s, so that every kill lands in a busy stream.
+        # Spread over ``feed_s``, so that every kill lands in a busy stream.
         for i in range(0, len(lines), step):
             run.produce(lines[i : i + step])
             time.sleep(0.2)
 
     feeding = threading.Thread(target=feed, daemon=True)
     kill_times: list[float] = []
+    watcher.start()
+    started = time.time()
     try:
         run.start_coordinator(exit_when_idle=True)
         run.start_worker(0)
@@ -83,8 +106,10 @@ def measure(bootstrap: str, words: int, kills: int, restart: bool) -> list[float
         run.wait_idle(600)
         run.verify_exactly_once()
         messages = _control_messages(run)
+        checkpoints = completed_checkpoints(bootstrap, run.job)
     finally:
         run.stop()
+        watcher.close()
     results = []
     for killed_at in kill_times:
         assignments = [
@@ -98,7 +123,16 @@ def measure(bootstrap: str, words: int, kills: int, restart: bool) -> list[float
                 first.setdefault(m.task, ts)
         assert first.keys() == tasks, f"tasks never recovered: {tasks - first.keys()}"
         results.append(max(first.values()) - killed_at)
-    return results
+    return {
+        "times": results,
+        "timeline": {
+            "rates": rates(watcher.progress, started),
+            "kills": [round(k - started, 3) for k in kill_times],
+            "checkpoints_completed": [
+                round(float(c["completed_at"]) - started, 3) for c in checkpoints
+            ],
+        },
+    }
 
 
 def main() -> None:

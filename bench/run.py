@@ -9,15 +9,18 @@ per word is the exact count, nothing unknown; for this project also strictly inc
 before its figures count.
 
 Phases: throughput and resources (every system), latency at a fixed input rate (every system
-that sustains it), recovery after SIGKILL (this project, full mode only: bench/recovery.py).
+that sustains it), state-size scaling of this project's checkpoints (bench/scaling.py),
+recovery after SIGKILL (this project, full mode only: bench/recovery.py).
 
-    python bench/run.py --quick          # 300k words, no recovery: a few minutes
-    python bench/run.py                  # 4M words, latency, recovery
+    python bench/run.py --quick          # 300k words, 100k/1M keys, no recovery: ~3.5 minutes
+    python bench/run.py                  # 4M words, 1M/10M keys, recovery: ~10-15 minutes
     python bench/run.py --systems processor --words 1000000 --no-latency
-    python bench/run.py --render bench/results/<timestamp>.json   # latest.md from a result
+    python bench/run.py --quick --results-dir /tmp/bench     # CI: leaves bench/results alone
+    python bench/run.py --render bench/results/<timestamp>.json   # latest.md/.png from a result
 
-Writes bench/results/<timestamp>.json and bench/results/latest.md; progress goes to stderr,
-and the last line on stdout is one JSON object with the headline figures.
+Writes <results-dir>/<timestamp>.json and .png (the figure, bench/plot.py), latest.md and
+latest.png (default results dir: bench/results); progress goes to stderr, and the last line on
+stdout is one JSON object with the headline figures.
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -54,15 +58,21 @@ from bench.measure import (  # noqa: E402
     machine_busy_s,
     process_cpu_s,
     produce_all,
+    rates,
 )
 from bench.peers.base import Job, Peer, Running  # noqa: E402
 from bench.peers.kstreams_peer import KafkaStreamsPeer  # noqa: E402
 from bench.peers.processor_peer import (  # noqa: E402
     ProcessorPeer,
     blocked_in_checkpoints,
+    checkpoint_markers,
     checkpoint_stats,
+    checkpoint_summary,
+    completed_checkpoints,
+    pipeline_breakdown,
 )
 from bench.peers.quix_peer import QuixPeer  # noqa: E402
+from bench.scaling import state_scaling  # noqa: E402
 from processor.commands import corpus  # noqa: E402
 from processor.kafka.broker import LocalBroker  # noqa: E402
 
@@ -88,10 +98,18 @@ class Mode:
     latency_s: float
     recovery_words: int  # 0: no recovery phase
     timeout_s: float  # for one system to reach the exact output
+    scaling_keys: tuple[int, ...]  # state sizes of the state-scaling phase (distinct keys)
+    scaling_trickle_s: float  # steady state measured after each state is built
 
 
-QUICK = Mode("quick", 300_000, (20_000, 5_000), 3.0, 10.0, 0, 240.0)
-FULL = Mode("full", 4_000_000, (20_000, 5_000), 5.0, 30.0, 2_000_000, 1200.0)
+QUICK = Mode("quick", 300_000, (20_000, 5_000), 3.0, 10.0, 0, 240.0, (100_000, 1_000_000), 10.0)
+FULL = Mode(
+    "full", 4_000_000, (20_000, 5_000), 5.0, 30.0, 2_000_000, 1200.0, (1_000_000, 10_000_000), 20.0
+)
+# matplotlib draws the figure; never a dependency of the project (see plot_python).
+MATPLOTLIB = "3.10.8"
+MATPLOTLIB_VENV = Path.home() / ".cache" / "processor" / f"bench-matplotlib-{MATPLOTLIB}"
+PLOT = Path(__file__).resolve().parent / "plot.py"
 
 
 def say(text: str) -> None:
@@ -109,8 +127,10 @@ def throughput(
     workdir: Path,
     run_id: str,
     timeout: float,
+    on_start: Callable[[Running], object] | None = None,
 ) -> dict[str, Any]:
-    """A full backlog, then the system: how fast the exact result is committed, at what cost."""
+    """A full backlog, then the system: how fast the exact result is committed, at what cost.
+    ``on_start`` is called right after the system started (bench/profile_workers.py)."""
     name, bootstrap = peer.name, broker.bootstrap
     words = sum(expected.values())
     job = Job(
@@ -131,7 +151,7 @@ def throughput(
     watcher = OutputWatcher(bootstrap, job.output_topic, expected)
     watcher.start()
     try:
-        return _throughput(peer, job, watcher, broker, words, len(lines), timeout)
+        return _throughput(peer, job, watcher, broker, words, len(lines), timeout, on_start)
     finally:
         watcher.close()
 
@@ -144,6 +164,7 @@ def _throughput(
     words: int,
     lines: int,
     timeout: float,
+    on_start: Callable[[Running], object] | None = None,
 ) -> dict[str, Any]:
     name, bootstrap = peer.name, job.bootstrap
     broker_pid = int(broker.pid_file.read_text().strip())
@@ -160,6 +181,8 @@ def _throughput(
     exact_at = exited_at = None
     cpu_at_exact = broker_cpu = bench_cpu = machine_cpu = 0.0
     try:
+        if on_start is not None:
+            on_start(running)
         exact_at = watcher.wait_exact(timeout, alive=lambda: _both_alive(running, broker))
         cpu_at_exact = sampler.sample()
         broker_cpu = process_cpu_s(broker_pid) - broker_cpu_before
@@ -241,9 +264,23 @@ def _throughput(
             "exit_after_exact_s": round(exited_at - exact_at, 3) if exited_at else None,
         }
     )
+    result["timeline"] = {"t0": round(first, 3), "rates": rates(watcher.progress, first)}
     if isinstance(peer, ProcessorPeer):
         result["checkpoints"] = checkpoint_stats(running)
         result["checkpoint_blocking"] = blocked_in_checkpoints(bootstrap, job.name, first, exact_at)
+        history = completed_checkpoints(bootstrap, job.name)
+        # Checkpoints triggered after the first record was consumed and completed by the time
+        # the output was exact: the ones that carried the backlog.
+        result["checkpoint_summary"] = checkpoint_summary(history, first, exact_at)
+        result["checkpoint_summary_all"] = checkpoint_summary(history)
+        result["timeline"]["checkpoints"] = [
+            {
+                "id": c["id"],
+                "triggered_at": round(c["triggered_at"] - first, 3),
+                "completed_at": round(c["completed_at"] - first, 3),
+            }
+            for c in checkpoint_markers(history)
+        ]
     say(
         f"{name}: {result['words_per_s']:,} words/s, startup {result['startup_s']}s, "
         f"{result['cpu_s_per_million_words']} CPU s/M words, peak RSS "
@@ -261,9 +298,11 @@ def latency(
     workdir: Path,
     run_id: str,
     seed: int = 7,
+    on_ready: Callable[[Running], object] | None = None,
 ) -> dict[str, Any]:
     """Input at a fixed rate; per line, the time until every word of it shows a count that
-    includes it in the committed output."""
+    includes it in the committed output. ``on_ready`` is called once the system is up, right
+    before the input starts (bench/profile_workers.py attaches py-spy there)."""
     name, bootstrap = peer.name, broker.bootstrap
     job = Job(
         bootstrap=bootstrap,
@@ -283,7 +322,7 @@ def latency(
     watcher = OutputWatcher(bootstrap, job.output_topic, expected, record_times=True)
     watcher.start()
     try:
-        return _latency(peer, broker, job, watcher, lines, probe, rate, mode)
+        return _latency(peer, broker, job, watcher, lines, probe, rate, mode, on_ready)
     finally:
         watcher.close()
 
@@ -297,6 +336,7 @@ def _latency(
     probe: str,
     rate: int,
     mode: Mode,
+    on_ready: Callable[[Running], object] | None = None,
 ) -> dict[str, Any]:
     name, bootstrap = peer.name, job.bootstrap
     say(f"{name}: latency at {rate:,} words/s for {mode.latency_s:.0f}s")
@@ -309,6 +349,8 @@ def _latency(
         _wait(lambda: probe in watcher.current or not _both_alive(running, broker), 120, watcher)
         if probe not in watcher.current:
             raise RuntimeError("the system never processed the probe line")
+        if on_ready is not None:
+            on_ready(running)
         started = time.time()
         producer.start()
         producer.join(mode.latency_warmup_s + mode.latency_s + 120)
@@ -331,6 +373,13 @@ def _latency(
         lines, producer.sent_at, watcher.seen, skip_before=started + mode.latency_warmup_s
     )
     result.update(figures)
+    if isinstance(peer, ProcessorPeer):
+        # The measured window: after the warm-up, until the last line was sent.
+        window = (started + mode.latency_warmup_s, producer.sent_at[-1])
+        result["checkpoints"] = checkpoint_summary(
+            completed_checkpoints(bootstrap, job.name), *window
+        )
+        result["pipeline_ms"] = pipeline_breakdown(bootstrap, job.name, *window)
     say(f"{name}: latency p50 {figures.get('p50_ms')} ms, p99 {figures.get('p99_ms')} ms")
     return result
 
@@ -372,16 +421,90 @@ def _wait(predicate: Any, timeout: float, watcher: OutputWatcher) -> None:
 
 
 def recovery(bootstrap: str, words: int) -> dict[str, Any]:
-    from bench.recovery import measure
+    from bench.recovery import measure_run
 
     say(f"processor: recovery after SIGKILL of a worker (bench/recovery.py, {words:,} words)")
     try:
-        times = measure(bootstrap, words, kills=1, restart=True)
+        measured = measure_run(bootstrap, words, kills=1, restart=True)
     except (AssertionError, RuntimeError, TimeoutError) as exc:
         say(f"processor: recovery FAILED: {exc}")
         return {"error": str(exc), "recovery_s": None}
+    times = measured["times"]
     say(f"processor: recovered in {times[0]:.2f}s")
-    return {"recovery_s": round(statistics.median(times), 3), "all_s": [round(t, 3) for t in times]}
+    return {
+        "recovery_s": round(statistics.median(times), 3),
+        "all_s": [round(t, 3) for t in times],
+        "timeline": measured["timeline"],
+    }
+
+
+def scaling(bootstrap: str, mode: Mode, workdir: Path, run_id: str) -> dict[str, Any]:
+    """Checkpoint duration and size against the state size (bench/scaling.py)."""
+    out: dict[str, Any] = {}
+    for keys in mode.scaling_keys:
+        try:
+            out[str(keys)] = state_scaling(
+                bootstrap,
+                keys,
+                workdir,
+                run_id,
+                partitions=PARTITIONS,
+                interval_ms=INTERVAL_MS,
+                parallelism=PARALLELISM,
+                trickle_s=mode.scaling_trickle_s,
+                say=say,
+            )
+        except BrokerDied:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported, the run goes on
+            traceback.print_exc()
+            out[str(keys)] = {"keys": keys, "error": repr(exc)}
+    return out
+
+
+# ------------------------------------------------------------------------------ plot
+
+
+def plot_python() -> str:
+    """An interpreter that can import matplotlib: this one if it can, else a virtualenv of the
+    bench's own (created on first use), so that the project's environment stays as it is."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is not None:
+        return sys.executable
+    python = MATPLOTLIB_VENV / "bin" / "python"
+    check = [str(python), "-c", "import matplotlib"]
+    if python.exists() and subprocess.run(check, capture_output=True, check=False).returncode == 0:
+        return str(python)
+    say(
+        f"matplotlib is not installed in {sys.prefix}: installing matplotlib=={MATPLOTLIB} "
+        f"into {MATPLOTLIB_VENV} for the figure (once; the project's environment is not touched)"
+    )
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(MATPLOTLIB_VENV)], check=True)
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", f"matplotlib=={MATPLOTLIB}"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        raise RuntimeError(f"pip install matplotlib=={MATPLOTLIB} failed: {' | '.join(tail)}")
+    return str(python)
+
+
+def write_plot(python: str, source: Path, out: Path) -> None:
+    done = subprocess.run(
+        [python, str(PLOT), str(source), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode != 0 or not out.exists():
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        raise RuntimeError(f"bench/plot.py failed: {' | '.join(tail)}")
 
 
 # ------------------------------------------------------------------------------ report
@@ -391,7 +514,8 @@ def _fmt(value: Any, digits: int = 0) -> str:
     if value is None:
         return "-"
     if isinstance(value, float | int):
-        return f"{value:,.{digits}f}"
+        text = f"{value:,.{digits}f}"
+        return text[1:] if text.startswith("-") and not text.strip("-0.,") else text
     return str(value)
 
 
@@ -476,6 +600,9 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"processor: recovery after SIGKILL {_fmt(head['processor']['recovery_s'], 2)} s; "
         f"task time blocked in checkpoint steps {_fmt(head['checkpoint_overhead_pct'], 2)} %.",
+        *_checkpoint_tables(report, rates),
+        "",
+        f"![throughput over time, checkpoints, recovery, state scaling]({report['timestamp']}.png)",
         "",
         "* words/s: input words / (first input record consumed -> every count exact in the "
         "committed output, seen by a read_committed reader). incl. startup: from process start.",
@@ -491,6 +618,106 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _mb(value: Any) -> str:
+    return f"{value / 1e6:,.2f}" if isinstance(value, int | float) else "-"
+
+
+def _ack_cells(summary: dict[str, Any]) -> str:
+    keyed = summary.get("keyed_ack_ms") or {}
+    return " / ".join(
+        _fmt((keyed.get(k) or {}).get("p50"), 0) for k in ("alignment", "sync", "upload", "commit")
+    )
+
+
+def _checkpoint_row(label: str, c: dict[str, Any]) -> str:
+    if not c.get("completed"):
+        return f"| {label} | 0 | | | | | |"
+    return (
+        f"| {label} | {c['completed']} | {_fmt(c.get('duration_ms_p50'))} / "
+        f"{_fmt(c.get('duration_ms_p99'))} | {_mb(c.get('uploaded_bytes_p50'))} / "
+        f"{_mb(c.get('uploaded_bytes_max'))} | {_mb(c.get('full_bytes_p50'))} "
+        f"| {_fmt(c.get('uploaded_over_full_pct'), 1)} % | {_ack_cells(c)} |"
+    )
+
+
+def _checkpoint_tables(report: dict[str, Any], rates: list[int]) -> list[str]:
+    """This project's checkpoints: duration and size per phase, the latency pipeline, the
+    state-size scaling."""
+    ours = report["systems"].get("processor", {})
+    out = [
+        "",
+        "processor checkpoints (duration: trigger to the last task's acknowledgement; uploaded: "
+        "what the incremental snapshot copied; full: the size of all snapshots of the checkpoint):",
+        "",
+        "| phase | checkpoints | duration p50 / p99 ms | uploaded p50 / max MB | full p50 MB "
+        "| Σ uploaded / Σ full | keyed ack p50 ms: align / sync / upload / commit |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    if ours.get("checkpoint_summary"):
+        out.append(_checkpoint_row("throughput (backlog)", ours["checkpoint_summary"]))
+    for rate in rates:
+        lr = report["latency"].get(str(rate), {}).get("processor", {})
+        if lr.get("checkpoints"):
+            out.append(_checkpoint_row(f"latency at {rate:,} words/s", lr["checkpoints"]))
+    scaling = report.get("state_scaling") or {}
+    for keys, run in scaling.items():
+        if run.get("steady"):
+            out.append(_checkpoint_row(f"{int(keys):,} keys, steady trickle", run["steady"]))
+    for rate in rates[:1]:
+        pipe = report["latency"].get(str(rate), {}).get("processor", {}).get("pipeline_ms")
+        if not pipe or not pipe.get("checkpoints"):
+            continue
+        keys = [
+            ("trigger_to_sources_committed", "trigger -> sources committed"),
+            ("sources_committed_to_keyed_committed", "-> keyed committed"),
+            ("trigger_to_keyed_committed", "trigger -> keyed committed"),
+            ("alignment", "keyed: alignment"),
+            ("sync", "sync"),
+            ("upload", "upload"),
+            ("commit", "commit"),
+            ("keyed_unaccounted", "rest (polls, waits)"),
+            ("source_commit", "source commit"),
+        ]
+        out += [
+            "",
+            f"processor, where a checkpoint's time goes at {rate:,} words/s "
+            f"({pipe['checkpoints']} checkpoints; control-topic timestamps and ack fields; "
+            "p50 / p99 ms):",
+            "",
+            "| " + " | ".join(label for _, label in keys) + " |",
+            "|" + " ---: |" * len(keys),
+            "| "
+            + " | ".join(
+                f"{_fmt(pipe[k]['p50'])} / {_fmt(pipe[k]['p99'])}" for k, _ in keys if k in pipe
+            )
+            + " |",
+        ]
+    runs = [(int(k), v) for k, v in scaling.items()]
+    if runs:
+        out += [
+            "",
+            "processor, state-size scaling (N distinct keys, built from a backlog, then a trickle "
+            "of 2,000 updates/s to random keys; steady = checkpoints during the trickle):",
+            "",
+            "| keys | build s (keys/s) | steady checkpoints | duration p50 / p99 / max ms "
+            "| uploaded p50 / max MB | full p50 MB | peak RSS MB |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for keys, run in sorted(runs):
+            c = run.get("steady") or {}
+            if run.get("error") or not c.get("completed"):
+                out.append(f"| {keys:,} | {run.get('error', 'no steady checkpoints')} | | | | | |")
+                continue
+            out.append(
+                f"| {keys:,} | {_fmt(run.get('build_s'), 1)} ({_fmt(run.get('build_keys_per_s'))})"
+                f" | {c['completed']} | {_fmt(c.get('duration_ms_p50'))} / "
+                f"{_fmt(c.get('duration_ms_p99'))} / {_fmt(c.get('duration_ms_max'))} "
+                f"| {_mb(c.get('uploaded_bytes_p50'))} / {_mb(c.get('uploaded_bytes_max'))} "
+                f"| {_mb(c.get('full_bytes_p50'))} | {_fmt(run.get('peak_rss_mb'))} |"
+            )
+    return out
 
 
 # ------------------------------------------------------------------------------ main
@@ -512,7 +739,9 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="300k words, no recovery")
+    parser.add_argument(
+        "--quick", action="store_true", help="300k words, 100k/1M keys, no recovery"
+    )
     parser.add_argument("--words", type=int, help="corpus size per system")
     parser.add_argument("--systems", default=",".join(PEERS), help="comma-separated subset")
     parser.add_argument(
@@ -520,13 +749,34 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--no-recovery", action="store_true")
+    parser.add_argument("--no-scaling", action="store_true", help="no state-scaling phase")
+    parser.add_argument(
+        "--scaling-keys", help="state sizes (distinct keys) of the scaling phase, comma-separated"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (broker, logs)")
     parser.add_argument(
-        "--render", type=Path, metavar="JSON", help="only rewrite latest.md from a results file"
+        "--results-dir",
+        type=Path,
+        default=RESULTS,
+        help=f"where <timestamp>.json/.png and latest.md/.png go (default {RESULTS})",
+    )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="only rewrite latest.md and the figures (<JSON>.png, latest.png) from a results file",
     )
     args = parser.parse_args(argv)
+    results: Path = args.results_dir
     if args.render:
-        (RESULTS / "latest.md").write_text(markdown(json.loads(args.render.read_text())))
+        rendered = json.loads(args.render.read_text())
+        results.mkdir(parents=True, exist_ok=True)
+        (results / "latest.md").write_text(markdown(rendered))
+        png = args.render.with_suffix(".png")
+        write_plot(plot_python(), args.render, png)
+        if png != results / "latest.png":
+            shutil.copyfile(png, results / "latest.png")
+        say(f"wrote {results / 'latest.md'}, {png} and {results / 'latest.png'}")
         return 0
     mode = QUICK if args.quick else FULL
     if args.words:
@@ -534,6 +784,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.latency_rates:
         rates = tuple(int(r) for r in args.latency_rates.split(","))
         mode = Mode(**{**mode.__dict__, "latency_rates": rates})
+    if args.scaling_keys:
+        sizes = tuple(int(k) for k in args.scaling_keys.split(","))
+        mode = Mode(**{**mode.__dict__, "scaling_keys": sizes})
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
     unknown = set(names) - PEERS.keys()
     if unknown:
@@ -543,6 +796,8 @@ def main(argv: list[str] | None = None) -> int:
     for peer in peers:
         say(f"preparing {peer.title}")
         peer.prepare()
+    say("preparing matplotlib (for the figure)")
+    plotter = plot_python()
 
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_id = stamp.replace("-", "")
@@ -566,6 +821,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "systems": {},
         "latency": {},
+        "state_scaling": {},
         "recovery": None,
     }
     failed = False
@@ -612,6 +868,9 @@ def main(argv: list[str] | None = None) -> int:
                     except Exception as exc:  # noqa: BLE001 - reported, the run goes on
                         traceback.print_exc()
                         at_rate[peer.name] = {"rate_words_per_s": rate, "error": repr(exc)}
+            if mode.scaling_keys and not args.no_scaling and "processor" in names:
+                report["state_scaling"] = scaling(broker.bootstrap, mode, tmp, run_id)
+                failed |= any("error" in r for r in report["state_scaling"].values())
             if mode.recovery_words and not args.no_recovery and "processor" in names:
                 report["recovery"] = recovery(broker.bootstrap, mode.recovery_words)
         except BrokerDied as exc:
@@ -630,12 +889,20 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(tmp, ignore_errors=True)
 
     report["headline"] = _headline(report)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{stamp}.json").write_text(json.dumps(report, indent=2) + "\n")
+    results.mkdir(parents=True, exist_ok=True)
+    source = results / f"{stamp}.json"
+    source.write_text(json.dumps(report, indent=2) + "\n")
     table = markdown(report)
-    (RESULTS / "latest.md").write_text(table)
+    (results / "latest.md").write_text(table)
     print(table, file=sys.stderr)
-    say(f"wrote {RESULTS / (stamp + '.json')} and {RESULTS / 'latest.md'}")
+    png = results / f"{stamp}.png"
+    try:
+        write_plot(plotter, source, png)
+        shutil.copyfile(png, results / "latest.png")
+        say(f"wrote {source}, {png}, {results / 'latest.md'} and {results / 'latest.png'}")
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        failed = True
+        say(f"wrote {source} and {results / 'latest.md'}; the figure FAILED: {exc}")
     print(json.dumps(report["headline"]), flush=True)
     return 1 if failed else 0
 
@@ -663,7 +930,6 @@ def _headline(report: dict[str, Any]) -> dict[str, Any]:
 
 def _source_version() -> dict[str, Any]:
     """The commit measured, and which files of the project differed from it (uncommitted)."""
-    import subprocess
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from bench.measure import percentile
 from bench.peers.base import Job, Peer, Running, spawn
 
 # The worker logs this just before a source task's first consume call.
@@ -80,6 +81,192 @@ def checkpoint_stats(running: Running) -> dict[str, Any]:
     }
 
 
+def read_json_topic(
+    bootstrap: str, topic: str, group: str, timeout: float = 60
+) -> list[tuple[float, dict[str, Any]]]:
+    """Every JSON record of the one-partition ``topic`` up to its end, with its Kafka timestamp
+    (seconds); an absent topic is empty."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+    out: list[tuple[float, dict[str, Any]]] = []
+    try:
+        info = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            return out
+        tp = TopicPartition(topic, 0)
+        _, high = consumer.get_watermark_offsets(tp, timeout=10)
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        position = 0
+        deadline = time.monotonic() + timeout
+        while position < high and time.monotonic() < deadline:
+            for msg in consumer.consume(10_000, 0.5):
+                if msg.error() is not None:
+                    continue
+                position = max(position, (msg.offset() or 0) + 1)
+                try:
+                    body = json.loads(msg.value() or b"")
+                except ValueError:
+                    continue
+                if isinstance(body, dict):
+                    out.append((msg.timestamp()[1] / 1000, body))
+    finally:
+        consumer.close()
+    return out
+
+
+def completed_checkpoints(bootstrap: str, job: str) -> list[dict[str, Any]]:
+    """The job's completed checkpoints as the coordinator recorded them in ``<job>.checkpoints``
+    (id, triggered_at, completed_at, duration_s, uploaded_bytes, state_bytes, records_in, and
+    per task its acknowledgement's figures), by id."""
+    by_id = {
+        int(body["id"]): body
+        for _, body in read_json_topic(bootstrap, f"{job}.checkpoints", f"{job}.bench-history")
+        if "id" in body
+    }
+    return [by_id[i] for i in sorted(by_id)]
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(1000 * value, 1)
+
+
+def checkpoint_summary(
+    records: list[dict[str, Any]], start: float | None = None, end: float | None = None
+) -> dict[str, Any]:
+    """Duration and size of the completed checkpoints triggered at or after ``start`` and
+    completed by ``end``.
+
+    duration: trigger to the last task's acknowledgement (the coordinator's figure).
+    uploaded: what the checkpoint copied to storage (incremental: only SST files no earlier
+    checkpoint of the task stored, plus the small per-checkpoint files); full: the size of
+    every task's snapshot, what a non-incremental checkpoint would copy. Per phase, the
+    acknowledgements of the keyed tasks (alignment, sync, upload, commit) and of the source
+    tasks (sync, commit), p50 / p99 in ms.
+    """
+    chosen = [
+        r
+        for r in records
+        if (start is None or float(r["triggered_at"]) >= start)
+        and (end is None or float(r["completed_at"]) <= end)
+    ]
+    if not chosen:
+        return {"completed": 0}
+    durations = [float(r["duration_s"]) for r in chosen]
+    uploaded = [int(r.get("uploaded_bytes", 0)) for r in chosen]
+    full = [int(r.get("state_bytes", 0)) for r in chosen]
+    keyed: dict[str, list[float]] = {k: [] for k in ("alignment_s", "sync_s", "upload_s")}
+    keyed["commit_s"] = []
+    source: dict[str, list[float]] = {"sync_s": [], "commit_s": []}
+    for r in chosen:
+        for task, ack in (r.get("tasks") or {}).items():
+            into = source if task.startswith("split-") else keyed
+            for key, values in into.items():
+                values.append(float(ack.get(key, 0.0)))
+    return {
+        "completed": len(chosen),
+        "duration_ms_p50": _ms(percentile(durations, 50)),
+        "duration_ms_p99": _ms(percentile(durations, 99)),
+        "duration_ms_max": _ms(max(durations)),
+        "uploaded_bytes_p50": percentile(uploaded, 50),
+        "uploaded_bytes_max": max(uploaded),
+        "uploaded_bytes_total": sum(uploaded),
+        "full_bytes_p50": percentile(full, 50),
+        "full_bytes_max": max(full),
+        "full_bytes_total": sum(full),
+        # What incremental snapshots saved: uploaded / what full snapshots would have copied.
+        "uploaded_over_full_pct": round(100 * sum(uploaded) / sum(full), 2) if sum(full) else None,
+        "keyed_ack_ms": {
+            k.removesuffix("_s"): {"p50": _ms(percentile(v, 50)), "p99": _ms(percentile(v, 99))}
+            for k, v in keyed.items()
+        },
+        "source_ack_ms": {
+            k.removesuffix("_s"): {"p50": _ms(percentile(v, 50)), "p99": _ms(percentile(v, 99))}
+            for k, v in source.items()
+        },
+    }
+
+
+def checkpoint_markers(records: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """For the plot: when each checkpoint was triggered and completed (wall time)."""
+    return [
+        {
+            "id": int(r["id"]),
+            "triggered_at": round(float(r["triggered_at"]), 3),
+            "completed_at": round(float(r["completed_at"]), 3),
+        }
+        for r in records
+    ]
+
+
+def pipeline_breakdown(bootstrap: str, job: str, start: float, end: float) -> dict[str, Any]:
+    """Where the time goes from a checkpoint trigger to its committed output, per checkpoint
+    triggered in [start, end], from the control topic (Kafka timestamps of the trigger and of
+    every task's acknowledgement, which a task sends right after its commit) and the figures
+    in the acknowledgements. p50 / p99 over the checkpoints, in ms:
+
+    * ``trigger_to_sources_committed``: trigger record -> the last source task acknowledged
+      (trigger delivery to the worker, the source noticing it, flush, barriers, offsets,
+      commit);
+    * ``sources_committed_to_keyed_committed``: -> the last keyed task acknowledged (fetch of
+      the now committed shuffle records and barriers, alignment, flush to RocksDB and the
+      output, offsets, RocksDB checkpoint, upload, then the commit);
+    * ``trigger_to_keyed_committed``: the sum, the pipeline's share of a record's latency;
+    * per keyed acknowledgement: ``alignment``, ``sync``, ``upload``, ``commit``, and
+      ``keyed_unaccounted`` = its time from the last source ack to its own ack minus those
+      (polling and waiting on the consumer, and the GIL).
+    """
+    messages = read_json_topic(bootstrap, f"{job}.control", f"{job}.bench-breakdown")
+    triggers = {
+        int(b["checkpoint"]): ts
+        for ts, b in messages
+        if b.get("kind") == "trigger" and start <= ts <= end
+    }
+    acks: dict[int, list[tuple[float, dict[str, Any]]]] = {}
+    for ts, b in messages:
+        if b.get("kind") == "ack" and int(b.get("checkpoint", -1)) in triggers:
+            acks.setdefault(int(b["checkpoint"]), []).append((ts, b))
+    tasks = {b["task"] for entries in acks.values() for _, b in entries}
+    series: dict[str, list[float]] = {
+        "trigger_to_sources_committed": [],
+        "sources_committed_to_keyed_committed": [],
+        "trigger_to_keyed_committed": [],
+        "alignment": [],
+        "sync": [],
+        "upload": [],
+        "commit": [],
+        "keyed_unaccounted": [],
+        "source_commit": [],
+    }
+    for checkpoint, entries in acks.items():
+        if {b["task"] for _, b in entries} != tasks:
+            continue  # not every task acknowledged it (declined, or at the edges)
+        triggered = triggers[checkpoint]
+        sources = [(ts, b) for ts, b in entries if b["task"].startswith("split-")]
+        keyed = [(ts, b) for ts, b in entries if not b["task"].startswith("split-")]
+        if not sources or not keyed:
+            continue
+        sources_done = max(ts for ts, _ in sources)
+        keyed_done = max(ts for ts, _ in keyed)
+        series["trigger_to_sources_committed"].append(sources_done - triggered)
+        series["sources_committed_to_keyed_committed"].append(keyed_done - sources_done)
+        series["trigger_to_keyed_committed"].append(keyed_done - triggered)
+        series["source_commit"] += [float(b.get("commit_s", 0.0)) for _, b in sources]
+        for ts, b in keyed:
+            parts = {k: float(b.get(f"{k}_s", 0.0)) for k in ("alignment", "sync", "upload")}
+            parts["commit"] = float(b.get("commit_s", 0.0))
+            for k, v in parts.items():
+                series[k].append(v)
+            series["keyed_unaccounted"].append(max(0.0, ts - sources_done - sum(parts.values())))
+    return {
+        "checkpoints": len(series["trigger_to_keyed_committed"]),
+        **{
+            k: {"p50": _ms(percentile(v, 50)), "p99": _ms(percentile(v, 99))}
+            for k, v in series.items()
+        },
+    }
+
+
 def blocked_in_checkpoints(bootstrap: str, job: str, start: float, end: float) -> dict[str, Any]:
     """Time the task threads spent in synchronous checkpoint steps within [start, end].
 
@@ -89,35 +276,11 @@ def blocked_in_checkpoints(bootstrap: str, job: str, start: float, end: float) -
     in the window, as a share of the tasks' total time in it (tasks x window). Alignment and
     the snapshot upload run while processing continues and are reported, not counted.
     """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{job}.bench-control",
-            "enable.auto.commit": False,
-        }
-    )
-    topic = f"{job}.control"
-    acks: list[dict[str, Any]] = []
-    try:
-        tp = TopicPartition(topic, 0)
-        _, high = consumer.get_watermark_offsets(tp, timeout=10)
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        position = 0
-        deadline = time.monotonic() + 60
-        while position < high and time.monotonic() < deadline:
-            for msg in consumer.consume(10_000, 0.5):
-                if msg.error() is not None:
-                    continue
-                position = max(position, (msg.offset() or 0) + 1)
-                ts = msg.timestamp()[1] / 1000
-                try:
-                    body = json.loads(msg.value() or b"")
-                except ValueError:
-                    continue
-                if body.get("kind") == "ack" and start <= ts <= end:
-                    acks.append(body)
-    finally:
-        consumer.close()
+    acks = [
+        body
+        for ts, body in read_json_topic(bootstrap, f"{job}.control", f"{job}.bench-control")
+        if body.get("kind") == "ack" and start <= ts <= end
+    ]
     tasks = {a["task"] for a in acks}
     if not tasks or end <= start:
         return {"tasks": 0, "blocked_pct": None}
@@ -133,4 +296,19 @@ def blocked_in_checkpoints(bootstrap: str, job: str, start: float, end: float) -
         "blocked_pct": round(100 * blocked / task_seconds, 2),
         "alignment_s": round(align, 3),
         "upload_s": round(upload, 3),
+        # The figure by kind of task and step, in % of all tasks' time: what dominates it.
+        "blocked_pct_by_step": {
+            f"{kind} {step}": round(
+                100
+                * sum(
+                    float(a[f"{step}_s"])
+                    for a in acks
+                    if a["task"].startswith("split-") == (kind == "source")
+                )
+                / task_seconds,
+                2,
+            )
+            for kind in ("source", "keyed")
+            for step in ("sync", "commit")
+        },
     }

@@ -1,0 +1,75 @@
+"""bench/run.py --quick end to end: it runs, every system's output is verified, the report is
+complete. No timing is asserted: the figures depend on the machine and whatever else runs.
+
+The bench starts its own broker on 49092 (not the session's on 39092), builds the Kafka Streams
+jar with mvn and creates the Quix Streams (and, if needed, matplotlib) virtualenvs under
+~/.cache/processor on first use, and writes its results into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SYSTEMS = ("processor", "kafka_streams", "quix")
+# A fresh machine builds the jar and two virtualenvs first; the run itself takes ~4 minutes.
+TIMEOUT_S = 1500
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(TIMEOUT_S + 60)
+def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "bench/run.py", "--quick", "--results-dir", str(results)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    tail = done.stderr[-6000:]
+    assert done.returncode == 0, f"bench/run.py --quick exited with {done.returncode}:\n{tail}"
+
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"no output on stdout:\n{tail}"
+    headline = json.loads(lines[-1])
+    assert isinstance(headline, dict)
+    assert set(headline) == {"processor", "kafka_streams", "quix", "checkpoint_overhead_pct"}
+    assert set(headline["processor"]) == {"words_per_s", "p99_latency_ms", "recovery_s"}
+    assert set(headline["kafka_streams"]) == {"words_per_s"}
+    assert set(headline["quix"]) == {"words_per_s"}
+
+    reports = sorted(results.glob("*.json"))
+    assert len(reports) == 1, f"expected one results file in {results}: {reports}"
+    report = json.loads(reports[0].read_text())
+    assert report["headline"] == headline
+    for name in SYSTEMS:
+        system = report["systems"][name]
+        verification = system["verification"]
+        assert system["ok"], f"{name}: {system.get('error')}; {verification}"
+        assert verification["exact"], f"{name}: output not exact: {verification}"
+        assert verification["missing_words"] == verification["unknown_words"] == 0
+        assert verification["wrong_final"] == 0
+        assert isinstance(headline[name]["words_per_s"], int)
+    assert report["systems"]["processor"]["verification"]["not_increasing_updates"] == 0
+    # Every latency run that was measured read back an exact output.
+    for by_system in report["latency"].values():
+        for name, run in by_system.items():
+            if "skipped" not in run:
+                assert run.get("verified_exact"), f"{name}: latency run: {run}"
+    for keys, run in report["state_scaling"].items():
+        assert "error" not in run, f"state scaling, {keys} keys: {run['error']}"
+        assert run["steady"]["completed"] > 0
+
+    assert (results / "latest.md").read_text().startswith("# Benchmark")
+    for png in (reports[0].with_suffix(".png"), results / "latest.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{png} is not a PNG"
