@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from processor.config import Settings
@@ -138,3 +138,18 @@ def ensure_topic(
             return count
         time.sleep(0.1)
     raise TimeoutError(f"topic {topic} was created but is not visible after {timeout}s")
+
+
+def consume_ready(consumer: Consumer, batch: int, wait: float) -> list[Message]:
+    """What is there now, or else the first record within ``wait`` with whatever came along.
+
+    ``consume(n, timeout)`` waits the whole timeout unless ``n`` records arrive, so on a
+    quiet stream every hop (control, source, shuffle) would add the full wait to latency.
+    """
+    msgs: list[Message] = consumer.consume(batch, 0)
+    if msgs:
+        return msgs
+    first = consumer.poll(wait)
+    if first is None:
+        return []
+    return [first, *consumer.consume(max(1, batch - 1), 0)]

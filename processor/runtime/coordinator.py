@@ -185,7 +185,7 @@ class CoordinatorService:
         try:
             while not stop.is_set():
                 now = time.monotonic()
-                for msg in control_consumer.consume(1000, 0.05):
+                for msg in clients.consume_ready(control_consumer, 1000, 0.05):
                     raw = msg.value()
                     if msg.error() is not None or not raw:
                         continue

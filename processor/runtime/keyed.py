@@ -99,7 +99,9 @@ class KeyedTask(Task):
             self.state = "running"
             while not self.ctx.stop.is_set():
                 self._finish_upload(out, block=False)
-                msgs = consumer.consume(s.consume_batch, 0.05)
+                # Waiting on an upload: look again soon, its commit is on the latency path.
+                wait = 0.005 if self._upload is not None else 0.05
+                msgs = clients.consume_ready(consumer, s.consume_batch, wait)
                 if msgs:
                     self._process(msgs, store, out, consumer)
         finally:

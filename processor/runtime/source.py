@@ -70,7 +70,7 @@ class SourceTask(Task):
             self.state = "running"
             extract = self.ctx.job.extract
             while not self.ctx.stop.is_set():
-                msgs = consumer.consume(s.consume_batch, 0.05)
+                msgs = clients.consume_ready(consumer, s.consume_batch, 0.05)
                 if msgs:
                     self._process(msgs, extract, out)
                     if len(self._combiner) >= s.flush_keys:

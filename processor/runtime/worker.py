@@ -92,7 +92,7 @@ class Worker:
         next_heartbeat = 0.0
         try:
             while not stop.is_set():
-                for msg in self._control.consume(1000, 0.05):
+                for msg in clients.consume_ready(self._control, 1000, 0.05):
                     raw = msg.value()
                     if msg.error() is None and raw:
                         self._handle(control.decode(raw))
