@@ -22,33 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.measure import OutputWatcher, create_topic, exact_counts, rates
 from bench.peers.processor_peer import completed_checkpoints
 from processor.commands import corpus
-from processor.kafka import clients
-from processor.models import control
-from tests.integration.harness import JobRun
-
-
-def _control_messages(run: JobRun) -> list[tuple[float, control.Message]]:
-    consumer = clients.consumer(run.settings, **{"group.id": f"{run.job}.bench"})
-    tp = TopicPartition(run.settings.control_topic, 0)
-    _, high = consumer.get_watermark_offsets(tp, timeout=10)
-    consumer.assign([TopicPartition(tp.topic, 0, OFFSET_BEGINNING)])
-    out: list[tuple[float, control.Message]] = []
-    position = 0
-    while position < high:
-        for msg in consumer.consume(10_000, 1.0):
-            position = max(position, (msg.offset() or 0) + 1)
-            message = control.decode(msg.value() or b"")
-            if message is not None:
-                out.append((msg.timestamp()[1] / 1000, message))
-    consumer.close()
-    return out
+from tests.integration.harness import JobRun, control_messages, recovery_times
 
 
 def measure(bootstrap: str, words: int, kills: int, restart: bool) -> list[float]:
@@ -105,24 +84,13 @@ def measure_run(
         feeding.join()
         run.wait_idle(600)
         run.verify_exactly_once()
-        messages = _control_messages(run)
+        messages = control_messages(run)
         checkpoints = completed_checkpoints(bootstrap, run.job)
     finally:
         run.stop()
         watcher.close()
-    results = []
-    for killed_at in kill_times:
-        assignments = [
-            m for ts, m in messages if isinstance(m, control.Assignment) and ts < killed_at
-        ]
-        owner = assignments[-1]
-        tasks = {t for t, w in owner.tasks.items() if w == "worker-0"}
-        first: dict[str, float] = {}
-        for ts, m in messages:
-            if isinstance(m, control.Ack) and ts > killed_at and m.task in tasks:
-                first.setdefault(m.task, ts)
-        assert first.keys() == tasks, f"tasks never recovered: {tasks - first.keys()}"
-        results.append(max(first.values()) - killed_at)
+    results = recovery_times(messages, [(k, "worker-0") for k in kill_times])
+    assert len(results) == len(kill_times), "a killed worker's tasks never committed again"
     return {
         "times": results,
         "timeline": {

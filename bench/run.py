@@ -73,6 +73,7 @@ from bench.peers.processor_peer import (  # noqa: E402
 )
 from bench.peers.quix_peer import QuixPeer  # noqa: E402
 from bench.scaling import state_scaling  # noqa: E402
+from bench.venvs import cached_venv  # noqa: E402
 from processor.commands import corpus  # noqa: E402
 from processor.kafka.broker import LocalBroker  # noqa: E402
 
@@ -473,9 +474,13 @@ def plot_python() -> str:
     if importlib.util.find_spec("matplotlib") is not None:
         return sys.executable
     python = MATPLOTLIB_VENV / "bin" / "python"
-    check = [str(python), "-c", "import matplotlib"]
-    if python.exists() and subprocess.run(check, capture_output=True, check=False).returncode == 0:
-        return str(python)
+    if not python.exists():
+        say(
+            f"matplotlib is not installed in {sys.prefix}: installing matplotlib=={MATPLOTLIB} "
+            f"into {MATPLOTLIB_VENV} for the figure (once; the project's environment is not "
+            "touched)"
+        )
+    return str(cached_venv(MATPLOTLIB_VENV, f"matplotlib=={MATPLOTLIB}", "import matplotlib"))
     say(
         f"matplotlib is not installed in {sys.prefix}: installing matplotlib=={MATPLOTLIB} "
         f"into {MATPLOTLIB_VENV} for the figure (once; the project's environment is not touched)"

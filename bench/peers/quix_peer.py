@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import ClassVar
 
 from bench.peers.base import Job, Peer, Running, spawn
+from bench.venvs import cached_venv
 
 VERSION = "3.28.1"
 # Its own virtualenv, outside the repository: quixstreams pins confluent-kafka < 2.13, and
@@ -27,28 +26,8 @@ class QuixPeer(Peer):
         return VENV / "bin" / "python"
 
     def prepare(self) -> None:
-        check = [
-            str(self.python),
-            "-c",
-            "import quixstreams, sys; sys.exit(quixstreams.__version__ != sys.argv[1])",
-            VERSION,
-        ]
-        if (
-            self.python.exists()
-            and subprocess.run(check, capture_output=True, check=False).returncode == 0
-        ):
-            return
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-        done = subprocess.run(
-            [str(self.python), "-m", "pip", "install", "-q", f"quixstreams=={VERSION}"],
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
-        if done.returncode != 0:
-            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-            raise RuntimeError(f"pip install quixstreams=={VERSION} failed: {' | '.join(tail)}")
+        check = f"import quixstreams, sys; sys.exit(quixstreams.__version__ != {VERSION!r})"
+        cached_venv(VENV, f"quixstreams=={VERSION}", check)
 
     def start(self, job: Job) -> Running:
         procs = []

@@ -50,7 +50,6 @@ class TransactionalOutput:
         )
         self._open = False
         self._stuck = False
-        self.produced = 0  # records in the open transaction
 
     def _deadline(self, what: str, timeout: float, call: Callable[[], T]) -> T:
         """Run a blocking transactional call, giving up after its timeout plus a grace."""
@@ -81,14 +80,9 @@ class TransactionalOutput:
             "init_transactions", timeout, lambda: self._producer.init_transactions(timeout)
         )
 
-    @property
-    def in_transaction(self) -> bool:
-        return self._open
-
     def _begin(self) -> None:
         self._producer.begin_transaction()
         self._open = True
-        self.produced = 0
 
     def produce(
         self,
@@ -112,7 +106,6 @@ class TransactionalOutput:
             except BufferError:
                 # The local queue is full: let librdkafka send, then retry this record.
                 self._producer.poll(0.05)
-        self.produced += 1
 
     def produce_many(self, topic: str, items: list[tuple[bytes, bytes]]) -> None:
         """Keyed records, partitioned by key (the hot path: no per-record keyword dicts)."""
@@ -132,7 +125,6 @@ class TransactionalOutput:
                         break
                     except BufferError:
                         self._producer.poll(0.05)
-        self.produced += len(items)
         self._producer.poll(0)
 
     def send_offsets(self, offsets: list[TopicPartition], consumer: Consumer) -> None:

@@ -11,8 +11,6 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["heartbeat", "assignment", "trigger", "ack", "decline"]
-
 
 @dataclass(frozen=True)
 class TaskStatus:

@@ -35,7 +35,6 @@ class TaskRunner:
     def __init__(self, task: Task) -> None:
         self.task = task
         self.error = ""
-        self.ended_at = 0.0
         self._thread = threading.Thread(target=self._run, name=task.ctx.task_id, daemon=True)
         self._thread.start()
 
@@ -48,7 +47,6 @@ class TaskRunner:
             self.error = f"{type(exc).__name__}: {exc}"
             log.error("task %s failed: %s", self.task.ctx.task_id, self.error)
         metrics.forget_task(self.task.settings.job_name, self.task.ctx.task_id)
-        self.ended_at = time.monotonic()
 
     @property
     def running(self) -> bool:
