@@ -481,22 +481,6 @@ def plot_python() -> str:
             "touched)"
         )
     return str(cached_venv(MATPLOTLIB_VENV, f"matplotlib=={MATPLOTLIB}", "import matplotlib"))
-    say(
-        f"matplotlib is not installed in {sys.prefix}: installing matplotlib=={MATPLOTLIB} "
-        f"into {MATPLOTLIB_VENV} for the figure (once; the project's environment is not touched)"
-    )
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(MATPLOTLIB_VENV)], check=True)
-    done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", f"matplotlib=={MATPLOTLIB}"],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if done.returncode != 0:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-        raise RuntimeError(f"pip install matplotlib=={MATPLOTLIB} failed: {' | '.join(tail)}")
-    return str(python)
 
 
 def write_plot(python: str, source: Path, out: Path) -> None:
