@@ -4,7 +4,7 @@
     python bench/profile_workers.py --phase latency [--rate 20000] [--seconds 20]
     python bench/profile_workers.py --phase throughput [--words 4000000]
 
-Starts the bench's broker (127.0.0.1:49092, so never together with bench/run.py), runs one
+Starts the bench's broker (127.0.0.1:29092, so never together with bench/run.py), runs one
 phase of bench/run.py for this project only, and records both workers with py-spy
 (``--nonblocking``: the workers are not paused) into ``--out`` (bench/results/profile):
 

@@ -1,6 +1,6 @@
 """This project against Kafka Streams and Quix Streams: the same word count, same broker.
 
-One local Kafka 4.4.0 broker (127.0.0.1:49092, controller 49093, data in a temp dir) serves
+One local Kafka 4.4.0 broker (127.0.0.1:29092, controller 29093, data in a temp dir) serves
 every system in turn. Each system gets its own copy of the same seeded Zipf corpus in
 ``<system>.input`` (4 partitions, produced before it starts: a full backlog), writes
 ``<system>.output``, commits every 1 s exactly-once, and runs with a parallelism of 2 (workers,
@@ -77,8 +77,8 @@ from bench.venvs import cached_venv  # noqa: E402
 from processor.commands import corpus  # noqa: E402
 from processor.kafka.broker import LocalBroker  # noqa: E402
 
-PORT = 49092
-CONTROLLER_PORT = 49093
+PORT = 29092
+CONTROLLER_PORT = 29093
 PARTITIONS = 4
 INTERVAL_MS = 1000
 PARALLELISM = 2

@@ -202,7 +202,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", default="100000,1000000", help="comma-separated key counts")
     parser.add_argument("--trickle-s", type=float, default=15.0)
-    parser.add_argument("--port", type=int, default=49092)
+    parser.add_argument("--port", type=int, default=29092)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
     broker = LocalBroker(port=args.port, controller_port=args.port + 1, data_dir=tmp / "kafka")

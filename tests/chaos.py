@@ -29,7 +29,7 @@ from processor.commands.counts import read_updates
 from processor.kafka.broker import LocalBroker
 from tests.integration.harness import JobRun, control_messages, recovery_times
 
-PORT = 39292
+PORT = 19292
 WORKERS = 3
 
 

@@ -16,9 +16,12 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from processor.kafka.broker import LocalBroker
 
-# Away from the default 9092 so a developer's own broker (and its topics) stay untouched.
-TEST_PORT = 39092
-TEST_CONTROLLER_PORT = 39093
+# Away from the default 9092 so a developer's own broker (and its topics) stay untouched,
+# and below Linux's ephemeral range (32768-60999): a client that keeps reconnecting to a
+# port in that range while the broker is down can be given that very port as its source
+# port and connect to itself (TCP simultaneous open), which then blocks the broker's bind.
+TEST_PORT = 19092
+TEST_CONTROLLER_PORT = 19093
 
 NewTopicFactory = Callable[..., str]
 

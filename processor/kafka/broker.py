@@ -199,7 +199,7 @@ class LocalBroker:
             return
 
         for port in (self.port, self.controller_port):
-            if not _port_free(port):
+            if not _port_free_soon(port):
                 raise BrokerError(
                     f"{HOST}:{port} is already in use by another process; "
                     "pick other ports with --port or stop whatever listens there"
@@ -488,6 +488,20 @@ def _wait_exit(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float) -
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
+
+
+def _port_free_soon(port: int, grace: float = 5.0) -> bool:
+    """Whether `port` is free now or within `grace` seconds.
+
+    A client reconnecting to a stopped broker on a port in the ephemeral range can briefly
+    hold that very port (a TCP self-connect), which it drops after the first failed request.
+    """
+    deadline = time.monotonic() + grace
+    while not _port_free(port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def _port_free(port: int) -> bool:

@@ -1,7 +1,7 @@
 """bench/run.py --quick end to end: it runs, every system's output is verified, the report is
 complete. No timing is asserted: the figures depend on the machine and whatever else runs.
 
-The bench starts its own broker on 49092 (not the session's on 39092), builds the Kafka Streams
+The bench starts its own broker on 29092 (not the session's on 19092), builds the Kafka Streams
 jar with mvn and creates the Quix Streams (and, if needed, matplotlib) virtualenvs under
 ~/.cache/processor on first use, and writes its results into a temporary directory.
 """

@@ -9,7 +9,9 @@ from pathlib import Path
 from processor.kafka.broker import LocalBroker
 from tests.integration.harness import JobRun, wait_until
 
-PORT = 39192  # a broker of its own: restarting the session's broker would disturb other tests
+# A broker of its own: restarting the session's broker would disturb other tests. Below the
+# ephemeral port range, like every test port (see tests/conftest.py).
+PORT = 19192
 
 
 def test_broker_down_at_start_then_restarted_mid_run(tmp_path: Path) -> None:
