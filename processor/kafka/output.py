@@ -6,36 +6,28 @@ Any transactional error ends the task: it is restarted from its last committed t
 which is the one obviously correct answer to ambiguous results (commit may or may not have
 happened: the restart reads back what did).
 
-A transactional call that does not return is an error too. librdkafka can block in
-``send_offsets_to_transaction`` past its timeout when the group coordinator goes away
-(librdkafka#5456, #5511; seen here after a broker restart), so every such call runs under
-a deadline of our own; past it the task fails, its successor fences this producer.
+The round trips that close a transaction (send the offsets, commit) run on a background
+thread (`SerialCalls`), in order and each under a deadline, so that the task keeps processing
+the next epoch while they are in flight; writing into the next transaction waits for them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from processor.config import Settings
 from processor.kafka import clients
+from processor.kafka.serial import SerialCalls
 from processor.models.records import Headers
 
-T = TypeVar("T")
-
-_GRACE_S = 5.0  # on top of the call's own timeout
 # A loopback or LAN broker answers in milliseconds; a coordinator that moved answers within
 # seconds. Longer than this, the call is one of librdkafka's hangs: restart the task.
 SEND_OFFSETS_TIMEOUT_S = 10.0
-
-
-class TransactionStuck(RuntimeError):
-    """A transactional call outlived its deadline: the producer cannot be trusted any more."""
 
 
 class TransactionalOutput:
@@ -48,39 +40,20 @@ class TransactionalOutput:
                 "transaction.timeout.ms": settings.transaction_timeout_ms,
             },
         )
+        self._calls = SerialCalls(f"txn-{transactional_id}")
         self._open = False
-        self._stuck = False
-
-    def _deadline(self, what: str, timeout: float, call: Callable[[], T]) -> T:
-        """Run a blocking transactional call, giving up after its timeout plus a grace."""
-        outcome: list[T] = []
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                outcome.append(call())
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-                failure.append(exc)
-
-        thread = threading.Thread(target=run, name=f"{self.transactional_id}:{what}", daemon=True)
-        thread.start()
-        thread.join(timeout + _GRACE_S)
-        if thread.is_alive():
-            self._stuck = True
-            raise TransactionStuck(
-                f"{what} of {self.transactional_id} did not return within {timeout + _GRACE_S:.0f}s"
-            )
-        if failure:
-            raise failure[0]
-        return outcome[0]
+        self._commit_s = 0.0
 
     def init(self, timeout: float = 60) -> None:
         """Fence earlier incarnations and abort whatever they left open."""
-        self._deadline(
+        self._calls.submit(
             "init_transactions", timeout, lambda: self._producer.init_transactions(timeout)
         )
+        self._calls.settle()
 
     def _begin(self) -> None:
+        # The previous transaction's commit may still be in flight.
+        self._calls.settle()
         self._producer.begin_transaction()
         self._open = True
 
@@ -127,41 +100,83 @@ class TransactionalOutput:
                         self._producer.poll(0.05)
         self._producer.poll(0)
 
-    def send_offsets(self, offsets: list[TopicPartition], consumer: Consumer) -> None:
-        """Input positions, committed with (and only with) this transaction's output."""
+    def send_offsets_async(
+        self,
+        offsets: list[TopicPartition],
+        consumer: Consumer,
+        then: Callable[[], None] | None = None,
+    ) -> None:
+        """Queue the input positions into this transaction (committed with, and only with,
+        its output); ``then`` runs right after they are in."""
         if not self._open:
             self._begin()
         metadata = consumer.consumer_group_metadata()
-        self._deadline(
-            "send_offsets_to_transaction",
-            SEND_OFFSETS_TIMEOUT_S,
-            lambda: self._producer.send_offsets_to_transaction(
-                offsets, metadata, SEND_OFFSETS_TIMEOUT_S
-            ),
-        )
+
+        def send() -> None:
+            self._producer.send_offsets_to_transaction(offsets, metadata, SEND_OFFSETS_TIMEOUT_S)
+            if then is not None:
+                then()
+
+        self._calls.submit("send_offsets_to_transaction", SEND_OFFSETS_TIMEOUT_S, send)
+
+    def send_offsets(self, offsets: list[TopicPartition], consumer: Consumer) -> None:
+        self.send_offsets_async(offsets, consumer)
+        self._calls.settle()
+
+    def commit_async(self, timeout: float = 60) -> None:
+        """Queue the commit of the open transaction; see `commit_finished`."""
+        self._commit_s = 0.0
+        if not self._open:
+            return
+        self._open = False
+
+        def commit() -> None:
+            started = time.monotonic()
+            self._producer.commit_transaction(timeout)
+            self._commit_s = time.monotonic() - started
+
+        self._calls.submit("commit_transaction", timeout, commit)
+
+    def commit_finished(self, block: bool) -> float | None:
+        """The seconds the queued commit took once it succeeded, else None (``block``: wait).
+
+        Raises what failed: the commit, or a call queued before it.
+        """
+        if block:
+            self._calls.settle()
+        elif not self._calls.poll():
+            return None
+        return self._commit_s
 
     def commit(self, timeout: float = 60) -> float:
         """Commit the open transaction; returns the seconds it took."""
-        started = time.monotonic()
-        if self._open:
-            self._deadline(
-                "commit_transaction", timeout, lambda: self._producer.commit_transaction(timeout)
-            )
-            self._open = False
-        return time.monotonic() - started
+        self.commit_async(timeout)
+        commit_s = self.commit_finished(block=True)
+        assert commit_s is not None
+        return commit_s
+
+    def take_waited(self) -> float:
+        """Seconds the caller spent waiting for queued calls since the last take."""
+        waited, self._calls.waited_s = self._calls.waited_s, 0.0
+        return waited
 
     def abort(self, timeout: float = 30) -> None:
+        self._calls.settle()
         if self._open:
             self._open = False
-            self._deadline(
+            self._calls.submit(
                 "abort_transaction", timeout, lambda: self._producer.abort_transaction(timeout)
             )
+            self._calls.settle()
 
     def close(self) -> None:
         # Closing after a failure: if the abort fails too, the next incarnation's
         # init_transactions (or the transaction timeout) aborts it.
-        if self._stuck:
-            return  # a call is still blocked inside: leave the producer to its successor's fence
-        with contextlib.suppress(Exception):
-            self.abort(5)
-        self._producer.flush(0)
+        try:
+            if self._calls.stuck:
+                return  # a call is still blocked inside: leave the producer to the next fence
+            with contextlib.suppress(Exception):
+                self.abort(5)
+            self._producer.flush(0)
+        finally:
+            self._calls.shutdown()

@@ -56,9 +56,12 @@ class Ack:
     state_bytes: int = 0  # full size of the snapshot
     uploaded_bytes: int = 0  # what this checkpoint copied (incremental)
     alignment_s: float = 0.0
+    # The task thread's time on the checkpoint's synchronous part (flush of the epoch's
+    # output, barriers, RocksDB checkpoint, waits for the previous checkpoint): processing
+    # stops for this long. Upload and commit run in the background.
     sync_s: float = 0.0
     upload_s: float = 0.0
-    commit_s: float = 0.0
+    commit_s: float = 0.0  # the commit round trip, in the background
     kind: Literal["ack"] = "ack"
 
 

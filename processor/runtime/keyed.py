@@ -4,10 +4,11 @@ Epoch n (the records between barriers n-1 and n) lives in ``_dirty`` (key -> cur
 until barrier n is aligned. Then, in order:
 
 1. the dirty counts go to RocksDB (one WriteBatch) and to the output topic, inside
-   transaction n, together with the input positions at barrier n;
+   transaction n, and the input positions at barrier n are sent into it (in the background);
 2. a RocksDB checkpoint is taken synchronously (hard links: milliseconds);
 3. the copy to checkpoint storage runs in the background while epoch n+1 is processed;
-4. only when the copy is durable is transaction n committed, then acknowledged.
+4. only when the copy is durable is transaction n committed (in the background too), then
+   acknowledged.
 
 Transaction n+1 begins after n commits, so output of epoch n+1 waits in ``_dirty``: every key
 is written once per epoch with its latest count (strictly increasing, last = exact).
@@ -53,7 +54,9 @@ _PROCESS = Verdict.PROCESS
 
 
 @dataclass
-class _Upload:
+class _Pending:
+    """A checkpoint past its synchronous part: uploading its snapshot, then committing."""
+
     checkpoint_id: int
     future: Future[SnapshotInfo]
     alignment_s: float
@@ -62,6 +65,7 @@ class _Upload:
     records_out: int
     lag: int
     positions: dict[str, int]
+    info: SnapshotInfo | None = None  # set once the snapshot is durable and the commit queued
 
 
 class KeyedTask(Task):
@@ -74,8 +78,9 @@ class KeyedTask(Task):
         self._snapshot_failures = 0  # in a row
         self._replay_until: dict[int, int] | None = None  # see _restore_snapshot
         self._replay_end = -1
-        self._upload: _Upload | None = None
+        self._pending: _Pending | None = None
         self._align_started: float | None = None
+        self._waited_s = 0.0  # this epoch's waits for the previous checkpoint to finish
         self._records_in = 0
         self._records_out = 0
         self._m_in = metrics.records_in.labels(**self.labels)
@@ -98,9 +103,9 @@ class KeyedTask(Task):
             store = self._restore(consumer)
             self.state = "running"
             while not self.ctx.stop.is_set():
-                self._finish_upload(out, block=False)
-                # Waiting on an upload: look again soon, its commit is on the latency path.
-                wait = 0.005 if self._upload is not None else 0.05
+                self._finish_checkpoint(out, block=False)
+                # A checkpoint in flight: look again soon, its commit is on the latency path.
+                wait = 0.005 if self._pending is not None else 0.05
                 msgs = clients.consume_ready(consumer, s.consume_batch, wait)
                 if msgs:
                     self._process(msgs, store, out, consumer)
@@ -281,7 +286,10 @@ class KeyedTask(Task):
         """Dirty counts -> RocksDB and the output topic, inside the open transaction."""
         if not self._dirty:
             return
-        self._finish_upload(out, block=True)  # the previous epoch's transaction must be closed
+        # The previous epoch's transaction must be closed (time the checkpoint is charged with).
+        waiting = time.monotonic()
+        self._finish_checkpoint(out, block=True)
+        self._waited_s += time.monotonic() - waiting
         items = {k: b"%d" % v for k, v in self._dirty.items()}
         store.write(items)
         out.produce_many(self.settings.output_topic, list(items.items()))
@@ -333,54 +341,70 @@ class KeyedTask(Task):
         assert checkpoint_id is not None
         faults.reach("barrier_aligned", self.ctx.task_id)
         metrics.alignment_seconds.labels(**self.labels).observe(alignment_s)
+        started = time.monotonic()
+        waited_before = self._waited_s
         # Close checkpoint n-1 first: if it is declined, what it carried goes back into
         # _dirty, and must be in transaction n with the offsets that move past it.
-        self._finish_upload(out, block=True)
+        self._finish_checkpoint(out, block=True)
         self._flush(store, out)
-        started = time.monotonic()
         positions = {str(u): off for (_, u), off in outcome.positions.items()}
         resume = self._aligner.resume_offsets()[self.partition]
         meta = json.dumps({"checkpoint": checkpoint_id, "positions": positions})
-        out.send_offsets(
-            [TopicPartition(self.topic, self.partition, resume, metadata=meta)], consumer
+        task_id = self.ctx.task_id
+        # Its round trips overlap the RocksDB checkpoint and the upload.
+        out.send_offsets_async(
+            [TopicPartition(self.topic, self.partition, resume, metadata=meta)],
+            consumer,
+            then=lambda: faults.reach("offsets_sent", task_id),
         )
-        faults.reach("offsets_sent", self.ctx.task_id)
         local = self._workdir / f"chk-{checkpoint_id}"
         try:
             store.checkpoint(local)
         except Exception as exc:  # noqa: BLE001 - local disk trouble: decline, maybe tolerate
             self._snapshot_failed(checkpoint_id, exc, out)
             return
-        sync_s = time.monotonic() - started
         future = self._uploader.submit(
             self._snapshots.upload, checkpoint_id, local, {"positions": positions}
         )
-        self._upload = _Upload(
+        lag = self._lag(consumer)
+        self._waited_s = 0.0
+        self._pending = _Pending(
             checkpoint_id,
             future,
             alignment_s,
-            sync_s,
+            time.monotonic() - started + waited_before,
             self._records_in,
             self._records_out,
-            self._lag(consumer),
+            lag,
             positions,
         )
         self._records_in = self._records_out = 0
         metrics.state_keys.labels(**self.labels).set(store.approximate_keys())
 
-    def _finish_upload(self, out: TransactionalOutput, block: bool) -> None:
-        """Commit the transaction of the checkpoint whose snapshot is now durable."""
-        pending = self._upload
-        if pending is None or (not block and not pending.future.done()):
+    def _finish_checkpoint(self, out: TransactionalOutput, block: bool) -> None:
+        """Commit the checkpoint whose snapshot is durable; acknowledge it once committed.
+
+        ``block``: wait for both rather than look whether they are done.
+        """
+        pending = self._pending
+        if pending is None:
             return
-        self._upload = None
-        try:
-            info = pending.future.result()
-        except Exception as exc:  # noqa: BLE001 - storage trouble: decline, maybe tolerate
-            self._snapshot_failed(pending.checkpoint_id, exc, out)
+        if pending.info is None:
+            if not block and not pending.future.done():
+                return
+            try:
+                pending.info = pending.future.result()
+            except Exception as exc:  # noqa: BLE001 - storage trouble: decline, maybe tolerate
+                self._pending = None
+                self._snapshot_failed(pending.checkpoint_id, exc, out)
+                return
+            faults.reach("snapshot_durable", self.ctx.task_id)
+            out.commit_async()
+        commit_s = out.commit_finished(block)
+        if commit_s is None:
             return
-        faults.reach("snapshot_durable", self.ctx.task_id)
-        commit_s = out.commit()
+        self._pending = None
+        info = pending.info
         faults.reach("committed", self.ctx.task_id)
         self._in_txn.clear()
         self._snapshot_failures = 0

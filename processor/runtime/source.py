@@ -3,6 +3,9 @@
 Sources have no alignment to do: the coordinator's trigger *is* their barrier. At trigger n
 a source flushes its combiner, writes barrier n into every shuffle partition and commits
 one transaction holding the epoch's shuffle records, the barriers and its input offsets.
+The commit's round trips run in the background while the source reads and combines epoch n+1
+(whose records only go out at trigger n+1, or earlier if the combiner outgrows
+``flush_keys``: that write waits for commit n).
 
 Pre-aggregation (the combiner) is exact: partial counts of one epoch are committed together
 with the input offsets they cover, so a replay recomputes exactly the same partial counts.
@@ -14,6 +17,7 @@ import json
 import logging
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
@@ -33,6 +37,18 @@ from processor.runtime.task import (
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Committing:
+    """A checkpoint whose transaction is being committed in the background."""
+
+    checkpoint_id: int
+    sync_s: float
+    records_in: int
+    records_out: int
+    lag: int
+    positions: dict[str, int]
+
+
 class SourceTask(Task):
     def __init__(self, ctx: TaskContext, index: int, partitions: list[int]) -> None:
         super().__init__(ctx)
@@ -42,6 +58,7 @@ class SourceTask(Task):
         self._requested_at = 0.0  # wall-clock time the coordinator triggered it
         self._combiner: Counter[str] = Counter()
         self._positions: dict[int, int] = {}  # input partition -> next offset to read
+        self._committing: _Committing | None = None
         self._records_in = 0
         self._records_out = 0
         s = ctx.settings
@@ -70,12 +87,18 @@ class SourceTask(Task):
             self.state = "running"
             extract = self.ctx.job.extract
             while not self.ctx.stop.is_set():
-                msgs = clients.consume_ready(consumer, s.consume_batch, 0.05)
+                # While a commit is in flight look again soon: its acknowledgement completes
+                # the checkpoint.
+                wait = 0.005 if self._committing is not None else 0.05
+                msgs = clients.consume_ready(consumer, s.consume_batch, wait)
                 if msgs:
                     self._process(msgs, extract, out)
                     if len(self._combiner) >= s.flush_keys:
                         self._flush(out)
-                if self._requested > self.last_checkpoint:
+                if self._committing is not None:
+                    self._finish_commit(out, block=False)
+                newest = self._committing.checkpoint_id if self._committing else 0
+                if self._requested > max(self.last_checkpoint, newest):
                     self._checkpoint(self._requested, out, consumer)
         finally:
             out.close()
@@ -171,10 +194,13 @@ class SourceTask(Task):
     def _checkpoint(self, checkpoint_id: int, out: TransactionalOutput, consumer: Consumer) -> None:
         s = self.settings
         started = time.monotonic()
+        waited_before = out.take_waited()  # early flushes that waited for the last commit
         triggered_at = self._requested_at
         metrics.start_delay_seconds.labels(**self.labels).observe(
             max(0.0, time.time() - triggered_at)
         )
+        if self._committing is not None:
+            self._finish_commit(out, block=True)
         self._flush(out)
         value, headers = encode_barrier(
             Barrier(checkpoint_id, self.channel, int(triggered_at * 1000))
@@ -186,28 +212,47 @@ class SourceTask(Task):
             TopicPartition(s.input_topic, p, off, metadata=meta)
             for p, off in sorted(self._positions.items())
         ]
+        task_id = self.ctx.task_id
         if offsets:
-            out.send_offsets(offsets, consumer)
-            faults.reach("offsets_sent", self.ctx.task_id)
-        sync_s = time.monotonic() - started
-        commit_s = out.commit()
+            out.send_offsets_async(
+                offsets, consumer, then=lambda: faults.reach("offsets_sent", task_id)
+            )
+        out.commit_async()
+        lag = self._lag(consumer)
+        out.take_waited()  # within this step's time already
+        self._committing = _Committing(
+            checkpoint_id,
+            time.monotonic() - started + waited_before,
+            self._records_in,
+            self._records_out,
+            lag,
+            {str(p): o for p, o in self._positions.items()},
+        )
+        self._records_in = self._records_out = 0
+
+    def _finish_commit(self, out: TransactionalOutput, block: bool) -> None:
+        """Acknowledge the checkpoint whose commit is done (``block``: wait for it)."""
+        commit_s = out.commit_finished(block)
+        pending = self._committing
+        if commit_s is None or pending is None:
+            return
+        self._committing = None
         faults.reach("committed", self.ctx.task_id)
         metrics.transaction_commit_seconds.labels(**self.labels).observe(commit_s)
-        self.last_checkpoint = checkpoint_id
+        self.last_checkpoint = pending.checkpoint_id
         self.ctx.report(
             Ack(
                 task=self.ctx.task_id,
-                checkpoint=checkpoint_id,
+                checkpoint=pending.checkpoint_id,
                 worker=self.ctx.worker_id,
-                records_in=self._records_in,
-                records_out=self._records_out,
-                lag=self._lag(consumer),
-                positions={str(p): o for p, o in self._positions.items()},
-                sync_s=round(sync_s, 6),
+                records_in=pending.records_in,
+                records_out=pending.records_out,
+                lag=pending.lag,
+                positions=pending.positions,
+                sync_s=round(pending.sync_s, 6),
                 commit_s=round(commit_s, 6),
             )
         )
-        self._records_in = self._records_out = 0
 
     def _lag(self, consumer: Consumer) -> int:
         total = 0
