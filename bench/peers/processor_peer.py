@@ -23,6 +23,8 @@ _RESUMING = re.compile(
 )
 _COMPLETE = re.compile(r"checkpoint (\d+) complete in ([\d.]+)s: (\d+) records")
 
+SHUFFLE_PARTITIONS = 4
+
 
 class ProcessorPeer(Peer):
     name: ClassVar[str] = "processor"
@@ -38,6 +40,10 @@ class ProcessorPeer(Peer):
             "PROCESSOR_STATE_DIR": str(job.workdir / "state"),
             "PROCESSOR_CHECKPOINT_DIR": str(job.workdir / "checkpoints"),
             "PROCESSOR_CHECKPOINT_INTERVAL_MS": str(job.interval_ms),
+            # As many as the input has, like the repartition topic Kafka Streams creates: one
+            # keyed task per partition, so more partitions are more transactions and
+            # snapshots per checkpoint (the default 8 leaves room to scale out to 8 workers).
+            "PROCESSOR_SHUFFLE_PARTITIONS": str(SHUFFLE_PARTITIONS),
             # `processor local` serves metrics and its status page on 9400+ by default: off
             # here, so that a demo or a test run on this machine cannot collide with the bench.
             "PROCESSOR_METRICS_PORT": "0",
@@ -64,7 +70,7 @@ class ProcessorPeer(Peer):
         return {
             "command": "processor local --workers 2 --until-idle (metrics port off)",
             "checkpoint_interval_ms": 1000,
-            "shuffle_partitions": 8,
+            "shuffle_partitions": SHUFFLE_PARTITIONS,
             "state": "RocksDB (rocksdict), snapshots to a local checkpoint dir",
         }
 
@@ -267,7 +273,9 @@ def pipeline_breakdown(bootstrap: str, job: str, start: float, end: float) -> di
     }
 
 
-def blocked_in_checkpoints(bootstrap: str, job: str, start: float, end: float) -> dict[str, Any]:
+def blocked_in_checkpoints(
+    bootstrap: str, job: str, start: float, end: float, cpu_s: float | None = None
+) -> dict[str, Any]:
     """Time the task threads spent in synchronous checkpoint steps within [start, end].
 
     From the acknowledgements on ``<job>.control``: ``sync_s``, the task thread's time on the
@@ -277,6 +285,11 @@ def blocked_in_checkpoints(bootstrap: str, job: str, start: float, end: float) -
     acknowledged in the window, as a share of the tasks' total time in it (tasks x window).
     Alignment, the snapshot upload and the commit's round trips run while processing
     continues and are reported, not counted.
+
+    ``cpu_pct``: the CPU time of those steps (``sync_cpu_s``, the task threads' own CPU)
+    as a share of ``cpu_s``, all the CPU the job's processes used in the window. A task
+    thread waiting for the GIL counts as blocked in ``blocked_pct`` while the process runs
+    other tasks' work; the CPU share is what the checkpoints cost the job's throughput.
     """
     acks = [
         body
@@ -287,6 +300,8 @@ def blocked_in_checkpoints(bootstrap: str, job: str, start: float, end: float) -
     if not tasks or end <= start:
         return {"tasks": 0, "blocked_pct": None}
     blocked = sum(float(a["sync_s"]) for a in acks)
+    sync_cpu = sum(float(a.get("sync_cpu_s", 0.0)) for a in acks)
+    flush_cpu = sum(float(a.get("flush_cpu_s", 0.0)) for a in acks)
     align = sum(float(a.get("alignment_s", 0.0)) for a in acks)
     upload = sum(float(a.get("upload_s", 0.0)) for a in acks)
     task_seconds = len(tasks) * (end - start)
@@ -296,6 +311,15 @@ def blocked_in_checkpoints(bootstrap: str, job: str, start: float, end: float) -
         "window_s": round(end - start, 3),
         "blocked_s": round(blocked, 3),
         "blocked_pct": round(100 * blocked / task_seconds, 2),
+        "sync_cpu_s": round(sync_cpu, 3),
+        "job_cpu_s": round(cpu_s, 3) if cpu_s else None,
+        "cpu_pct": round(100 * sync_cpu / cpu_s, 2) if cpu_s else None,
+        # The epoch's output (shuffle records, counts) is work any system does when it
+        # emits; the rest is what snapshots and barriers themselves cost.
+        "flush_cpu_s": round(flush_cpu, 3),
+        "cpu_pct_excl_output_flush": (
+            round(100 * (sync_cpu - flush_cpu) / cpu_s, 2) if cpu_s else None
+        ),
         "alignment_s": round(align, 3),
         "upload_s": round(upload, 3),
         "commit_s": round(sum(float(a.get("commit_s", 0.0)) for a in acks), 3),

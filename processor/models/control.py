@@ -60,6 +60,8 @@ class Ack:
     # output, barriers, RocksDB checkpoint, waits for the previous checkpoint): processing
     # stops for this long. Upload and commit run in the background.
     sync_s: float = 0.0
+    sync_cpu_s: float = 0.0  # the CPU time of it (sync_s less waits for the GIL and the network)
+    flush_cpu_s: float = 0.0  # of which: writing the epoch's output (and, keyed, its state)
     upload_s: float = 0.0
     commit_s: float = 0.0  # the commit round trip, in the background
     kind: Literal["ack"] = "ack"

@@ -1,21 +1,27 @@
 """Wire formats of the internal topics.
 
-Shuffle records carry their upstream task (the *channel*) in a 2-byte prefix of the value, so
-that the receiving task can align barriers per channel without a per-record header. Barriers
-are control records marked by the ``processor.barrier`` header; only internal topics are ever
-read for barriers, so a user record that happens to carry that header is plain data.
+A shuffle record carries many partial counts at once: the upstream task (the *channel*) in a
+2-byte prefix of the value, then a JSON object ``{key: count}`` of keys that all belong to the
+record's partition. One record per partition and flush instead of one per key: the per-record
+costs (produce, the broker's append, consume, the receiving task's Python loop) were most of
+the shuffle's cost, and JSON is encoded and decoded in C. The partition of a key is
+``shuffle_partition``: fixed, because a key's state lives in the task of its partition.
+
+Barriers are control records marked by the ``processor.barrier`` header; only internal topics
+are ever read for barriers, so a user record that happens to carry that header is plain data.
 """
 
 from __future__ import annotations
 
+import json
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 BARRIER_HEADER = "processor.barrier"
 
 _CHANNEL = struct.Struct(">H")
-_COUNT = struct.Struct(">Hq")
 _BARRIER = struct.Struct(">Hqq")
 
 MAX_CHANNELS = 1 << 16
@@ -56,14 +62,24 @@ def is_barrier(headers: list[tuple[str, Any]] | dict[str, Any] | None) -> bool:
     return any(name == BARRIER_HEADER for name, _ in headers)
 
 
-def encode_count(channel: int, count: int) -> bytes:
-    """A shuffle record's value: the channel, then a signed 64-bit partial count."""
-    return _COUNT.pack(channel, count)
+def shuffle_partition(key: bytes, partitions: int) -> int:
+    """The shuffle partition of ``key``: CRC-32, stable across processes and versions."""
+    return zlib.crc32(key) % partitions
 
 
-def decode_count(value: bytes) -> tuple[int, int]:
-    channel, count = _COUNT.unpack(value)
-    return channel, count
+def encode_counts(channel: int, counts: dict[str, int]) -> bytes:
+    """A shuffle record's value: the channel, then the partial counts as a JSON object."""
+    body = json.dumps(counts, ensure_ascii=False, separators=(",", ":"))
+    return _CHANNEL.pack(channel) + body.encode()
+
+
+def decode_counts(value: bytes) -> tuple[int, dict[str, int]]:
+    """Raise ValueError (or struct.error) for anything ``encode_counts`` did not write."""
+    (channel,) = _CHANNEL.unpack_from(value)
+    counts = json.loads(value[2:])
+    if not isinstance(counts, dict) or not all(type(n) is int for n in counts.values()):
+        raise ValueError("not a JSON object of integer counts")
+    return channel, counts
 
 
 def channel_of(value: bytes) -> int:

@@ -32,7 +32,7 @@ from processor.checkpointing.aligner import BarrierAligner, BarrierOutcome, Chan
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
 from processor.models.control import Ack, Decline
-from processor.models.records import decode_barrier, decode_count, is_barrier
+from processor.models.records import decode_barrier, decode_counts, is_barrier
 from processor.runtime.task import (
     Task,
     TaskContext,
@@ -61,6 +61,8 @@ class _Pending:
     future: Future[SnapshotInfo]
     alignment_s: float
     sync_s: float
+    sync_cpu_s: float
+    flush_cpu_s: float
     records_in: int
     records_out: int
     lag: int
@@ -73,8 +75,8 @@ class KeyedTask(Task):
         super().__init__(ctx)
         self.partition = partition
         self.topic = ctx.settings.shuffle_topic
-        self._dirty: dict[bytes, int] = {}  # key -> latest count, not yet in a transaction
-        self._in_txn: dict[bytes, int] = {}  # key -> count written into the open transaction
+        self._dirty: dict[str, int] = {}  # key -> latest count, not yet in a transaction
+        self._in_txn: dict[str, int] = {}  # key -> count written into the open transaction
         self._snapshot_failures = 0  # in a row
         self._replay_until: dict[int, int] | None = None  # see _restore_snapshot
         self._replay_end = -1
@@ -195,9 +197,9 @@ class KeyedTask(Task):
     ) -> None:
         admit = self._aligner.admit
         partition = self.partition
-        deltas: dict[bytes, int] = {}
+        deltas: dict[str, int] = {}
         replay = self._replay_until  # None but right after a fallback restore
-        quiet: dict[bytes, int] = {}  # replayed records whose output is committed already
+        quiet: dict[str, int] = {}  # replayed records whose output is committed already
         applied = 0
         for msg in msgs:
             if not check(msg):
@@ -222,21 +224,26 @@ class KeyedTask(Task):
                         consumer.seek(TopicPartition(self.topic, p, seek_to))
                     break  # the rest of this batch is read again after the seek
                 continue
-            key = msg.key()
             try:
-                channel, count = decode_count(msg.value())  # type: ignore[arg-type]
-            except (struct.error, TypeError):
-                key = None
-            if key is None:  # not written by a source task: skip rather than crash-loop
+                channel, counts = decode_counts(msg.value())  # type: ignore[arg-type]
+            except (ValueError, struct.error, TypeError):
+                # Not written by a source task: skip rather than crash-loop.
                 self._m_bad.inc()
                 continue
             offset: int = msg.offset()  # type: ignore[assignment]  # set on data messages
             if admit((partition, channel), offset) is _PROCESS:
+                target = deltas
                 if replay is not None and offset <= replay.get(channel, -1):
-                    quiet[key] = quiet.get(key, 0) + count
+                    target = quiet
+                if target:
+                    get = target.get
+                    for key, n in counts.items():
+                        target[key] = get(key, 0) + n
+                elif target is deltas:
+                    deltas = target = counts
                 else:
-                    deltas[key] = deltas.get(key, 0) + count
-                applied += 1
+                    quiet = target = counts
+                applied += len(counts)
         self._records_in += applied
         self._m_in.inc(applied)
         self._apply(deltas, store, out)
@@ -247,33 +254,32 @@ class KeyedTask(Task):
                 self._replay_until = None
                 log.info("%s: replay after the fallback is done", self.ctx.task_id)
 
-    def _apply_quietly(self, quiet: dict[bytes, int], store: RocksDBStore) -> None:
+    def _apply_quietly(self, quiet: dict[str, int], store: RocksDBStore) -> None:
         """Counts into the state without marking them for output."""
-        rest: dict[bytes, int] = {}
+        rest: dict[str, int] = {}
         for key, delta in quiet.items():
             if key in self._dirty:
                 self._dirty[key] += delta  # output pending anyway: it carries the sum
             else:
                 rest[key] = delta
         if rest:
-            keys = list(rest)
+            keys = [k.encode() for k in rest]
             olds = store.get_many(keys)
             store.write(
                 {
-                    k: b"%d" % ((int(old) if old is not None else 0) + rest[k])
-                    for k, old in zip(keys, olds, strict=True)
+                    raw: b"%d" % ((int(old) if old is not None else 0) + n)
+                    for raw, old, n in zip(keys, olds, rest.values(), strict=True)
                 }
             )
 
-    def _apply(
-        self, deltas: dict[bytes, int], store: RocksDBStore, out: TransactionalOutput
-    ) -> None:
+    def _apply(self, deltas: dict[str, int], store: RocksDBStore, out: TransactionalOutput) -> None:
         if not deltas:
             return
         dirty = self._dirty
         missing = [k for k in deltas if k not in dirty]
         if missing:
-            for key, old in zip(missing, store.get_many(missing), strict=True):
+            olds = store.get_many([k.encode() for k in missing])
+            for key, old in zip(missing, olds, strict=True):
                 dirty[key] = int(old) if old is not None else 0
         for key, delta in deltas.items():
             dirty[key] += delta
@@ -290,7 +296,7 @@ class KeyedTask(Task):
         waiting = time.monotonic()
         self._finish_checkpoint(out, block=True)
         self._waited_s += time.monotonic() - waiting
-        items = {k: b"%d" % v for k, v in self._dirty.items()}
+        items = {k.encode(): b"%d" % v for k, v in self._dirty.items()}
         store.write(items)
         out.produce_many(self.settings.output_topic, list(items.items()))
         self._records_out += len(items)
@@ -342,21 +348,24 @@ class KeyedTask(Task):
         faults.reach("barrier_aligned", self.ctx.task_id)
         metrics.alignment_seconds.labels(**self.labels).observe(alignment_s)
         started = time.monotonic()
+        started_cpu = time.thread_time()
         waited_before = self._waited_s
         # Close checkpoint n-1 first: if it is declined, what it carried goes back into
         # _dirty, and must be in transaction n with the offsets that move past it.
         self._finish_checkpoint(out, block=True)
-        self._flush(store, out)
         positions = {str(u): off for (_, u), off in outcome.positions.items()}
         resume = self._aligner.resume_offsets()[self.partition]
         meta = json.dumps({"checkpoint": checkpoint_id, "positions": positions})
         task_id = self.ctx.task_id
-        # Its round trips overlap the RocksDB checkpoint and the upload.
+        # Its round trips overlap the flush, the RocksDB checkpoint and the upload.
         out.send_offsets_async(
             [TopicPartition(self.topic, self.partition, resume, metadata=meta)],
             consumer,
             then=lambda: faults.reach("offsets_sent", task_id),
         )
+        flush_started_cpu = time.thread_time()
+        self._flush(store, out)
+        flush_cpu_s = time.thread_time() - flush_started_cpu
         local = self._workdir / f"chk-{checkpoint_id}"
         try:
             store.checkpoint(local)
@@ -373,6 +382,8 @@ class KeyedTask(Task):
             future,
             alignment_s,
             time.monotonic() - started + waited_before,
+            time.thread_time() - started_cpu,
+            flush_cpu_s,
             self._records_in,
             self._records_out,
             lag,
@@ -426,6 +437,8 @@ class KeyedTask(Task):
                 uploaded_bytes=info.uploaded_bytes,
                 alignment_s=round(pending.alignment_s, 6),
                 sync_s=round(pending.sync_s, 6),
+                sync_cpu_s=round(pending.sync_cpu_s, 6),
+                flush_cpu_s=round(pending.flush_cpu_s, 6),
                 upload_s=round(info.duration_s, 6),
                 commit_s=round(commit_s, 6),
             )

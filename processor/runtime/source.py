@@ -25,7 +25,7 @@ from processor import faults, metrics
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
 from processor.models.control import Ack
-from processor.models.records import Barrier, encode_barrier, encode_count
+from processor.models.records import Barrier, encode_barrier, encode_counts, shuffle_partition
 from processor.runtime.task import (
     Task,
     TaskContext,
@@ -43,6 +43,8 @@ class _Committing:
 
     checkpoint_id: int
     sync_s: float
+    sync_cpu_s: float
+    flush_cpu_s: float
     records_in: int
     records_out: int
     lag: int
@@ -69,6 +71,9 @@ class SourceTask(Task):
         self._m_utf8 = metrics.records_skipped.labels(**self.labels, reason="non_utf8")
         self._m_oversized = metrics.records_skipped.labels(**self.labels, reason="oversized_key")
         self._shuffle_partitions = s.shuffle_partitions
+        # key -> its shuffle partition (-1: too long to ship). A vocabulary repeats from
+        # epoch to epoch; the cache saves encoding and hashing every key at every flush.
+        self._partition_of: dict[str, int] = {}
 
     def request_checkpoint(self, checkpoint_id: int, triggered_at: float) -> None:
         # Only the newest trigger matters (older ones are superseded). The time goes first:
@@ -174,26 +179,47 @@ class SourceTask(Task):
         return lines
 
     def _flush(self, out: TransactionalOutput) -> None:
-        if not self._combiner:
+        """The combiner's partial counts into the shuffle: a few records per partition."""
+        combiner = self._combiner
+        if not combiner:
             return
+        partitions = self._shuffle_partitions
+        parts: list[dict[str, int]] = [{} for _ in range(partitions)]
+        partition_of = self._partition_of
+        if len(partition_of) > _PARTITION_CACHE_LIMIT:
+            partition_of.clear()
+        for key, n in combiner.items():
+            p = partition_of.get(key)
+            if p is None:
+                p = partition_of[key] = self._partition(key)
+            if p >= 0:
+                parts[p][key] = n
+            else:
+                # A key this long would make records Kafka refuses (a task that can never
+                # commit): skip it, counted, and keep the rest of its line.
+                self._m_oversized.inc(n)
         channel = self.channel
-        items = [(k.encode(), encode_count(channel, n)) for k, n in self._combiner.items()]
-        limit = self.settings.max_key_bytes
-        if any(len(key) > limit for key, _ in items):
-            # A key this long would make records Kafka refuses (a task that can never commit):
-            # skip it, counted, and keep the rest of its line.
-            for key, _ in items:
-                if len(key) > limit:
-                    self._m_oversized.inc(self._combiner[key.decode()])
-            items = [(key, value) for key, value in items if len(key) <= limit]
-        out.produce_many(self.settings.shuffle_topic, items)
-        self._records_out += len(items)
-        self._m_out.inc(len(items))
-        self._combiner.clear()
+        topic = self.settings.shuffle_topic
+        shipped = 0
+        for p, counts in enumerate(parts):
+            if counts:
+                for value in _encode_within(channel, counts, _MAX_RECORD_BYTES):
+                    out.produce(topic, value, partition=p)
+                shipped += len(counts)
+        self._records_out += shipped
+        self._m_out.inc(shipped)
+        combiner.clear()
+
+    def _partition(self, key: str) -> int:
+        raw = key.encode()
+        if len(raw) > self.settings.max_key_bytes:
+            return -1
+        return shuffle_partition(raw, self._shuffle_partitions)
 
     def _checkpoint(self, checkpoint_id: int, out: TransactionalOutput, consumer: Consumer) -> None:
         s = self.settings
         started = time.monotonic()
+        started_cpu = time.thread_time()
         waited_before = out.take_waited()  # early flushes that waited for the last commit
         triggered_at = self._requested_at
         metrics.start_delay_seconds.labels(**self.labels).observe(
@@ -201,12 +227,6 @@ class SourceTask(Task):
         )
         if self._committing is not None:
             self._finish_commit(out, block=True)
-        self._flush(out)
-        value, headers = encode_barrier(
-            Barrier(checkpoint_id, self.channel, int(triggered_at * 1000))
-        )
-        for p in range(self._shuffle_partitions):
-            out.produce(s.shuffle_topic, value, partition=p, headers=headers)
         meta = json.dumps({"checkpoint": checkpoint_id})
         offsets = [
             TopicPartition(s.input_topic, p, off, metadata=meta)
@@ -214,15 +234,26 @@ class SourceTask(Task):
         ]
         task_id = self.ctx.task_id
         if offsets:
+            # The positions are final now: their round trips overlap the flush below.
             out.send_offsets_async(
                 offsets, consumer, then=lambda: faults.reach("offsets_sent", task_id)
             )
+        flush_started_cpu = time.thread_time()
+        self._flush(out)
+        flush_cpu_s = time.thread_time() - flush_started_cpu
+        value, headers = encode_barrier(
+            Barrier(checkpoint_id, self.channel, int(triggered_at * 1000))
+        )
+        for p in range(self._shuffle_partitions):
+            out.produce(s.shuffle_topic, value, partition=p, headers=headers)
         out.commit_async()
         lag = self._lag(consumer)
         out.take_waited()  # within this step's time already
         self._committing = _Committing(
             checkpoint_id,
             time.monotonic() - started + waited_before,
+            time.thread_time() - started_cpu,
+            flush_cpu_s,
             self._records_in,
             self._records_out,
             lag,
@@ -250,6 +281,8 @@ class SourceTask(Task):
                 lag=pending.lag,
                 positions=pending.positions,
                 sync_s=round(pending.sync_s, 6),
+                sync_cpu_s=round(pending.sync_cpu_s, 6),
+                flush_cpu_s=round(pending.flush_cpu_s, 6),
                 commit_s=round(commit_s, 6),
             )
         )
@@ -265,3 +298,21 @@ class SourceTask(Task):
             metrics.consumer_lag.labels(**self.labels, partition=str(p)).set(lag)
             total += lag
         return total
+
+
+# Well below Kafka's default 1 MB record limit (message.max.bytes), also after the broker's
+# batch overhead; a flush of many keys is spread over several records.
+_MAX_RECORD_BYTES = 512 * 1024
+_PARTITION_CACHE_LIMIT = 1_000_000
+
+
+def _encode_within(channel: int, counts: dict[str, int], limit: int) -> list[bytes]:
+    """``counts`` as shuffle record values of at most about ``limit`` bytes each."""
+    value = encode_counts(channel, counts)
+    if len(value) <= limit or len(counts) == 1:
+        return [value]
+    items = list(counts.items())
+    half = len(items) // 2
+    return _encode_within(channel, dict(items[:half]), limit) + _encode_within(
+        channel, dict(items[half:]), limit
+    )

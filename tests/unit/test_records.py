@@ -15,10 +15,11 @@ from processor.models.records import (
     Barrier,
     channel_of,
     decode_barrier,
-    decode_count,
+    decode_counts,
     encode_barrier,
-    encode_count,
+    encode_counts,
     is_barrier,
+    shuffle_partition,
 )
 
 I64_MIN = -(2**63)
@@ -100,49 +101,83 @@ def test_barrier_is_a_frozen_value() -> None:
 
 
 @pytest.mark.parametrize(
-    ("channel", "count"),
+    "counts",
     [
-        (0, 0),
-        (0, 1),
-        (1, -1),
-        (5, 1_000_000),
-        (MAX_CHANNELS - 1, I64_MAX),
-        (MAX_CHANNELS - 1, I64_MIN),
+        {},
+        {"a": 1},
+        {"the": 12, "word": -3, "zero": 0},
+        {"ünïcödé": 5, "日本語": 2, "emoji😀": 1},
+        {"big": I64_MAX, "small": I64_MIN, "bigger": 2**80},
+        {'quote"back\\slash': 1, "tab\tnl\n": 2},
     ],
 )
-def test_count_round_trip(channel: int, count: int) -> None:
-    value = encode_count(channel, count)
-    assert len(value) == 10
-    assert decode_count(value) == (channel, count)
+@pytest.mark.parametrize("channel", [0, 1, MAX_CHANNELS - 1])
+def test_counts_round_trip(channel: int, counts: dict[str, int]) -> None:
+    value = encode_counts(channel, counts)
+    assert decode_counts(value) == (channel, counts)
     assert channel_of(value) == channel
 
 
-def test_count_layout_is_big_endian() -> None:
-    assert encode_count(1, 2) == b"\x00\x01" + b"\x00" * 7 + b"\x02"
-    assert encode_count(0, -1) == b"\x00\x00" + b"\xff" * 8
-
-
-def test_count_random_round_trips() -> None:
+def test_counts_random_round_trips() -> None:
     rng = random.Random(11)
-    for _ in range(2000):
+    alphabet = "abcxyzäöü日本 _-0123456789"
+    for _ in range(300):
         channel = rng.randrange(MAX_CHANNELS)
-        count = rng.randint(I64_MIN, I64_MAX)
-        assert decode_count(encode_count(channel, count)) == (channel, count)
+        counts = {
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))): rng.randint(
+                I64_MIN, I64_MAX
+            )
+            for _ in range(rng.randint(0, 40))
+        }
+        assert decode_counts(encode_counts(channel, counts)) == (channel, counts)
+
+
+def test_counts_layout_is_the_channel_then_json() -> None:
+    assert encode_counts(1, {"a": 2}) == b'\x00\x01{"a":2}'
+    assert encode_counts(258, {}) == b"\x01\x02{}"
+
+
+def test_channel_out_of_range_is_rejected() -> None:
+    for channel in (MAX_CHANNELS, -1):
+        with pytest.raises(struct.error):
+            encode_counts(channel, {"a": 1})
 
 
 @pytest.mark.parametrize(
-    ("channel", "count"),
-    [(MAX_CHANNELS, 0), (-1, 0), (0, I64_MAX + 1), (0, I64_MIN - 1)],
+    "value",
+    [
+        b"",
+        b"\x00",
+        b"\x00\x01",
+        b"\x00\x01{",
+        b"\x00\x01[1, 2]",
+        b'\x00\x01{"a": "1"}',
+        b'\x00\x01{"a": 1.5}',
+        b'\x00\x01{"a": true}',
+        b'\x00\x01{"a": null}',
+        b"\x00\x01\xff\xfe",
+        b"\x00\x01" + bytes(8),  # the old per-key format
+    ],
 )
-def test_count_out_of_range_is_rejected(channel: int, count: int) -> None:
-    with pytest.raises(struct.error):
-        encode_count(channel, count)
+def test_decode_counts_rejects_what_a_source_did_not_write(value: bytes) -> None:
+    with pytest.raises((ValueError, struct.error)):
+        decode_counts(value)
 
 
-@pytest.mark.parametrize("value", [b"", bytes(2), bytes(9), bytes(11)])
-def test_decode_count_of_wrong_length_raises(value: bytes) -> None:
-    with pytest.raises(struct.error):
-        decode_count(value)
+def test_shuffle_partition_is_fixed() -> None:
+    # A key's state lives in the task of its partition: the mapping must never change
+    # (between processes, runs or versions). CRC-32 of the UTF-8 key, modulo partitions.
+    assert [shuffle_partition(k, 8) for k in (b"the", b"word", b"count", b"")] == [
+        0x3C456DE6 % 8,
+        0xC3F17511 % 8,
+        0x85D94462 % 8,
+        0,
+    ]
+    rng = random.Random(3)
+    keys = [rng.randbytes(rng.randint(1, 20)) for _ in range(2000)]
+    for n in (1, 4, 8, 13):
+        spread = [shuffle_partition(k, n) for k in keys]
+        assert set(spread) == set(range(n))
 
 
 def test_channel_of_reads_only_the_prefix() -> None:
@@ -155,9 +190,9 @@ def test_channel_of_reads_only_the_prefix() -> None:
         channel_of(b"")
 
 
-def test_barrier_and_count_share_the_channel_prefix() -> None:
+def test_barrier_and_counts_share_the_channel_prefix() -> None:
     value, _ = encode_barrier(Barrier(checkpoint_id=42, channel=9))
-    assert channel_of(value) == channel_of(encode_count(9, 42)) == 9
+    assert channel_of(value) == channel_of(encode_counts(9, {"w": 42})) == 9
 
 
 # --- is_barrier ---------------------------------------------------------------------------------

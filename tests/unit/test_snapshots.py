@@ -26,6 +26,10 @@ class RecordingStorage(DirectoryStorage):
         self._record(key)
         super().put_file(key, src)
 
+    def put_immutable_file(self, key: str, src: Path) -> None:
+        self._record(key)
+        super().put_immutable_file(key, src)
+
     def put_bytes(self, key: str, data: bytes) -> None:
         self._record(key)
         super().put_bytes(key, data)

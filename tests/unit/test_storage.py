@@ -45,6 +45,36 @@ def test_file_roundtrip(storage: DirectoryStorage, tmp_path: Path) -> None:
     assert not storage.exists("a/b")  # a "directory" is not an object
 
 
+def test_immutable_file_is_linked_on_the_same_filesystem(
+    storage: DirectoryStorage, tmp_path: Path
+) -> None:
+    src = tmp_path / "000007.sst"
+    src.write_bytes(b"sst bytes")
+    storage.put_immutable_file("j/t/shared/000007.sst", src)
+    stored = storage.root / "j" / "t" / "shared" / "000007.sst"
+    assert stored.read_bytes() == b"sst bytes"
+    assert os.path.samefile(stored, src)  # a link, no copy
+    src.unlink()  # what the uploader does with its local checkpoint afterwards
+    assert storage.get_bytes("j/t/shared/000007.sst") == b"sst bytes"
+    assert _all_files(storage.root) == ["j/t/shared/000007.sst"]  # no staged leftovers
+
+
+def test_immutable_file_is_copied_where_no_link_can_be_made(
+    storage: DirectoryStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def cross_device(src: object, dst: object) -> None:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cross_device)
+    src = tmp_path / "MANIFEST-000005"
+    src.write_bytes(b"manifest")
+    storage.put_immutable_file("j/t/chk-1/MANIFEST-000005", src)
+    stored = storage.root / "j" / "t" / "chk-1" / "MANIFEST-000005"
+    assert stored.read_bytes() == b"manifest"
+    assert not os.path.samefile(stored, src)
+    assert _all_files(storage.root) == ["j/t/chk-1/MANIFEST-000005"]
+
+
 def test_list_uses_string_prefixes(storage: DirectoryStorage) -> None:
     keys = [
         "j/t1/chk-000000000001/CURRENT",

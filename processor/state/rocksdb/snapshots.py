@@ -168,7 +168,7 @@ class SnapshotStore:
                 stored = self._shared.get(name)
                 if stored is None:
                     stored = _StoredFile(self._shared_key(name), size)
-                    self._storage.put_file(stored.key, entry)
+                    self._storage.put_immutable_file(stored.key, entry)
                     uploaded_bytes += size
                     self._shared[name] = stored
                 else:
@@ -177,7 +177,7 @@ class SnapshotStore:
                 key = stored.key
             else:
                 key = self._chk_key(checkpoint_id, name)
-                self._storage.put_file(key, entry)
+                self._storage.put_immutable_file(key, entry)
                 uploaded_bytes += size
             files[name] = key
             sizes[name] = size
