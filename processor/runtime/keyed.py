@@ -31,9 +31,10 @@ from processor import faults, metrics
 from processor.checkpointing.aligner import BarrierAligner, BarrierOutcome, Channel, Verdict
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
-from processor.models.control import Ack, Decline
+from processor.models.control import Decline
 from processor.models.records import decode_barrier, decode_counts, is_barrier
 from processor.runtime.task import (
+    ClosedEpoch,
     Task,
     TaskContext,
     check,
@@ -57,16 +58,9 @@ _PROCESS = Verdict.PROCESS
 class _Pending:
     """A checkpoint past its synchronous part: uploading its snapshot, then committing."""
 
-    checkpoint_id: int
+    epoch: ClosedEpoch
     future: Future[SnapshotInfo]
     alignment_s: float
-    sync_s: float
-    sync_cpu_s: float
-    flush_cpu_s: float
-    records_in: int
-    records_out: int
-    lag: int
-    positions: dict[str, int]
     info: SnapshotInfo | None = None  # set once the snapshot is durable and the commit queued
 
 
@@ -83,8 +77,6 @@ class KeyedTask(Task):
         self._pending: _Pending | None = None
         self._align_started: float | None = None
         self._waited_s = 0.0  # this epoch's waits for the previous checkpoint to finish
-        self._records_in = 0
-        self._records_out = 0
         self._m_in = metrics.records_in.labels(**self.labels)
         self._m_out = metrics.records_out.labels(**self.labels)
         self._m_bad = metrics.records_skipped.labels(**self.labels, reason="malformed_shuffle")
@@ -347,8 +339,7 @@ class KeyedTask(Task):
         assert checkpoint_id is not None
         faults.reach("barrier_aligned", self.ctx.task_id)
         metrics.alignment_seconds.labels(**self.labels).observe(alignment_s)
-        started = time.monotonic()
-        started_cpu = time.thread_time()
+        started = (time.monotonic(), time.thread_time())
         waited_before = self._waited_s
         # Close checkpoint n-1 first: if it is declined, what it carried goes back into
         # _dirty, and must be in transaction n with the offsets that move past it.
@@ -377,19 +368,10 @@ class KeyedTask(Task):
         )
         lag = self._lag(consumer)
         self._waited_s = 0.0
-        self._pending = _Pending(
-            checkpoint_id,
-            future,
-            alignment_s,
-            time.monotonic() - started + waited_before,
-            time.thread_time() - started_cpu,
-            flush_cpu_s,
-            self._records_in,
-            self._records_out,
-            lag,
-            positions,
+        epoch = self._close_epoch(
+            checkpoint_id, started, waited_before, flush_cpu_s, lag, positions
         )
-        self._records_in = self._records_out = 0
+        self._pending = _Pending(epoch, future, alignment_s)
         metrics.state_keys.labels(**self.labels).set(store.approximate_keys())
 
     def _finish_checkpoint(self, out: TransactionalOutput, block: bool) -> None:
@@ -407,7 +389,7 @@ class KeyedTask(Task):
                 pending.info = pending.future.result()
             except Exception as exc:  # noqa: BLE001 - storage trouble: decline, maybe tolerate
                 self._pending = None
-                self._snapshot_failed(pending.checkpoint_id, exc, out)
+                self._snapshot_failed(pending.epoch.checkpoint_id, exc, out)
                 return
             faults.reach("snapshot_durable", self.ctx.task_id)
             out.commit_async()
@@ -420,30 +402,21 @@ class KeyedTask(Task):
         self._in_txn.clear()
         self._snapshot_failures = 0
         metrics.snapshot_failures_in_a_row.labels(**self.labels).set(0)
-        self.last_checkpoint = pending.checkpoint_id
+        self.last_checkpoint = pending.epoch.checkpoint_id
         metrics.snapshot_upload_seconds.labels(**self.labels).observe(info.duration_s)
         metrics.transaction_commit_seconds.labels(**self.labels).observe(commit_s)
         metrics.state_size_bytes.labels(**self.labels).set(info.full_bytes)
         self.ctx.report(
-            Ack(
-                task=self.ctx.task_id,
-                checkpoint=pending.checkpoint_id,
-                worker=self.ctx.worker_id,
-                records_in=pending.records_in,
-                records_out=pending.records_out,
-                lag=pending.lag,
-                positions=pending.positions,
+            pending.epoch.ack(
+                self.ctx,
+                commit_s,
                 state_bytes=info.full_bytes,
                 uploaded_bytes=info.uploaded_bytes,
                 alignment_s=round(pending.alignment_s, 6),
-                sync_s=round(pending.sync_s, 6),
-                sync_cpu_s=round(pending.sync_cpu_s, 6),
-                flush_cpu_s=round(pending.flush_cpu_s, 6),
                 upload_s=round(info.duration_s, 6),
-                commit_s=round(commit_s, 6),
             )
         )
-        self._uploader.submit(self._retain, pending.checkpoint_id)
+        self._uploader.submit(self._retain, pending.epoch.checkpoint_id)
 
     def _retain(self, committed_id: int) -> None:
         try:

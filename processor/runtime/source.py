@@ -17,16 +17,15 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from processor import faults, metrics
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
-from processor.models.control import Ack
 from processor.models.records import Barrier, encode_barrier, encode_counts, shuffle_partition
 from processor.runtime.task import (
+    ClosedEpoch,
     Task,
     TaskContext,
     check,
@@ -35,20 +34,6 @@ from processor.runtime.task import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Committing:
-    """A checkpoint whose transaction is being committed in the background."""
-
-    checkpoint_id: int
-    sync_s: float
-    sync_cpu_s: float
-    flush_cpu_s: float
-    records_in: int
-    records_out: int
-    lag: int
-    positions: dict[str, int]
 
 
 class SourceTask(Task):
@@ -60,9 +45,7 @@ class SourceTask(Task):
         self._requested_at = 0.0  # wall-clock time the coordinator triggered it
         self._combiner: Counter[str] = Counter()
         self._positions: dict[int, int] = {}  # input partition -> next offset to read
-        self._committing: _Committing | None = None
-        self._records_in = 0
-        self._records_out = 0
+        self._committing: ClosedEpoch | None = None
         s = ctx.settings
         self._m_in = metrics.records_in.labels(**self.labels)
         self._m_out = metrics.records_out.labels(**self.labels)
@@ -218,8 +201,7 @@ class SourceTask(Task):
 
     def _checkpoint(self, checkpoint_id: int, out: TransactionalOutput, consumer: Consumer) -> None:
         s = self.settings
-        started = time.monotonic()
-        started_cpu = time.thread_time()
+        started = (time.monotonic(), time.thread_time())
         waited_before = out.take_waited()  # early flushes that waited for the last commit
         triggered_at = self._requested_at
         metrics.start_delay_seconds.labels(**self.labels).observe(
@@ -249,17 +231,14 @@ class SourceTask(Task):
         out.commit_async()
         lag = self._lag(consumer)
         out.take_waited()  # within this step's time already
-        self._committing = _Committing(
+        self._committing = self._close_epoch(
             checkpoint_id,
-            time.monotonic() - started + waited_before,
-            time.thread_time() - started_cpu,
+            started,
+            waited_before,
             flush_cpu_s,
-            self._records_in,
-            self._records_out,
             lag,
             {str(p): o for p, o in self._positions.items()},
         )
-        self._records_in = self._records_out = 0
 
     def _finish_commit(self, out: TransactionalOutput, block: bool) -> None:
         """Acknowledge the checkpoint whose commit is done (``block``: wait for it)."""
@@ -271,21 +250,7 @@ class SourceTask(Task):
         faults.reach("committed", self.ctx.task_id)
         metrics.transaction_commit_seconds.labels(**self.labels).observe(commit_s)
         self.last_checkpoint = pending.checkpoint_id
-        self.ctx.report(
-            Ack(
-                task=self.ctx.task_id,
-                checkpoint=pending.checkpoint_id,
-                worker=self.ctx.worker_id,
-                records_in=pending.records_in,
-                records_out=pending.records_out,
-                lag=pending.lag,
-                positions=pending.positions,
-                sync_s=round(pending.sync_s, 6),
-                sync_cpu_s=round(pending.sync_cpu_s, 6),
-                flush_cpu_s=round(pending.flush_cpu_s, 6),
-                commit_s=round(commit_s, 6),
-            )
-        )
+        self.ctx.report(pending.ack(self.ctx, commit_s))
 
     def _lag(self, consumer: Consumer) -> int:
         total = 0

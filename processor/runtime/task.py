@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from confluent_kafka import (
 from processor.config import Settings
 from processor.jobs.graph import KeyedCountJob
 from processor.kafka import clients
+from processor.models.control import Ack
 from processor.models.control import Message as ControlMessage
 from processor.processes import pid_alive
 
@@ -43,6 +45,37 @@ class TaskContext:
     stop: threading.Event
 
 
+@dataclass
+class ClosedEpoch:
+    """Checkpoint n of a task past its synchronous part, until it is acknowledged."""
+
+    checkpoint_id: int
+    sync_s: float  # wall time of the synchronous part (see Ack.sync_s)
+    sync_cpu_s: float
+    flush_cpu_s: float
+    records_in: int
+    records_out: int
+    lag: int
+    positions: dict[str, int]
+
+    def ack(self, ctx: TaskContext, commit_s: float, **snapshot: Any) -> Ack:
+        """The acknowledgement, once the epoch's transaction committed."""
+        return Ack(
+            task=ctx.task_id,
+            checkpoint=self.checkpoint_id,
+            worker=ctx.worker_id,
+            records_in=self.records_in,
+            records_out=self.records_out,
+            lag=self.lag,
+            positions=self.positions,
+            sync_s=round(self.sync_s, 6),
+            sync_cpu_s=round(self.sync_cpu_s, 6),
+            flush_cpu_s=round(self.flush_cpu_s, 6),
+            commit_s=round(commit_s, 6),
+            **snapshot,
+        )
+
+
 class Task:
     """Base of the two task kinds: lifecycle state and the last committed checkpoint."""
 
@@ -52,6 +85,8 @@ class Task:
         self.state = "starting"  # starting -> running -> (stopped | failed)
         self.last_checkpoint = 0
         self.labels = {"job": ctx.settings.job_name, "task": ctx.task_id}
+        self._records_in = 0  # in the current epoch
+        self._records_out = 0
 
     @property
     def transactional_id(self) -> str:
@@ -63,6 +98,30 @@ class Task:
 
     def request_checkpoint(self, checkpoint_id: int, triggered_at: float) -> None:
         """Only source tasks act on triggers; others get barriers in their input."""
+
+    def _close_epoch(
+        self,
+        checkpoint_id: int,
+        started: tuple[float, float],
+        waited_s: float,
+        flush_cpu_s: float,
+        lag: int,
+        positions: dict[str, int],
+    ) -> ClosedEpoch:
+        """End of checkpoint n's synchronous part, begun at ``started`` (monotonic, thread
+        CPU time); ``waited_s`` is the epoch's earlier waits for checkpoint n-1."""
+        epoch = ClosedEpoch(
+            checkpoint_id,
+            time.monotonic() - started[0] + waited_s,
+            time.thread_time() - started[1],
+            flush_cpu_s,
+            self._records_in,
+            self._records_out,
+            lag,
+            positions,
+        )
+        self._records_in = self._records_out = 0
+        return epoch
 
 
 def check(msg: Message) -> bool:
