@@ -179,7 +179,7 @@ def _scaling_bytes(ax: Any, report: dict[str, Any]) -> None:
         ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=7)
     ax.set_xticks(xs, labels)
     ax.set_yscale("log")
-    ax.set_ylabel("MB per checkpoint (all 8 keyed tasks)")
+    ax.set_ylabel("MB per checkpoint (all keyed tasks)")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8, loc="upper left")
 

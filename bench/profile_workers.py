@@ -56,11 +56,15 @@ from processor.kafka.broker import LocalBroker  # noqa: E402
 
 # The context of a sample: the first of these (in this order) found anywhere in its stack ...
 CONTEXTS = [
-    ("checkpoint", r"^(SourceTask|KeyedTask)\._checkpoint |^KeyedTask\._finish_upload "),
+    (
+        "checkpoint",
+        r"^(SourceTask|KeyedTask)\._checkpoint |^KeyedTask\._finish_checkpoint "
+        r"|^SourceTask\._finish_commit ",
+    ),
     ("processing", r"^(SourceTask|KeyedTask)\._process "),
     ("snapshot upload", r"^SnapshotStore\.upload "),
     ("snapshot retain", r"^KeyedTask\._retain "),
-    ("deadline thread", r"^TransactionalOutput\.\w+\.<locals>\.<lambda> "),
+    ("transactional calls thread", r"^SerialCalls\.submit\.<locals>\.run "),
     ("control loop", r"^Worker\.run "),
     ("task loop", r"^(SourceTask|KeyedTask)\.run "),
 ]
