@@ -62,7 +62,11 @@ def run_local(
             for i in range(workers):
                 name = f"worker-{i}"
                 status = procs[name].poll()
-                if status is not None:
+                if status == 2:  # a configuration error: a restart would only repeat it
+                    log.error("%s exited with 2 (see its error above): stopping", name)
+                    code = 2
+                    stop.set()
+                elif status is not None:
                     log.warning("%s exited with %s: starting it again", name, status)
                     start_worker(i)
             stop.wait(0.2)

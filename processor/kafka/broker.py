@@ -70,6 +70,10 @@ class LocalBroker:
     data_dir: Path = field(default_factory=_default_data_dir)
     cache_dir: Path = field(default_factory=_default_cache_dir)
     heap: str = "512m"
+    # > 0: a second listener, SASL_PLAINTEXT with mechanism PLAIN, for ``sasl_users``
+    # (user -> password). The broker itself keeps using the PLAINTEXT one.
+    sasl_port: int = 0
+    sasl_users: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir).expanduser().resolve()
@@ -198,8 +202,8 @@ class LocalBroker:
             self._wait_ready(pid, None, 0, deadline)
             return
 
-        for port in (self.port, self.controller_port):
-            if not _port_free_soon(port):
+        for port in (self.port, self.controller_port, self.sasl_port):
+            if port and not _port_free_soon(port):
                 raise BrokerError(
                     f"{HOST}:{port} is already in use by another process; "
                     "pick other ports with --port or stop whatever listens there"
@@ -295,6 +299,18 @@ class LocalBroker:
             "auto.create.topics.enable": "false",
             "num.partitions": "1",
         }
+        if self.sasl_port:
+            sasl = f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}"
+            settings["listeners"] += f",{sasl}"
+            settings["advertised.listeners"] += f",{sasl}"
+            settings["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            settings["sasl.enabled.mechanisms"] = "PLAIN"
+            users = " ".join(
+                f'user_{user}="{password}"' for user, password in self.sasl_users.items()
+            )
+            settings["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            )
         lines = ["# Written by processor.kafka.broker on every start; edits are overwritten."]
         lines += [f"{key}={value}" for key, value in settings.items()]
         return "\n".join(lines) + "\n"

@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from processor.config import Settings
+from processor.config import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 # librdkafka's own log lines, through Python logging instead of straight to stderr.
@@ -49,6 +49,48 @@ rdkafka_log.addFilter(RepeatFilter())
 def _log_error(err: KafkaError) -> None:
     # librdkafka reports transient broker trouble here and retries by itself.
     log.warning("kafka: %s", err.str())
+
+
+class AuthenticationFailed(SettingsError):
+    """The broker refused the configured credentials: a setting no retry fixes (exit 2)."""
+
+
+def check_authentication(settings: Settings, timeout: float = 5.0) -> None:
+    """After a metadata request failed: raise AuthenticationFailed if the broker refused our
+    SASL credentials.
+
+    librdkafka reports that only through the error callback, and a failed metadata request
+    says "transport failure" either way; without this a wrong password looks like a broker
+    that is down, and the services would wait for it forever.
+    """
+    config = settings.client_config()
+    if not str(config.get("security.protocol", "")).upper().startswith("SASL"):
+        return
+    refused: list[str] = []
+
+    def on_error(err: KafkaError) -> None:
+        if err.code() == KafkaError._AUTHENTICATION:
+            refused.append(err.str())
+
+    probe = Consumer(
+        {
+            **config,
+            "group.id": f"{settings.group_id}.credentials-check",
+            "error_cb": on_error,
+            "logger": rdkafka_log,
+        }
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while not refused and time.monotonic() < deadline:
+            probe.poll(0.2)
+    finally:
+        probe.close()
+    if refused:
+        raise AuthenticationFailed(
+            f"Kafka at {settings.bootstrap_servers} refused the credentials in "
+            f"PROCESSOR_KAFKA_CONFIG: {refused[0]}"
+        )
 
 
 def common_config(settings: Settings) -> dict[str, Any]:

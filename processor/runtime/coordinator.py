@@ -119,6 +119,7 @@ class CoordinatorService:
                 self.setup()
                 return self._load_history()
             except (KafkaException, TimeoutError) as exc:
+                clients.check_authentication(self.settings)
                 log.warning(
                     "waiting for Kafka at %s: %s (next try in %.1fs)",
                     self.settings.bootstrap_servers,

@@ -111,6 +111,7 @@ class Worker:
                 if clients.topic_partitions(self._control, self.settings.control_topic, 5):
                     return
             except Exception as exc:  # noqa: BLE001 - broker not there yet: keep waiting
+                clients.check_authentication(self.settings)
                 reason = str(exc)
             else:
                 reason = "no coordinator has created it yet"
