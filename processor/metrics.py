@@ -11,8 +11,16 @@ from processor.config import SettingsError
 _TASK = ["job", "task"]
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
-records_in = Counter("processor_records_in", "Records read by a task", _TASK)
-records_out = Counter("processor_records_out", "Records written by a task", _TASK)
+records_in = Counter(
+    "processor_records_in",
+    "Records read by a task (keyed tasks: the partial counts the shuffle records carry)",
+    _TASK,
+)
+records_out = Counter(
+    "processor_records_out",
+    "Records written by a task (source tasks: partial counts, many to a shuffle record)",
+    _TASK,
+)
 records_skipped = Counter(
     "processor_records_skipped", "Bad input records skipped, by reason", [*_TASK, "reason"]
 )
