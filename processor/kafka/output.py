@@ -119,10 +119,6 @@ class TransactionalOutput:
 
         self._calls.submit("send_offsets_to_transaction", SEND_OFFSETS_TIMEOUT_S, send)
 
-    def send_offsets(self, offsets: list[TopicPartition], consumer: Consumer) -> None:
-        self.send_offsets_async(offsets, consumer)
-        self._calls.settle()
-
     def commit_async(self, timeout: float = 60) -> None:
         """Queue the commit of the open transaction; see `commit_finished`."""
         self._commit_s = 0.0
@@ -147,13 +143,6 @@ class TransactionalOutput:
         elif not self._calls.poll():
             return None
         return self._commit_s
-
-    def commit(self, timeout: float = 60) -> float:
-        """Commit the open transaction; returns the seconds it took."""
-        self.commit_async(timeout)
-        commit_s = self.commit_finished(block=True)
-        assert commit_s is not None
-        return commit_s
 
     def take_waited(self) -> float:
         """Seconds the caller spent waiting for queued calls since the last take."""
