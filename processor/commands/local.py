@@ -1,7 +1,10 @@
 """``processor local``: the coordinator and N workers as child processes on this machine.
 
-A worker that dies is started again (as a supervisor such as Kubernetes would), so killing
-one shows recovery; Ctrl-C stops everything cleanly.
+A child that dies is started again after a back-off (as a supervisor such as Kubernetes
+would), the coordinator as much as a worker: a restarted coordinator resumes its checkpoint
+ids from the control topic, so killing either shows recovery. Only exit code 2 (a
+configuration error, which a restart would only repeat) ends the job, and so does the
+coordinator's exit 0 under ``--until-idle`` (all input done). Ctrl-C stops everything cleanly.
 """
 
 from __future__ import annotations
@@ -13,12 +16,67 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
+EXIT_CONFIG_ERROR = 2
 
-def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "processor", *args], env=env)
+
+@dataclass
+class RestartBackoff:
+    """When a crashed child may start again: doubling delays, forgiven after a healthy run.
+
+    Pure (the caller passes the clock), so the policy is unit-tested without processes.
+    """
+
+    initial_s: float = 0.5
+    max_s: float = 10.0
+    healthy_after_s: float = 30.0  # a run this long resets the delay to ``initial_s``
+    _delay_s: float = field(default=0.0, init=False)
+
+    def next_start(self, started_at: float, exited_at: float) -> float:
+        """The time the child may start again after a run from ``started_at`` to ``exited_at``."""
+        if exited_at - started_at >= self.healthy_after_s:
+            self._delay_s = 0.0
+        self._delay_s = min(self.max_s, self._delay_s * 2 if self._delay_s else self.initial_s)
+        return exited_at + self._delay_s
+
+
+class _Child:
+    """One supervised child process: started, watched, restarted after its back-off."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        self.name = name
+        self._args = args
+        self._env = env
+        self._backoff = RestartBackoff()
+        self._restart_at: float | None = None
+        self.proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        self._started_at = time.monotonic()
+        return subprocess.Popen([sys.executable, "-m", "processor", *self._args], env=self._env)
+
+    def poll(self, now: float) -> int | None:
+        """The exit status the first time the child is seen dead; restarts it when due."""
+        if self._restart_at is not None:
+            if now >= self._restart_at:
+                self._restart_at = None
+                self.proc = self._spawn()
+            return None
+        status = self.proc.poll()
+        if status is not None:
+            self._restart_at = self._backoff.next_start(self._started_at, now)
+        return status
+
+    def schedule_restart(self) -> None:
+        log.warning(
+            "%s exited with %s: starting it again in %.1fs",
+            self.name,
+            self.proc.returncode,
+            max(0.0, (self._restart_at or 0) - time.monotonic()),
+        )
 
 
 def run_local(
@@ -33,19 +91,17 @@ def run_local(
     def child_env(port: int) -> dict[str, str]:
         return {**env, "PROCESSOR_METRICS_PORT": str(port)} if metrics_port else env
 
-    coordinator_args = ["coordinator", *(["--exit-when-idle"] if until_idle else [])]
-    coordinator = _spawn(
-        coordinator_args, {**child_env(metrics_port), "PROCESSOR_EXPECTED_WORKERS": str(workers)}
+    coordinator = _Child(
+        "coordinator",
+        ["coordinator", *(["--exit-when-idle"] if until_idle else [])],
+        {**child_env(metrics_port), "PROCESSOR_EXPECTED_WORKERS": str(workers)},
     )
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start_worker(i: int) -> None:
-        name = f"worker-{i}"
-        port = metrics_port + 1 + i if metrics_port else 0
-        procs[name] = _spawn(["worker", "--worker-id", name], child_env(port))
-
+    children = [coordinator]
     for i in range(workers):
-        start_worker(i)
+        port = metrics_port + 1 + i if metrics_port else 0
+        children.append(
+            _Child(f"worker-{i}", ["worker", "--worker-id", f"worker-{i}"], child_env(port))
+        )
     if metrics_port:
         urls = [f"http://127.0.0.1:{metrics_port + i}/metrics" for i in range(workers + 1)]
         log.info("status page: http://127.0.0.1:%d/ (JSON: /api/status)", metrics_port)
@@ -53,25 +109,22 @@ def run_local(
     code = 0
     try:
         while not stop.is_set():
-            status = coordinator.poll()
-            if status is not None:
-                code = status
-                if status != 0:
-                    log.error("coordinator exited with %d", status)
-                break
-            for i in range(workers):
-                name = f"worker-{i}"
-                status = procs[name].poll()
-                if status == 2:  # a configuration error: a restart would only repeat it
-                    log.error("%s exited with 2 (see its error above): stopping", name)
-                    code = 2
+            now = time.monotonic()
+            for child in children:
+                status = child.poll(now)
+                if status is None:
+                    continue
+                if status == EXIT_CONFIG_ERROR:
+                    log.error("%s exited with 2 (see its error above): stopping", child.name)
+                    code = EXIT_CONFIG_ERROR
                     stop.set()
-                elif status is not None:
-                    log.warning("%s exited with %s: starting it again", name, status)
-                    start_worker(i)
+                elif status == 0 and child is coordinator and until_idle:
+                    stop.set()  # every input record is committed: the job is done
+                else:
+                    child.schedule_restart()
             stop.wait(0.2)
     finally:
-        everyone = [coordinator, *procs.values()]
+        everyone = [child.proc for child in children]
         for proc in everyone:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

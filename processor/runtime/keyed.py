@@ -28,7 +28,13 @@ from pathlib import Path
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from processor import faults, metrics
-from processor.checkpointing.aligner import BarrierAligner, BarrierOutcome, Channel, Verdict
+from processor.checkpointing.aligner import (
+    NOOP,
+    BarrierAligner,
+    BarrierOutcome,
+    Channel,
+    Verdict,
+)
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
 from processor.models.control import Decline
@@ -189,6 +195,7 @@ class KeyedTask(Task):
     ) -> None:
         admit = self._aligner.admit
         partition = self.partition
+        channels = self.ctx.input_partitions
         deltas: dict[str, int] = {}
         replay = self._replay_until  # None but right after a fallback restore
         quiet: dict[str, int] = {}  # replayed records whose output is committed already
@@ -220,6 +227,9 @@ class KeyedTask(Task):
                 channel, counts = decode_counts(msg.value())  # type: ignore[arg-type]
             except (ValueError, struct.error, TypeError):
                 # Not written by a source task: skip rather than crash-loop.
+                self._m_bad.inc()
+                continue
+            if channel >= channels:  # no such upstream task: not written by one either
                 self._m_bad.inc()
                 continue
             offset: int = msg.offset()  # type: ignore[assignment]  # set on data messages
@@ -299,7 +309,13 @@ class KeyedTask(Task):
     def _on_barrier(
         self, msg: Message, store: RocksDBStore, out: TransactionalOutput, consumer: Consumer
     ) -> BarrierOutcome:
-        barrier = decode_barrier(msg.value() or b"")
+        try:
+            barrier = decode_barrier(msg.value() or b"")
+        except struct.error:
+            barrier = None
+        if barrier is None or barrier.channel >= self.ctx.input_partitions:
+            self._m_bad.inc()  # not written by a source task: skip rather than crash-loop
+            return NOOP
         outcome = self._aligner.on_barrier(
             (self.partition, barrier.channel), barrier.checkpoint_id, msg.offset() or 0
         )

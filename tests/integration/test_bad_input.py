@@ -15,7 +15,13 @@ from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from processor.kafka import clients
-from processor.models.records import Barrier, encode_barrier
+from processor.models.records import (
+    BARRIER_HEADER,
+    Barrier,
+    Headers,
+    encode_barrier,
+    encode_counts,
+)
 from tests.integration.harness import JobRun, wait_until
 
 Dead = tuple[bytes, dict[str, bytes]]
@@ -107,3 +113,46 @@ def _drain(consumer: Consumer, out: list[Dead]) -> int:
             headers = {k: v for k, v in pairs if isinstance(v, bytes)}
             out.append((value, headers))
     return len(out)
+
+
+def test_malformed_records_in_the_shuffle_topic_are_skipped_and_counted(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Records nobody's source task wrote, on the internal topic: skipped, counted, no crash."""
+    port = _free_port()
+    run = JobRun(kafka_bootstrap, tmp_path, input_partitions=2, shuffle_partitions="2")
+    unknown_channel_barrier, _ = encode_barrier(Barrier(7, channel=999))
+    bad: list[tuple[bytes, Headers | None]] = [
+        (encode_counts(999, {"ghost": 5}), None),  # data from a channel that does not exist
+        (b"\x00\x00{not json", None),
+        (b"\x00", None),
+        (b"\x01\x02\x03", [(BARRIER_HEADER, b"\x01\x02\x03")]),  # barrier body too short
+        (unknown_channel_barrier, [(BARRIER_HEADER, unknown_channel_barrier)]),
+    ]
+    try:
+        run.produce([b"good words before"] * 50)
+        run.start_coordinator()
+        run.start_worker(0, metrics_port=port)
+        run.wait_for_checkpoints(2)
+        for partition in range(2):
+            for value, headers in bad:
+                run._producer.produce(
+                    run.settings.shuffle_topic, value, partition=partition, headers=headers
+                )
+        assert run._producer.flush(30) == 0
+        run.produce([b"good words after"] * 50)
+        run.finish()
+        assert run.dead_workers() == []
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        skipped = sum(
+            sample.value
+            for family in text_string_to_metric_families(text.decode())
+            for sample in family.samples
+            if sample.name == "processor_records_skipped_total"
+            and sample.labels.get("reason") == "malformed_shuffle"
+            and sample.labels.get("job") == run.job
+        )
+        assert skipped == 2 * len(bad)
+        assert "Traceback" not in run.log("worker-0")
+    finally:
+        run.stop()

@@ -86,6 +86,68 @@ def test_local_stops_every_child_on_ctrl_c(kafka_bootstrap: str, tmp_path: Path)
             os.killpg(local.pid, signal.SIGKILL)
 
 
+def test_local_restarts_a_killed_coordinator_and_the_job_goes_on(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    job = f"cli-{uuid.uuid4().hex[:6]}"
+    env = {
+        "PROCESSOR_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "PROCESSOR_JOB_NAME": job,
+        "PROCESSOR_INPUT_TOPIC": f"{job}.input",
+        "PROCESSOR_OUTPUT_TOPIC": f"{job}.counts",
+        "PROCESSOR_STATE_DIR": str(tmp_path / "state"),
+        "PROCESSOR_CHECKPOINT_DIR": str(tmp_path / "chk"),
+        "PROCESSOR_CHECKPOINT_INTERVAL_MS": "300",
+    }
+    corpus = tmp_path / "in.txt"
+    corpus.write_text("to be or not to be\n" * 100)
+    assert _processor("produce", "--topic", f"{job}.input", str(corpus), env=env).returncode == 0
+    log_path = tmp_path / "local.log"
+    local = subprocess.Popen(
+        [sys.executable, "-m", "processor", "local", "--workers", "2"],
+        env={**os.environ, **env},
+        stdout=log_path.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: log_path.read_text().count(" complete in ") >= 2, 60, "checkpoints")
+        coordinator = _child_pid(local.pid, "coordinator")
+        os.kill(coordinator, signal.SIGKILL)
+        wait_until(
+            lambda: "coordinator exited with -9: starting it again" in log_path.read_text(),
+            30,
+            "the restart line",
+        )
+        # The new coordinator goes on checkpointing, and the workers were never stopped.
+        done = log_path.read_text().count(" complete in ")
+        wait_until(
+            lambda: log_path.read_text().count(" complete in ") >= done + 3,
+            60,
+            "checkpoints after the coordinator's restart",
+        )
+        assert local.poll() is None, log_path.read_text()[-2000:]
+        assert _child_pid(local.pid, "coordinator") != coordinator
+        counts = _processor("counts", "--top", "2", env=env)
+        assert counts.stdout.splitlines()[:2] == ["         200  be", "         200  to"]
+        local.send_signal(signal.SIGINT)
+        assert local.wait(60) == 0
+    finally:
+        if local.poll() is None:
+            os.killpg(local.pid, signal.SIGKILL)
+
+
+def _child_pid(parent: int, command: str) -> int:
+    """The pid of ``processor <command>`` among ``parent``'s children."""
+    found = subprocess.run(
+        ["pgrep", "-P", str(parent), "-f", f"processor {command}"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert len(found) == 1, f"expected one {command} child, found {found}"
+    return int(found[0])
+
+
 def test_invalid_setting_is_one_line_naming_it_with_exit_code_2() -> None:
     result = _processor("worker", "--checkpoint-interval-ms", "5")
     assert result.returncode == 2
