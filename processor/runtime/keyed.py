@@ -48,7 +48,7 @@ from processor.runtime.task import (
     committed_after_fencing,
     local_dir,
 )
-from processor.state.rocksdb.snapshots import SnapshotInfo, SnapshotStore
+from processor.state.rocksdb.snapshots import SnapshotInfo, SnapshotRef, SnapshotStore
 from processor.state.rocksdb.store import RocksDBStore
 from processor.state.storage import DirectoryStorage, SnapshotMissing
 
@@ -78,9 +78,12 @@ class KeyedTask(Task):
         self._dirty: dict[str, int] = {}  # key -> latest count, not yet in a transaction
         self._in_txn: dict[str, int] = {}  # key -> count written into the open transaction
         self._snapshot_failures = 0  # in a row
-        self._replay_until: dict[int, int] | None = None  # see _restore_snapshot
-        self._replay_end = -1
+        # After a fallback restore: upstream channels whose records up to the committed
+        # checkpoint's barrier go into the state without output (see _restore_snapshot).
+        self._replaying: set[int] = set()
+        self._replay_to = 0  # the committed checkpoint id those barriers carry
         self._pending: _Pending | None = None
+        self._snapshots: SnapshotStore | None = None
         self._align_started: float | None = None
         self._waited_s = 0.0  # this epoch's waits for the previous checkpoint to finish
         self._m_in = metrics.records_in.labels(**self.labels)
@@ -90,9 +93,7 @@ class KeyedTask(Task):
     def run(self) -> None:
         s = self.settings
         workdir = local_dir(s, self.ctx.task_id)
-        self._snapshots = SnapshotStore(
-            DirectoryStorage(s.checkpoint_dir), f"{s.job_name}/{self.ctx.task_id}"
-        )
+        self._storage = DirectoryStorage(s.checkpoint_dir)
         self._uploader = ThreadPoolExecutor(1, thread_name_prefix=f"upload-{self.ctx.task_id}")
         self._workdir = workdir
         out = TransactionalOutput(s, self.transactional_id)
@@ -110,9 +111,13 @@ class KeyedTask(Task):
                 if msgs:
                     self._process(msgs, store, out, consumer)
         finally:
+            # A failed (perhaps fenced) task must not go on writing to storage: stop the
+            # upload under way and drop the queued ones, retention above all.
+            if self._snapshots is not None:
+                self._snapshots.close()
+            self._uploader.shutdown(wait=True, cancel_futures=True)
             out.close()
             consumer.close()
-            self._uploader.shutdown(wait=True)
             if store is not None:
                 store.close()
             shutil.rmtree(workdir, ignore_errors=True)
@@ -121,21 +126,33 @@ class KeyedTask(Task):
         tp = committed_after_fencing(self.settings, [TopicPartition(self.topic, self.partition)])[0]
         meta = commit_metadata(tp)
         self.last_checkpoint = int(meta.get("checkpoint", 0))
-        positions = {
-            (self.partition, int(u)): int(off) for u, off in meta.get("positions", {}).items()
-        }
-        db_path = self._workdir / "db"
+        committed: SnapshotRef | None = None
         if self.last_checkpoint:
+            owner = meta.get("snapshot")
+            if not isinstance(owner, str):
+                raise SnapshotMissing(
+                    f"the commit of checkpoint {self.last_checkpoint} on {self.topic}"
+                    f"[{self.partition}] names no snapshot (written by an older version?)"
+                )
+            committed = SnapshotRef(self.last_checkpoint, owner)
+        # Only now, with every predecessor fenced, may the generation be chosen.
+        self._snapshots = SnapshotStore.for_new_incarnation(
+            self._storage, f"{self.settings.job_name}/{self.ctx.task_id}", committed
+        )
+        positions: dict[Channel, int] = {}
+        db_path = self._workdir / "db"
+        if committed is not None:
             started = time.monotonic()
-            info, positions = self._restore_snapshot(self.last_checkpoint, positions, db_path)
+            info = self._restore_snapshot(committed, db_path)
+            positions = self._positions(info)
             took = time.monotonic() - started
             metrics.restores_total.labels(**self.labels).inc()
             metrics.last_restore_seconds.labels(**self.labels).set(took)
             metrics.state_size_bytes.labels(**self.labels).set(info.full_bytes)
             log.info(
-                "%s: restored checkpoint %d (%d bytes) in %.3fs",
+                "%s: restored checkpoint %s (%d bytes) in %.3fs",
                 self.ctx.task_id,
-                info.checkpoint_id,
+                info.ref,
                 info.full_bytes,
                 took,
             )
@@ -147,47 +164,52 @@ class KeyedTask(Task):
         log.info("%s: resuming %s[%d] at %d", self.ctx.task_id, self.topic, self.partition, start)
         return store
 
-    def _restore_snapshot(
-        self, committed_id: int, committed_at: dict[Channel, int], db_path: Path
-    ) -> tuple[SnapshotInfo, dict[Channel, int]]:
-        """Restore the committed snapshot, or an older one that can safely stand in for it.
-
-        An older snapshot m holds exactly the records up to its positions, so m plus the
-        records between its positions and the committed ones is the committed state: those
-        are replayed into the state *without output*, since their output is committed
-        already. Only a snapshot at or before the committed positions on every channel
-        qualifies; without one the task fails with the reason, and never guesses.
-        """
+    def _positions(self, info: SnapshotInfo) -> dict[Channel, int]:
+        """The channel positions a snapshot holds the records up to."""
         try:
-            return self._snapshots.restore(committed_id, db_path), committed_at
+            raw = info.meta["positions"]
+            return {(self.partition, int(u)): int(off) for u, off in raw.items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SnapshotMissing(f"checkpoint {info.ref}: no channel positions") from exc
+
+    def _restore_snapshot(self, committed: SnapshotRef, db_path: Path) -> SnapshotInfo:
+        """Restore the committed snapshot, or an older one that can stand in for it.
+
+        Any complete snapshot m older than the committed checkpoint n can: both hold exactly
+        the records up to their barrier (m, n) on every channel, and barrier m precedes
+        barrier n on each. So m plus the records from barrier m to barrier n is the committed
+        state. Those records are replayed into the state *without output*, since their output
+        is committed already; each channel's replay ends at its barrier n, which is a fact of
+        the log rather than of how the reads were batched. Without such a snapshot the task
+        fails with the reason, and never guesses.
+        """
+        assert self._snapshots is not None
+        try:
+            return self._snapshots.restore(committed, db_path)
         except SnapshotMissing as exc:
             problem = str(exc)
         log.error("%s: %s", self.ctx.task_id, problem)
-        for older in reversed(self._snapshots.checkpoints()):
-            if older >= committed_id:
+        for older in reversed(self._snapshots.snapshots()):
+            if older.checkpoint_id >= committed.checkpoint_id:
                 continue
             try:
-                raw = self._snapshots.meta(older)["positions"]
-                held = {(self.partition, int(u)): int(off) for u, off in raw.items()}
-            except (SnapshotMissing, KeyError, TypeError, ValueError, AttributeError):
-                continue
-            if held.keys() != committed_at.keys() or any(held[c] > committed_at[c] for c in held):
-                continue
-            try:
-                info = self._snapshots.restore(older, db_path)
+                # Nothing reused: an older generation's retention need not keep these files.
+                info = self._snapshots.restore(older, db_path, reuse=False)
+                self._positions(info)
             except SnapshotMissing as exc:
                 log.error("%s: %s", self.ctx.task_id, exc)
+                shutil.rmtree(db_path, ignore_errors=True)
                 continue
             log.warning(
-                "%s: falling back to checkpoint %d; replaying up to the positions of "
-                "checkpoint %d without output (it is committed already)",
+                "%s: falling back to checkpoint %s; replaying up to barrier %d of every "
+                "channel without output (it is committed already)",
                 self.ctx.task_id,
                 older,
-                committed_id,
+                committed.checkpoint_id,
             )
-            self._replay_until = {u: off for (_, u), off in committed_at.items()}
-            self._replay_end = max(committed_at.values())
-            return info, held
+            self._replaying = set(range(self.ctx.input_partitions))
+            self._replay_to = committed.checkpoint_id
+            return info
         raise SnapshotMissing(f"{problem}; no older snapshot can stand in for it")
 
     def _process(
@@ -197,7 +219,7 @@ class KeyedTask(Task):
         partition = self.partition
         channels = self.ctx.input_partitions
         deltas: dict[str, int] = {}
-        replay = self._replay_until  # None but right after a fallback restore
+        replaying = self._replaying  # empty but right after a fallback restore
         quiet: dict[str, int] = {}  # replayed records whose output is committed already
         applied = 0
         for msg in msgs:
@@ -235,7 +257,7 @@ class KeyedTask(Task):
             offset: int = msg.offset()  # type: ignore[assignment]  # set on data messages
             if admit((partition, channel), offset) is _PROCESS:
                 target = deltas
-                if replay is not None and offset <= replay.get(channel, -1):
+                if replaying and channel in replaying:
                     target = quiet
                 if target:
                     get = target.get
@@ -249,12 +271,8 @@ class KeyedTask(Task):
         self._records_in += applied
         self._m_in.inc(applied)
         self._apply(deltas, store, out)
-        if replay is not None:
+        if quiet:
             self._apply_quietly(quiet, store)
-            last = msgs[-1].offset()
-            if last is not None and last >= self._replay_end:
-                self._replay_until = None
-                log.info("%s: replay after the fallback is done", self.ctx.task_id)
 
     def _apply_quietly(self, quiet: dict[str, int], store: RocksDBStore) -> None:
         """Counts into the state without marking them for output."""
@@ -287,7 +305,7 @@ class KeyedTask(Task):
             dirty[key] += delta
         # No early flush while replaying: what is in a transaction must not be changed
         # quietly afterwards (checkpoint n+1 can only complete after the replay).
-        if len(dirty) >= self.settings.flush_keys and self._replay_until is None:
+        if len(dirty) >= self.settings.flush_keys and not self._replaying:
             self._flush(store, out)
 
     def _flush(self, store: RocksDBStore, out: TransactionalOutput) -> None:
@@ -316,6 +334,11 @@ class KeyedTask(Task):
         if barrier is None or barrier.channel >= self.ctx.input_partitions:
             self._m_bad.inc()  # not written by a source task: skip rather than crash-loop
             return NOOP
+        if self._replaying and barrier.checkpoint_id >= self._replay_to:
+            # This channel's records up to the committed checkpoint are in the state again.
+            self._replaying.discard(barrier.channel)
+            if not self._replaying:
+                log.info("%s: replay after the fallback is done", self.ctx.task_id)
         outcome = self._aligner.on_barrier(
             (self.partition, barrier.channel), barrier.checkpoint_id, msg.offset() or 0
         )
@@ -362,7 +385,10 @@ class KeyedTask(Task):
         self._finish_checkpoint(out, block=True)
         positions = {str(u): off for (_, u), off in outcome.positions.items()}
         resume = self._aligner.resume_offsets()[self.partition]
-        meta = json.dumps({"checkpoint": checkpoint_id, "positions": positions})
+        assert self._snapshots is not None
+        # The snapshot holds the positions; the metadata only names it, so its size does not
+        # grow with the input's partitions (the broker's offset.metadata.max.bytes is 4096).
+        meta = json.dumps({"checkpoint": checkpoint_id, "snapshot": self._snapshots.owner})
         task_id = self.ctx.task_id
         # Its round trips overlap the flush, the RocksDB checkpoint and the upload.
         out.send_offsets_async(
@@ -432,11 +458,12 @@ class KeyedTask(Task):
                 upload_s=round(info.duration_s, 6),
             )
         )
-        self._uploader.submit(self._retain, pending.epoch.checkpoint_id)
+        self._uploader.submit(self._retain, info.ref)
 
-    def _retain(self, committed_id: int) -> None:
+    def _retain(self, committed: SnapshotRef) -> None:
+        assert self._snapshots is not None
         try:
-            self._snapshots.retain(committed_id, self.settings.retained_checkpoints)
+            self._snapshots.retain(committed, self.settings.retained_checkpoints)
         except Exception as exc:  # noqa: BLE001 - old snapshots stay; the next commit tries again
             log.warning("%s: could not delete old snapshots: %s", self.ctx.task_id, exc)
 

@@ -157,7 +157,8 @@ def committed_after_fencing(
 
 
 def commit_metadata(tp: TopicPartition) -> dict[str, Any]:
-    """The checkpoint id and channel positions stored with a committed offset."""
+    """What a committed offset's metadata says: the checkpoint id (and, for a keyed task, the
+    owner of the snapshot that holds its channel positions)."""
     if tp.offset < 0 or not tp.metadata:
         return {}
     try:

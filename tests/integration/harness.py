@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
-import json
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from processor.config import Settings, load_settings
 from processor.jobs.wordcount import words
 from processor.kafka import clients
 from processor.models import control
+from processor.state.rocksdb.snapshots import unseal_manifest
 
 
 class JobRun:
@@ -215,7 +215,8 @@ class JobRun:
 
     def snapshot_manifests(self) -> list[dict[str, object]]:
         root = self.workdir / "checkpoints" / self.job
-        return [json.loads(p.read_text()) for p in sorted(root.glob("*/chk-*/_snapshot.json"))]
+        paths = sorted(root.glob("*/*/chk-*/_snapshot.json"))
+        return [unseal_manifest(path.read_bytes()) for path in paths]
 
 
 def wait_until(predicate: object, timeout: float, what: str) -> None:

@@ -13,11 +13,13 @@ from processor.runtime.task import committed_after_fencing
 from tests.integration.harness import JobRun, wait_until
 
 
-def _committed_checkpoint(run: JobRun, partition: int) -> int:
-    # The last stable commit: the killed workers' open transactions will be aborted.
+def _committed_checkpoint(run: JobRun, partition: int) -> tuple[int, str]:
+    """The checkpoint id and snapshot owner of the last stable commit (the killed workers'
+    open transactions will be aborted)."""
     tp = TopicPartition(run.settings.shuffle_topic, partition)
     (committed,) = committed_after_fencing(run.settings, [tp])
-    return int(json.loads(committed.metadata or "{}")["checkpoint"])
+    meta = json.loads(committed.metadata or "{}")
+    return int(meta["checkpoint"]), str(meta["snapshot"])
 
 
 def _stop_workers_after_progress(run: JobRun) -> Path:
@@ -33,13 +35,13 @@ def test_missing_committed_snapshot_falls_back_safely(kafka_bootstrap: str, tmp_
     run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
     try:
         snapshots = _stop_workers_after_progress(run)
-        committed = _committed_checkpoint(run, 0)
-        (snapshots / f"chk-{committed:012d}" / "_snapshot.json").unlink()
+        committed, owner = _committed_checkpoint(run, 0)
+        (snapshots / owner / f"chk-{committed:012d}" / "_snapshot.json").unlink()
         for i in range(2):
             run.start_worker(i)
         run.finish()
         logs = run.log("worker-0") + run.log("worker-1")
-        assert f"checkpoint {committed} of {run.job}/count-0: manifest missing" in logs
+        assert f"checkpoint {committed} ({owner}) of {run.job}/count-0: manifest missing" in logs
         assert "count-0: falling back to checkpoint" in logs
         assert "count-0: replay after the fallback is done" in logs
     finally:
@@ -52,7 +54,7 @@ def test_no_usable_snapshot_fails_the_task_with_the_reason(
     run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
     try:
         snapshots = _stop_workers_after_progress(run)
-        committed = _committed_checkpoint(run, 0)
+        committed, owner = _committed_checkpoint(run, 0)
         shutil.rmtree(snapshots)
         for i in range(2):
             run.start_worker(i)
@@ -63,7 +65,7 @@ def test_no_usable_snapshot_fails_the_task_with_the_reason(
 
         wait_until(failing, 60, "count-0 to fail twice")
         logs = run.log("worker-0") + run.log("worker-1")
-        assert f"checkpoint {committed} of {run.job}/count-0" in logs
+        assert f"checkpoint {committed} ({owner}) of {run.job}/count-0" in logs
         assert "no older snapshot can stand in for it" in logs
         assert not run.dead_workers(), "a task failure must not take its worker down"
     finally:
