@@ -1,0 +1,203 @@
+"""The user's side of a pipeline: ``Pipeline``, ``Stream`` and ``KeyedStream``.
+
+Calls only record a graph of `Node`s (nothing runs here); `processor.pipeline.plan` splits the
+graph into stages at each ``key_by``. Every node has a stable name, derived from the
+pipeline's shape (``<source topic>.<op>.<op>...``, ``-2`` for the second child of the same
+kind) or given with ``name=``: the name is what finds an operator's state in a snapshot again,
+so adding a branch later does not rename the existing operators.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ValueFormat = Literal["text", "json", "bytes"]
+VALUE_FORMATS: tuple[ValueFormat, ...] = ("text", "json", "bytes")
+
+# Kinds of node. An aggregation ("count", "sum", "reduce", "aggregate") and "process" keep
+# state per key; "key_by" is where a stage ends and a shuffle begins.
+STATEFUL = frozenset({"count", "sum", "reduce", "aggregate", "process"})
+AGGREGATIONS = frozenset({"count", "sum", "reduce", "aggregate"})
+
+# A stage's shuffle topic is named after its key_by: only characters Kafka allows in topics.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+class PipelineError(Exception):
+    """A pipeline that cannot run; the message is one line naming the problem."""
+
+
+@dataclass(eq=False)
+class Node:
+    """One operator of the graph. ``fn``/``fn2``/``initial`` depend on ``kind``."""
+
+    kind: str
+    name: str
+    parent: Node | None
+    keyed: bool  # its output carries a key
+    fn: Callable[..., Any] | None = None
+    fn2: Callable[..., Any] | None = None  # aggregate's merge
+    initial: Any = None  # aggregate's initial value
+    topic: str = ""  # source and sink
+    value_format: ValueFormat = "text"  # source
+    children: list[Node] = field(default_factory=list)
+
+    @property
+    def aggregated(self) -> bool:
+        """Its output is a changelog of per-key values (one update per key and checkpoint)."""
+        return self.kind in AGGREGATIONS
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.name}>"
+
+
+class Pipeline:
+    """A dataflow: sources, operators, sinks. Build it at import time of the user's module."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self._names: set[str] = set()
+
+    def source(self, topic: str, value: ValueFormat = "text", name: str | None = None) -> Stream:
+        """Records of an existing topic; one source task per partition."""
+        if not isinstance(topic, str) or not topic:
+            raise PipelineError("source(topic): the topic must be a non-empty string")
+        if value not in VALUE_FORMATS:
+            raise PipelineError(
+                f"source({topic!r}, value={value!r}): value must be one of {VALUE_FORMATS}"
+            )
+        node = Node("source", self._name(name, topic), None, keyed=False, topic=topic)
+        node.value_format = value
+        self._add(node)
+        return Stream(self, node)
+
+    @property
+    def sources(self) -> list[Node]:
+        return [n for n in self.nodes if n.kind == "source"]
+
+    @property
+    def sinks(self) -> list[Node]:
+        return [n for n in self.nodes if n.kind == "sink"]
+
+    def _child(self, parent: Node, kind: str, name: str | None, keyed: bool, **attrs: Any) -> Node:
+        if name is None:
+            same = sum(1 for c in parent.children if c.kind == kind)
+            derived = f"{parent.name}.{kind}" + (f"-{same + 1}" if same else "")
+        else:
+            derived = name
+        node = Node(kind, self._name(name, derived), parent, keyed=keyed, **attrs)
+        parent.children.append(node)
+        self._add(node)
+        return node
+
+    def _name(self, given: str | None, derived: str) -> str:
+        name = derived if given is None else given
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise PipelineError(
+                f"operator name {name!r}: use letters, digits, '.', '_' and '-' (at most 200)"
+            )
+        if name in self._names:
+            raise PipelineError(f"operator name {name!r} is used twice")
+        return name
+
+    def _add(self, node: Node) -> None:
+        self._names.add(node.name)
+        self.nodes.append(node)
+
+
+class Stream:
+    """Records without a key. Every method returns a new stream; a stream may be used again."""
+
+    def __init__(self, pipeline: Pipeline, node: Node) -> None:
+        self.pipeline = pipeline
+        self.node = node
+
+    def _then(self, kind: str, name: str | None, **attrs: Any) -> Node:
+        return self.pipeline._child(self.node, kind, name, self.node.keyed, **attrs)
+
+    def _same(self, node: Node) -> Stream:
+        return Stream(self.pipeline, node)
+
+    def map(self, fn: Callable[[Any], Any], name: str | None = None) -> Stream:
+        return self._same(self._then("map", name, fn=_callable(fn, "map")))
+
+    def filter(self, fn: Callable[[Any], bool], name: str | None = None) -> Stream:
+        return self._same(self._then("filter", name, fn=_callable(fn, "filter")))
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], name: str | None = None) -> Stream:
+        return self._same(self._then("flat_map", name, fn=_callable(fn, "flat_map")))
+
+    def key_by(self, fn: Callable[[Any], Any], name: str | None = None) -> KeyedStream:
+        """Key each value by ``fn(value)``: a shuffle, so that one task sees all of a key."""
+        node = self.pipeline._child(
+            self.node, "key_by", name, keyed=True, fn=_callable(fn, "key_by")
+        )
+        return KeyedStream(self.pipeline, node)
+
+    def sink(self, topic: str, name: str | None = None) -> None:
+        """Write to ``topic`` (created if missing): key ``str(key)``, value as JSON text."""
+        if not isinstance(topic, str) or not topic:
+            raise PipelineError("sink(topic): the topic must be a non-empty string")
+        self._then("sink", name, topic=topic)
+
+
+class KeyedStream(Stream):
+    """Records with a key: map, filter and flat_map act on the value and keep the key."""
+
+    def _same(self, node: Node) -> KeyedStream:
+        return KeyedStream(self.pipeline, node)
+
+    def map(self, fn: Callable[[Any], Any], name: str | None = None) -> KeyedStream:
+        return self._same(self._then("map", name, fn=_callable(fn, "map")))
+
+    def filter(self, fn: Callable[[Any], bool], name: str | None = None) -> KeyedStream:
+        return self._same(self._then("filter", name, fn=_callable(fn, "filter")))
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], name: str | None = None) -> KeyedStream:
+        return self._same(self._then("flat_map", name, fn=_callable(fn, "flat_map")))
+
+    def count(self, name: str | None = None) -> KeyedStream:
+        """Per key, the number of values so far."""
+        return self._same(self._then("count", name))
+
+    def sum(self, name: str | None = None) -> KeyedStream:
+        """Per key, the sum of the values so far."""
+        return self._same(self._then("sum", name))
+
+    def reduce(self, fn: Callable[[Any, Any], Any], name: str | None = None) -> KeyedStream:
+        """Per key, ``fn(accumulated, value)`` folded over the values (the first one as is).
+
+        ``fn`` should be associative: records of one epoch are combined before the shuffle.
+        """
+        return self._same(self._then("reduce", name, fn=_callable(fn, "reduce")))
+
+    def aggregate(
+        self,
+        initial: Any,
+        add: Callable[[Any, Any], Any],
+        merge: Callable[[Any, Any], Any] | None = None,
+        name: str | None = None,
+    ) -> KeyedStream:
+        """Per key, ``add(accumulator, value)`` from ``initial``; with ``merge(a, b)`` partial
+        accumulators of an epoch are combined before the shuffle."""
+        fn2 = None if merge is None else _callable(merge, "aggregate merge")
+        node = self._then("aggregate", name, fn=_callable(add, "aggregate"), fn2=fn2)
+        node.initial = initial
+        return self._same(node)
+
+    def process(
+        self, fn: Callable[[Any, Any], Iterable[Any]], name: str | None = None
+    ) -> KeyedStream:
+        """``fn(value, state)`` returns values to emit under the same key; ``state`` is this
+        key's value in the operator's state: ``get(default=None)``, ``set(value)``,
+        ``delete()``."""
+        return self._same(self._then("process", name, fn=_callable(fn, "process")))
+
+
+def _callable(fn: Any, what: str) -> Callable[..., Any]:
+    if not callable(fn):
+        raise PipelineError(f"{what}: expected a function, got {type(fn).__name__}")
+    return fn  # type: ignore[no-any-return]

@@ -1,0 +1,60 @@
+"""``--pipeline path/to/file.py:attribute``: every process loads the pipeline from the file.
+
+Nothing is pickled: the coordinator and each worker import the same file, and operator names
+derived from the pipeline's shape come out the same in each. Any problem is a PipelineError
+whose message is one line naming it, before anything runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+
+from processor.pipeline.api import Pipeline, PipelineError
+from processor.pipeline.plan import Plan, plan
+
+
+def load_pipeline(spec: str) -> tuple[Pipeline, Plan]:
+    """The pipeline named by ``spec`` (``file.py:attr``, attr defaults to ``pipeline``)."""
+    path_text, colon, attr = spec.rpartition(":")
+    if not colon or not path_text.endswith(".py"):
+        path_text, attr = spec, "pipeline"
+    path = Path(path_text)
+    if not path.is_file():
+        raise PipelineError(f"pipeline file {path} does not exist")
+    module_name = f"processor_pipeline_{abs(hash(str(path.resolve())))}"
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise PipelineError(f"pipeline file {path} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(loader_spec)
+    # Functions defined in the file must be importable by name (e.g. for their repr).
+    sys.modules[module_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except PipelineError as exc:
+        raise PipelineError(f"pipeline file {path}: {exc}") from None
+    except BaseException as exc:  # noqa: BLE001 - whatever the user's file raised
+        sys.modules.pop(module_name, None)
+        raise PipelineError(f"pipeline file {path} does not import: {_where(exc, path)}") from None
+    if not hasattr(module, attr):
+        raise PipelineError(f"pipeline file {path} has no attribute {attr!r}")
+    pipeline = getattr(module, attr)
+    if not isinstance(pipeline, Pipeline):
+        raise PipelineError(
+            f"{path}:{attr} is a {type(pipeline).__name__}, not a processor.Pipeline"
+        )
+    return pipeline, plan(pipeline)
+
+
+def _where(exc: BaseException, path: Path) -> str:
+    """``ExcType: message (file.py, line N)``: the user's own line, if the traceback has one."""
+    if isinstance(exc, SyntaxError):
+        return f"SyntaxError: {exc.msg} ({path.name}, line {exc.lineno})"
+    line = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if Path(frame.filename).resolve() == path.resolve():
+            line = f" ({path.name}, line {frame.lineno})"
+    text = " ".join(str(exc).split()) or "(no message)"
+    return f"{type(exc).__name__}: {text}{line}"

@@ -1,0 +1,80 @@
+"""What each operator does to one value: shared by the engine and the reference execution.
+
+Pure functions, no I/O. Values are whatever the user's functions return; on the wire (sinks,
+shuffles) they are JSON, and keys are hashed and stored by their canonical JSON text.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+from processor.pipeline.api import Node, ValueFormat
+
+_UNSET = object()
+
+
+class RecordError(Exception):
+    """A record that an operator or the encoding could not handle: it goes to the DLQ."""
+
+
+def decode(value_format: ValueFormat, raw: bytes) -> Any:
+    """A source record's value as the pipeline sees it; RecordError if it does not decode."""
+    if value_format == "bytes":
+        return raw
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"not UTF-8: {exc}") from None
+    if value_format == "text":
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise RecordError(f"not JSON: {exc}") from None
+
+
+def key_text(key: Any) -> str:
+    """A key's canonical JSON: its identity for shuffling and state (1 and "1" differ)."""
+    try:
+        return json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise RecordError(f"key {key!r} is not JSON-encodable: {exc}") from None
+
+
+def sink_key(key: Any) -> bytes:
+    """A sink record's key: ``str(key)`` in UTF-8."""
+    return str(key).encode()
+
+
+def sink_value(value: Any) -> bytes:
+    """A sink record's value: the value as JSON text (so a count is decimal text)."""
+    if isinstance(value, bytes):
+        raise RecordError("bytes are not JSON-encodable: decode them or map them to text")
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise RecordError(f"value {value!r:.80} is not JSON-encodable: {exc}") from None
+
+
+def folder(node: Node) -> Callable[[Any, Any], Any]:
+    """``acc, value -> acc`` for an aggregation; ``acc`` is ``_UNSET`` before the first value."""
+    kind = node.kind
+    if kind == "count":
+        return lambda acc, _value: 1 if acc is _UNSET else acc + 1
+    if kind == "sum":
+        return lambda acc, value: value if acc is _UNSET else acc + value
+    fn = node.fn
+    assert fn is not None
+    if kind == "reduce":
+        return lambda acc, value: value if acc is _UNSET else fn(acc, value)
+    if kind == "aggregate":
+        initial = node.initial
+        # A fresh copy per key: an add() that mutates its accumulator must not share one.
+        return lambda acc, value: fn(copy.deepcopy(initial) if acc is _UNSET else acc, value)
+    raise ValueError(f"{node!r} is not an aggregation")
+
+
+UNSET = _UNSET
