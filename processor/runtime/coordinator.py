@@ -51,7 +51,8 @@ class CoordinatorService:
         # For the status page: what the heartbeats and acks last said.
         self.board = StatusBoard(settings.job_name)
         self._failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
-        self._task_status: dict[str, tuple[str, str, int]] = {}  # task -> (worker, state, id)
+        # task -> (worker, state, checkpoint id, why it failed for good)
+        self._task_status: dict[str, tuple[str, str, int, str]] = {}
         self._task_lag: dict[str, int] = {}
         self._counts = collections.Counter[str]()
 
@@ -65,7 +66,9 @@ class CoordinatorService:
                 "(create it, e.g. with `processor produce`, or set PROCESSOR_INPUT_TOPIC)"
             )
         self.input_partitions = partitions
-        shuffle = clients.ensure_topic(self._admin, s.shuffle_topic, s.shuffle_partitions)
+        shuffle = clients.ensure_topic(
+            self._admin, s.shuffle_topic, s.shuffle_partitions, shuffle_topic_config(s)
+        )
         if shuffle != s.shuffle_partitions:
             raise SettingsError(
                 f"invalid setting PROCESSOR_SHUFFLE_PARTITIONS: {s.shuffle_topic} already has "
@@ -199,6 +202,7 @@ class CoordinatorService:
                                 message.worker,
                                 status.state,
                                 status.checkpoint,
+                                status.reason,
                             )
                             checkpoints.observe(status.checkpoint)
                             if status.state == "running":
@@ -313,7 +317,7 @@ class CoordinatorService:
         history = sorted([*completed, *self._failures], key=lambda c: -int(c["id"]))[:50]
         tasks = []
         for task in sorted(set(placement) | set(self._task_status), key=_task_key):
-            worker, state, checkpoint = self._task_status.get(task, ("", "assigned", 0))
+            worker, state, checkpoint, reason = self._task_status.get(task, ("", "assigned", 0, ""))
             tasks.append(
                 {
                     "task": task,
@@ -321,6 +325,7 @@ class CoordinatorService:
                     "state": state,
                     "checkpoint": checkpoint,
                     "lag": self._task_lag.get(task),
+                    "reason": reason or None,
                 }
             )
         load = collections.Counter(placement.values())
@@ -368,6 +373,20 @@ class CoordinatorService:
         )
         metrics.checkpoints_failed.labels(**self._labels).inc()
         log.warning("checkpoint %d failed: %s", failed.checkpoint_id, failed.reason)
+
+
+def shuffle_topic_config(settings: Settings) -> dict[str, str]:
+    """Explicit retention for the shuffle: deletion is the keyed tasks' purge, not time.
+
+    A segment rolls at least every 10 minutes, so that purged records free their disk within
+    that (plus the broker's retention check) even when little flows.
+    """
+    return {
+        "cleanup.policy": "delete",
+        "retention.ms": str(settings.shuffle_retention_ms),
+        "segment.bytes": str(settings.shuffle_segment_bytes),
+        "segment.ms": "600000",
+    }
 
 
 def _slowest(record: dict[str, Any]) -> str | None:

@@ -33,6 +33,7 @@ from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
 from processor.models.control import Decline
 from processor.models.records import decode_barrier, decode_counts, is_barrier
+from processor.runtime.gaps import STATE_LOST, check_resume
 from processor.runtime.task import (
     ClosedEpoch,
     Task,
@@ -90,7 +91,7 @@ class KeyedTask(Task):
         self._uploader = ThreadPoolExecutor(1, thread_name_prefix=f"upload-{self.ctx.task_id}")
         self._workdir = workdir
         out = TransactionalOutput(s, self.transactional_id)
-        consumer = clients.consumer(s)
+        consumer = clients.task_consumer(s)
         store: RocksDBStore | None = None
         try:
             out.init()
@@ -137,6 +138,7 @@ class KeyedTask(Task):
         channels = [(self.partition, u) for u in range(self.ctx.input_partitions)]
         self._aligner = BarrierAligner(channels, positions, self.last_checkpoint)
         start = self._aligner.resume_offsets()[self.partition]
+        check_resume(consumer, self.topic, self.partition, start, self.last_checkpoint, STATE_LOST)
         consumer.assign([TopicPartition(self.topic, self.partition, start)])
         log.info("%s: resuming %s[%d] at %d", self.ctx.task_id, self.topic, self.partition, start)
         return store
@@ -423,6 +425,28 @@ class KeyedTask(Task):
             self._snapshots.retain(committed_id, self.settings.retained_checkpoints)
         except Exception as exc:  # noqa: BLE001 - old snapshots stay; the next commit tries again
             log.warning("%s: could not delete old snapshots: %s", self.ctx.task_id, exc)
+        self._purge()
+
+    def _purge(self) -> None:
+        """Shuffle records below what every retained snapshot resumes at are never read again."""
+        purger = self.ctx.purger
+        if purger is not None and purger.due(self.partition):
+            # TODO(lead): the snapshot store's ``purge_below`` replaces _lowest_resume().
+            below = self._lowest_resume()
+            if below is not None:
+                purger.purge_below(self.partition, below)
+
+    def _lowest_resume(self) -> int | None:
+        """The lowest offset a retained snapshot resumes at; None when one cannot be read."""
+        lowest: int | None = None
+        for checkpoint_id in self._snapshots.checkpoints():
+            try:
+                positions = self._snapshots.meta(checkpoint_id)["positions"]
+                resume = min(int(off) for off in positions.values()) + 1
+            except (SnapshotMissing, KeyError, TypeError, ValueError, AttributeError):
+                return None
+            lowest = resume if lowest is None else min(lowest, resume)
+        return lowest
 
     def _snapshot_failed(
         self, checkpoint_id: int, exc: Exception, out: TransactionalOutput
