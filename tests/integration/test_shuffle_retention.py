@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -53,8 +55,10 @@ def _failed_heartbeats(run: JobRun, task: str) -> list[control.TaskStatus]:
     ]
 
 
-def _stop_after_progress(run: JobRun) -> None:
-    run.start_coordinator(exit_when_idle=False)
+def _stop_after_progress(run: JobRun, status_port: int = 0) -> None:
+    run.coordinator = run._spawn(
+        "coordinator", "coordinator", PROCESSOR_METRICS_PORT=str(status_port)
+    )
     run.start_worker(0)
     run.start_worker(1)
     run.feed(200_000, seconds=4)
@@ -71,7 +75,8 @@ def test_keyed_task_resuming_below_the_log_start_fails_once_with_the_gap(
 ) -> None:
     run = JobRun(kafka_bootstrap, tmp_path, interval_ms=500)
     try:
-        _stop_after_progress(run)
+        status_port = _free_port()
+        _stop_after_progress(run, status_port)
         shuffle = run.settings.shuffle_topic
         (committed,) = committed_after_fencing(run.settings, [TopicPartition(shuffle, 0)])
         checkpoint = int(json.loads(committed.metadata or "{}")["checkpoint"])
@@ -136,6 +141,30 @@ def test_keyed_task_resuming_below_the_log_start_fails_once_with_the_gap(
                             assert s.labels["reason"] == "records_deleted"
                             failed += s.value
         assert failed == 1
+
+        # Visible where an operator looks: the status API (and page) and `processor status`.
+        def status_shows_it() -> bool:
+            url = f"http://127.0.0.1:{status_port}/api/status"
+            with urllib.request.urlopen(url, timeout=10) as page:
+                tasks = {t["task"]: t for t in json.load(page)["tasks"]}
+            return tasks["count-0"]["state"] == "failed" and tasks["count-0"]["reason"] in line
+
+        wait_until(status_shows_it, 30, "the status API to show count-0 failed")
+        cli = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "processor",
+                "status",
+                "--url",
+                f"http://127.0.0.1:{status_port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert cli.returncode == 0, cli.stderr
+        assert f"count-0 stopped for good: {shuffle}[0] starts at {log_start}" in cli.stdout
     finally:
         run.stop()
 
