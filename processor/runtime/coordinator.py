@@ -55,6 +55,7 @@ class CoordinatorService:
         self._task_status: dict[str, tuple[str, str, int, str]] = {}
         self._task_lag: dict[str, int] = {}
         self._counts = collections.Counter[str]()
+        self._repeated = ("", 0.0, 0)  # reason last logged, when, failures held back since
 
     def setup(self) -> None:
         """Create the internal topics; the input topic must exist and is used as it is."""
@@ -252,6 +253,13 @@ class CoordinatorService:
                     self._send(control.Trigger(checkpoint_id, time.time()))
                     for failed in dropped:
                         self._failed(failed)
+                    stopped = self._stopped_task()
+                    if stopped is not None:
+                        # It will never acknowledge: fail the checkpoint now, not at its timeout.
+                        # The other tasks commit their part of it all the same.
+                        failed = checkpoints.on_decline(checkpoint_id, *stopped)
+                        if failed is not None:
+                            self._failed(failed, repeated=True)
                     next_trigger = now + interval_s
                 for failed in checkpoints.expire(time.time()):
                     self._failed(failed)
@@ -361,7 +369,15 @@ class CoordinatorService:
             }
         )
 
-    def _failed(self, failed: FailedCheckpoint) -> None:
+    def _stopped_task(self) -> tuple[str, str] | None:
+        """A task its worker reports failed for good, and why (from the heartbeats)."""
+        for task, (_, state, _, reason) in sorted(self._task_status.items()):
+            if state == "failed" and reason:
+                return task, f"failed for good: {reason}"
+        return None
+
+    def _failed(self, failed: FailedCheckpoint, repeated: bool = False) -> None:
+        """``repeated``: one more failure for a reason that lasts; logged once a minute."""
         self._counts["failed"] += 1
         self._failures.append(
             {
@@ -372,6 +388,15 @@ class CoordinatorService:
             }
         )
         metrics.checkpoints_failed.labels(**self._labels).inc()
+        if repeated:
+            now = time.monotonic()
+            last_reason, last_at, held = self._repeated
+            if failed.reason == last_reason and now - last_at < 60:
+                self._repeated = (last_reason, last_at, held + 1)
+                return
+            self._repeated = (failed.reason, now, 0)
+            if held:
+                log.warning("%d more checkpoints failed for the same reason", held)
         log.warning("checkpoint %d failed: %s", failed.checkpoint_id, failed.reason)
 
 

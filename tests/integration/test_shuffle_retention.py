@@ -150,6 +150,10 @@ def test_keyed_task_resuming_below_the_log_start_fails_once_with_the_gap(
             return tasks["count-0"]["state"] == "failed" and tasks["count-0"]["reason"] in line
 
         wait_until(status_shows_it, 30, "the status API to show count-0 failed")
+        # Checkpoints cannot complete without it: they fail at once, saying why (not after
+        # their timeout, with a line each), while the other tasks commit their part.
+        failing = f"declined by count-0: failed for good: {shuffle}[0] starts at {log_start}"
+        wait_until(lambda: failing in run.log("coordinator"), 30, "a checkpoint failed for it")
         cli = subprocess.run(
             [
                 sys.executable,
