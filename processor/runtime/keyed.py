@@ -443,6 +443,8 @@ class KeyedTask(Task):
             try:
                 positions = self._snapshots.meta(checkpoint_id)["positions"]
                 resume = min(int(off) for off in positions.values()) + 1
+                if len(positions) < self.ctx.input_partitions:
+                    resume = 0  # a channel it has no position for resumes at the start
             except (SnapshotMissing, KeyError, TypeError, ValueError, AttributeError):
                 return None
             lowest = resume if lowest is None else min(lowest, resume)
