@@ -22,6 +22,13 @@ class Settings(BaseSettings):
     input_topic: str = "words"
     output_topic: str = "word-counts"
     shuffle_partitions: int = Field(default=8, ge=1, le=1024)
+    # The shuffle topic is transient: the keyed tasks delete what no snapshot needs any more
+    # (every purge interval), so it is created with infinite retention (-1), like Kafka
+    # Streams' repartition topics; a finite one could delete records a checkpoint still needs.
+    shuffle_retention_ms: int = Field(default=-1, ge=-1)
+    # Purged records free disk only once their whole segment is below the log start.
+    shuffle_segment_bytes: int = Field(default=52_428_800, ge=1_048_576)
+    shuffle_purge_interval_ms: int = Field(default=30_000, ge=0)  # 0: never purge
     checkpoint_interval_ms: int = Field(default=1000, ge=50, le=3_600_000)
     checkpoint_timeout_ms: int = Field(default=60_000, ge=1000)
     state_dir: Path = Path("/tmp/processor/state")

@@ -65,6 +65,22 @@ restores_total = Counter("processor_restores", "Task restores from a snapshot", 
 last_restore_seconds = Gauge(
     "processor_last_restore_duration_seconds", "Duration of a task's last restore", _TASK
 )
+task_failed_permanently = Counter(
+    "processor_task_failed_permanently",
+    "Tasks stopped for good (not restarted), by reason: records_deleted = records a committed "
+    "position still needs were deleted (retention)",
+    [*_TASK, "reason"],
+)
+shuffle_purges = Counter(
+    "processor_shuffle_purges",
+    "delete_records calls on the shuffle topic, by outcome (ok, failed)",
+    ["job", "outcome"],
+)
+shuffle_log_start_offset = Gauge(
+    "processor_shuffle_log_start_offset",
+    "Log start offset of a shuffle partition after this worker's last purge",
+    ["job", "partition"],
+)
 
 checkpoints_completed = Counter("processor_checkpoints_completed", "Completed checkpoints", ["job"])
 checkpoints_failed = Counter("processor_checkpoints_failed", "Failed checkpoints", ["job"])

@@ -57,6 +57,8 @@ def render(doc: dict[str, Any], history: int = 10) -> str:
             f"{t['task']:<10} {t.get('worker') or '-':<20} {t.get('state', ''):<9} "
             f"{t.get('checkpoint', 0):>10} {lag:>8}"
         )
+        if t.get("reason"):
+            lines.append(f"  {t['task']} stopped for good: {t['reason']}")
     lines += ["", f"{'worker':<20} {'heartbeat':>10} {'tasks':>6}"]
     for w in doc.get("workers", []):
         lines.append(f"{w['worker']:<20} {w['last_seen_s']:>9.1f}s {w.get('tasks', 0):>6}")

@@ -16,6 +16,7 @@ from typing import Any, Literal
 class TaskStatus:
     state: str  # starting | running | failed
     checkpoint: int  # last committed checkpoint id of the task
+    reason: str = ""  # why it failed for good (it is not restarted)
 
 
 @dataclass(frozen=True)

@@ -51,9 +51,11 @@ class CoordinatorService:
         # For the status page: what the heartbeats and acks last said.
         self.board = StatusBoard(settings.job_name)
         self._failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
-        self._task_status: dict[str, tuple[str, str, int]] = {}  # task -> (worker, state, id)
+        # task -> (worker, state, checkpoint id, why it failed for good)
+        self._task_status: dict[str, tuple[str, str, int, str]] = {}
         self._task_lag: dict[str, int] = {}
         self._counts = collections.Counter[str]()
+        self._repeated = ("", 0.0, 0)  # reason last logged, when, failures held back since
 
     def setup(self) -> None:
         """Create the internal topics; the input topic must exist and is used as it is."""
@@ -65,7 +67,9 @@ class CoordinatorService:
                 "(create it, e.g. with `processor produce`, or set PROCESSOR_INPUT_TOPIC)"
             )
         self.input_partitions = partitions
-        shuffle = clients.ensure_topic(self._admin, s.shuffle_topic, s.shuffle_partitions)
+        shuffle = clients.ensure_topic(
+            self._admin, s.shuffle_topic, s.shuffle_partitions, shuffle_topic_config(s)
+        )
         if shuffle != s.shuffle_partitions:
             raise SettingsError(
                 f"invalid setting PROCESSOR_SHUFFLE_PARTITIONS: {s.shuffle_topic} already has "
@@ -199,6 +203,7 @@ class CoordinatorService:
                                 message.worker,
                                 status.state,
                                 status.checkpoint,
+                                status.reason,
                             )
                             checkpoints.observe(status.checkpoint)
                             if status.state == "running":
@@ -248,6 +253,13 @@ class CoordinatorService:
                     self._send(control.Trigger(checkpoint_id, time.time()))
                     for failed in dropped:
                         self._failed(failed)
+                    stopped = self._stopped_task()
+                    if stopped is not None:
+                        # It will never acknowledge: fail the checkpoint now, not at its timeout.
+                        # The other tasks commit their part of it all the same.
+                        failed = checkpoints.on_decline(checkpoint_id, *stopped)
+                        if failed is not None:
+                            self._failed(failed, repeated=True)
                     next_trigger = now + interval_s
                 for failed in checkpoints.expire(time.time()):
                     self._failed(failed)
@@ -313,7 +325,7 @@ class CoordinatorService:
         history = sorted([*completed, *self._failures], key=lambda c: -int(c["id"]))[:50]
         tasks = []
         for task in sorted(set(placement) | set(self._task_status), key=_task_key):
-            worker, state, checkpoint = self._task_status.get(task, ("", "assigned", 0))
+            worker, state, checkpoint, reason = self._task_status.get(task, ("", "assigned", 0, ""))
             tasks.append(
                 {
                     "task": task,
@@ -321,6 +333,7 @@ class CoordinatorService:
                     "state": state,
                     "checkpoint": checkpoint,
                     "lag": self._task_lag.get(task),
+                    "reason": reason or None,
                 }
             )
         load = collections.Counter(placement.values())
@@ -356,7 +369,15 @@ class CoordinatorService:
             }
         )
 
-    def _failed(self, failed: FailedCheckpoint) -> None:
+    def _stopped_task(self) -> tuple[str, str] | None:
+        """A task its worker reports failed for good, and why (from the heartbeats)."""
+        for task, (_, state, _, reason) in sorted(self._task_status.items()):
+            if state == "failed" and reason:
+                return task, f"failed for good: {reason}"
+        return None
+
+    def _failed(self, failed: FailedCheckpoint, repeated: bool = False) -> None:
+        """``repeated``: one more failure for a reason that lasts; logged once a minute."""
         self._counts["failed"] += 1
         self._failures.append(
             {
@@ -367,7 +388,30 @@ class CoordinatorService:
             }
         )
         metrics.checkpoints_failed.labels(**self._labels).inc()
+        if repeated:
+            now = time.monotonic()
+            last_reason, last_at, held = self._repeated
+            if failed.reason == last_reason and now - last_at < 60:
+                self._repeated = (last_reason, last_at, held + 1)
+                return
+            self._repeated = (failed.reason, now, 0)
+            if held:
+                log.warning("%d more checkpoints failed for the same reason", held)
         log.warning("checkpoint %d failed: %s", failed.checkpoint_id, failed.reason)
+
+
+def shuffle_topic_config(settings: Settings) -> dict[str, str]:
+    """Explicit retention for the shuffle: deletion is the keyed tasks' purge, not time.
+
+    A segment rolls at least every 10 minutes, so that purged records free their disk within
+    that (plus the broker's retention check) even when little flows.
+    """
+    return {
+        "cleanup.policy": "delete",
+        "retention.ms": str(settings.shuffle_retention_ms),
+        "segment.bytes": str(settings.shuffle_segment_bytes),
+        "segment.ms": "600000",
+    }
 
 
 def _slowest(record: dict[str, Any]) -> str | None:

@@ -24,6 +24,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
@@ -39,6 +40,7 @@ from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
 from processor.models.control import Decline
 from processor.models.records import decode_barrier, decode_counts, is_barrier
+from processor.runtime.gaps import STATE_LOST, check_resume
 from processor.runtime.task import (
     ClosedEpoch,
     Task,
@@ -97,7 +99,7 @@ class KeyedTask(Task):
         self._uploader = ThreadPoolExecutor(1, thread_name_prefix=f"upload-{self.ctx.task_id}")
         self._workdir = workdir
         out = TransactionalOutput(s, self.transactional_id)
-        consumer = clients.consumer(s)
+        consumer = clients.task_consumer(s)
         store: RocksDBStore | None = None
         try:
             out.init()
@@ -143,7 +145,10 @@ class KeyedTask(Task):
         db_path = self._workdir / "db"
         if committed is not None:
             started = time.monotonic()
-            info = self._restore_snapshot(committed, db_path)
+            low, _ = consumer.get_watermark_offsets(
+                TopicPartition(self.topic, self.partition), timeout=30, cached=False
+            )
+            info = self._restore_snapshot(committed, db_path, low)
             positions = self._positions(info)
             took = time.monotonic() - started
             metrics.restores_total.labels(**self.labels).inc()
@@ -160,6 +165,7 @@ class KeyedTask(Task):
         channels = [(self.partition, u) for u in range(self.ctx.input_partitions)]
         self._aligner = BarrierAligner(channels, positions, self.last_checkpoint)
         start = self._aligner.resume_offsets()[self.partition]
+        check_resume(consumer, self.topic, self.partition, start, self.last_checkpoint, STATE_LOST)
         consumer.assign([TopicPartition(self.topic, self.partition, start)])
         log.info("%s: resuming %s[%d] at %d", self.ctx.task_id, self.topic, self.partition, start)
         return store
@@ -167,12 +173,20 @@ class KeyedTask(Task):
     def _positions(self, info: SnapshotInfo) -> dict[Channel, int]:
         """The channel positions a snapshot holds the records up to."""
         try:
-            raw = info.meta["positions"]
-            return {(self.partition, int(u)): int(off) for u, off in raw.items()}
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise SnapshotMissing(f"checkpoint {info.ref}: no channel positions") from exc
+            return self._positions_of(info.meta)
+        except SnapshotMissing as exc:
+            raise SnapshotMissing(f"checkpoint {info.ref}: {exc}") from None
 
-    def _restore_snapshot(self, committed: SnapshotRef, db_path: Path) -> SnapshotInfo:
+    def _positions_of(self, meta: dict[str, Any]) -> dict[Channel, int]:
+        try:
+            raw = meta["positions"]
+            return {(self.partition, int(u)): int(off) for u, off in raw.items()}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise SnapshotMissing("no channel positions") from None
+
+    def _restore_snapshot(
+        self, committed: SnapshotRef, db_path: Path, log_start: int
+    ) -> SnapshotInfo:
         """Restore the committed snapshot, or an older one that can stand in for it.
 
         Any complete snapshot m older than the committed checkpoint n can: both hold exactly
@@ -180,8 +194,9 @@ class KeyedTask(Task):
         barrier n on each. So m plus the records from barrier m to barrier n is the committed
         state. Those records are replayed into the state *without output*, since their output
         is committed already; each channel's replay ends at its barrier n, which is a fact of
-        the log rather than of how the reads were batched. Without such a snapshot the task
-        fails with the reason, and never guesses.
+        the log rather than of how the reads were batched. A snapshot whose records were
+        purged from the shuffle (below ``log_start``) cannot be replayed and does not count.
+        Without such a snapshot the task fails with the reason, and never guesses.
         """
         assert self._snapshots is not None
         try:
@@ -195,7 +210,13 @@ class KeyedTask(Task):
             try:
                 # Nothing reused: an older generation's retention need not keep these files.
                 info = self._snapshots.restore(older, db_path, reuse=False)
-                self._positions(info)
+                held = self._positions(info)
+                resume = min(held.values(), default=-1) + 1
+                if len(held) < self.ctx.input_partitions or resume < log_start:
+                    raise SnapshotMissing(
+                        f"checkpoint {older} resumes below {self.topic}[{self.partition}]'s "
+                        f"log start {log_start}: its records were purged"
+                    )
             except SnapshotMissing as exc:
                 log.error("%s: %s", self.ctx.task_id, exc)
                 shutil.rmtree(db_path, ignore_errors=True)
@@ -463,9 +484,34 @@ class KeyedTask(Task):
     def _retain(self, committed: SnapshotRef) -> None:
         assert self._snapshots is not None
         try:
-            self._snapshots.retain(committed, self.settings.retained_checkpoints)
+            kept = self._snapshots.retain(committed, self.settings.retained_checkpoints)
         except Exception as exc:  # noqa: BLE001 - old snapshots stay; the next commit tries again
             log.warning("%s: could not delete old snapshots: %s", self.ctx.task_id, exc)
+            return
+        self._purge(list(kept.values()))
+
+    def _purge(self, kept: list[dict[str, Any]]) -> None:
+        """Shuffle records below where every retained snapshot resumes are never read again.
+
+        The retained snapshots are the committed one and its fallbacks; a restore only ever
+        resumes at one of them (a fallback skips any other snapshot it finds below the log
+        start, see _restore_snapshot).
+        """
+        purger = self.ctx.purger
+        if purger is None or not purger.due(self.partition):
+            return
+        below: int | None = None
+        for meta in kept:
+            try:
+                positions = self._positions_of(meta)
+            except SnapshotMissing:
+                return
+            resume = min(positions.values(), default=-1) + 1
+            if len(positions) < self.ctx.input_partitions:
+                resume = 0  # a channel it has no position for resumes at the start
+            below = resume if below is None else min(below, resume)
+        if below is not None:
+            purger.purge_below(self.partition, below)
 
     def _snapshot_failed(
         self, checkpoint_id: int, exc: Exception, out: TransactionalOutput

@@ -24,6 +24,7 @@ from processor import faults, metrics
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
 from processor.models.records import Barrier, encode_barrier, encode_counts, shuffle_partition
+from processor.runtime import gaps
 from processor.runtime.task import (
     ClosedEpoch,
     Task,
@@ -68,7 +69,7 @@ class SourceTask(Task):
     def run(self) -> None:
         s = self.settings
         out = TransactionalOutput(s, self.transactional_id)
-        consumer = clients.consumer(s)
+        consumer = clients.task_consumer(s)
         try:
             out.init()
             self._restore(consumer)
@@ -100,7 +101,11 @@ class SourceTask(Task):
             if tp.offset >= 0:
                 self._positions[tp.partition] = tp.offset
                 meta = commit_metadata(tp)
-                self.last_checkpoint = max(self.last_checkpoint, int(meta.get("checkpoint", 0)))
+                checkpoint = int(meta.get("checkpoint", 0))
+                self.last_checkpoint = max(self.last_checkpoint, checkpoint)
+                gaps.check_resume(
+                    consumer, topic, tp.partition, tp.offset, checkpoint, gaps.INPUT_LOST
+                )
             start.append(
                 TopicPartition(
                     topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING

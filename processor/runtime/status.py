@@ -112,6 +112,7 @@ def render_html(doc: dict[str, Any]) -> str:
         + _cell(t.get("state"))
         + _cell(t.get("checkpoint"))
         + _cell(t.get("lag"))
+        + _cell(t.get("reason"))
         + "</tr>"
         for t in doc.get("tasks", [])
     )
@@ -149,7 +150,7 @@ tr.completed td:nth-child(2) {{ color: #137333; }}
 <table><tr><th>id</th><th>status</th><th>at</th><th>duration</th><th>uploaded</th>
 <th>full size</th><th>slowest task / reason</th></tr>{"".join(rows)}</table></div>
 <div><h2>Tasks</h2><table><tr><th>task</th><th>worker</th><th>state</th>
-<th>checkpoint</th><th>lag</th></tr>{tasks}</table>
+<th>checkpoint</th><th>lag</th><th>failed for good because</th></tr>{tasks}</table>
 <h2>Workers</h2><table><tr><th>worker</th><th>status</th><th>heartbeat</th>
 <th>tasks</th></tr>{workers}</table></div>
 </div>

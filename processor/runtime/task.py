@@ -25,6 +25,7 @@ from confluent_kafka import (
 from processor.config import Settings
 from processor.jobs.graph import KeyedCountJob
 from processor.kafka import clients
+from processor.kafka.purge import ShufflePurger
 from processor.models.control import Ack
 from processor.models.control import Message as ControlMessage
 from processor.processes import pid_alive
@@ -43,6 +44,7 @@ class TaskContext:
     input_partitions: int  # parallelism of the source stage = channels into each shuffle partition
     report: Callable[[ControlMessage], None]
     stop: threading.Event
+    purger: ShufflePurger | None = None  # the worker's, shared by its keyed tasks
 
 
 @dataclass
@@ -74,6 +76,16 @@ class ClosedEpoch:
             commit_s=round(commit_s, 6),
             **snapshot,
         )
+
+
+class PermanentTaskFailure(Exception):
+    """A failure no restart can fix: the task stops for good, its worker does not restart it.
+
+    The message is the one line an operator reads (status page, log); ``reason`` labels
+    the metric that counts these.
+    """
+
+    reason = "permanent"
 
 
 class Task:

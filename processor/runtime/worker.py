@@ -3,6 +3,8 @@
 It follows the control topic (assignments, checkpoint triggers), heartbeats its tasks'
 states, and forwards the tasks' acknowledgements. A task that fails is restarted after a
 backoff if it is still assigned here; its restart *is* its recovery (fence, restore, rewind).
+A task that fails for good (``PermanentTaskFailure``: e.g. records it needs were deleted) is not
+restarted while it stays assigned here: it is reported failed, with its one-line reason.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from processor.config import Settings
 from processor.jobs import JOBS
 from processor.jobs.graph import TaskId
 from processor.kafka import clients
+from processor.kafka.purge import ShufflePurger
 from processor.models import control
 from processor.runtime.keyed import KeyedTask
 from processor.runtime.source import SourceTask
-from processor.runtime.task import Task, TaskContext
+from processor.runtime.task import PermanentTaskFailure, Task, TaskContext
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,7 @@ class TaskRunner:
     def __init__(self, task: Task) -> None:
         self.task = task
         self.error = ""
+        self.permanent = False  # failed for good: not to be restarted
         self._thread = threading.Thread(target=self._run, name=task.ctx.task_id, daemon=True)
         self._thread.start()
 
@@ -42,6 +46,13 @@ class TaskRunner:
         try:
             self.task.run()
             self.task.state = "stopped"
+        except PermanentTaskFailure as exc:
+            self.task.state = "failed"
+            self.permanent = True
+            self.error = str(exc)
+            labels = self.task.labels
+            metrics.task_failed_permanently.labels(**labels, reason=exc.reason).inc()
+            log.error("%s: %s (task stopped, not restarted)", self.task.ctx.task_id, exc)
         except Exception as exc:  # noqa: BLE001 - any failure means: restart from the last commit
             self.task.state = "failed"
             self.error = f"{type(exc).__name__}: {exc}"
@@ -72,6 +83,16 @@ class Worker:
         self._runners: dict[str, TaskRunner] = {}
         self._backoff: dict[str, float] = {}  # task -> monotonic time before which not to restart
         self._failures: dict[str, int] = {}  # task -> failures in a row
+        # Tasks that failed for good here: (reason, last committed checkpoint).
+        self._given_up: dict[str, tuple[str, int]] = {}
+        self._purger: ShufflePurger | None = None
+        if settings.shuffle_purge_interval_ms:
+            self._purger = ShufflePurger(
+                clients.admin(settings),
+                settings.shuffle_topic,
+                settings.job_name,
+                settings.shuffle_purge_interval_ms / 1000,
+            )
         self._generation = -1
         self._assignment: control.Assignment | None = None
 
@@ -139,15 +160,19 @@ class Worker:
                 runner.stop()
             if not runner.running:
                 del self._runners[task_id]
-                if runner.task.state == "failed":
+                if runner.permanent:
+                    self._given_up[task_id] = (runner.error, runner.task.last_checkpoint)
+                elif runner.task.state == "failed":
                     # Back off, so that a persistent failure is a slow retry, not a crash loop.
                     if now - self._backoff.get(task_id, now) > 60:
                         self._failures[task_id] = 0
                     failures = self._failures[task_id] = self._failures.get(task_id, 0) + 1
                     self._backoff[task_id] = now + min(_MAX_BACKOFF_S, 0.25 * 2**failures)
+        for task_id in self._given_up.keys() - mine:
+            del self._given_up[task_id]  # moved away: wherever it goes next tries afresh
         if assignment is None:
             return
-        for task_id in sorted(mine - self._runners.keys()):
+        for task_id in sorted(mine - self._runners.keys() - self._given_up.keys()):
             if now < self._backoff.get(task_id, 0.0):
                 continue
             self._runners[task_id] = TaskRunner(self._make_task(task_id, assignment))
@@ -162,6 +187,7 @@ class Worker:
             input_partitions=assignment.input_partitions,
             report=self.send,
             stop=threading.Event(),
+            purger=self._purger,
         )
         tid = TaskId.parse(task_id)
         if tid.stage == self.job.source_stage:
@@ -173,6 +199,8 @@ class Worker:
             t: control.TaskStatus(r.task.state, r.task.last_checkpoint)
             for t, r in self._runners.items()
         }
+        for t, (reason, checkpoint) in self._given_up.items():
+            tasks[t] = control.TaskStatus("failed", checkpoint, reason)
         self.send(control.Heartbeat(self.worker_id, self.incarnation, tasks))
 
     def _stop_all(self) -> None:
@@ -180,4 +208,6 @@ class Worker:
             runner.stop()
         for runner in self._runners.values():
             runner.join(30)
+        if self._purger is not None:
+            self._purger.close()
         log.info("worker %s stopped", self.worker_id)
