@@ -1,10 +1,12 @@
-"""The shuffle topic's size over a long steady run: flat, because the keyed tasks purge it.
+"""The shuffle topic's and the checkpoint storage's size over a long steady run: flat, because
+the keyed tasks purge the shuffle and delete snapshots no restore can need.
 
 Runs the word count (coordinator + 2 workers) on a steady input rate and samples every
 shuffle partition's watermarks: records retained = high - low (what a purge leaves), records
 written = high. With ``--log-dir`` (the broker's data directory; `processor kafka start
 --data-dir D` keeps the logs in D/data) it also sums the partitions' files on disk. At the end
-it drains the input and checks the output is exact.
+it drains the input and checks the output is exact. Checkpoint storage: the bytes of every file
+under the job's checkpoint directory, and the number of snapshots (manifests) there.
 
     python bench/shuffle_size.py --bootstrap 127.0.0.1:9092 --minutes 10 --rate 5000 \\
         --log-dir /tmp/processor-kafka/data
@@ -45,6 +47,15 @@ def sample(consumer: Consumer, topic: str, partitions: int, log_dir: Path | None
             if f.is_file() and f.suffix == ".log"  # indexes are preallocated: not their size
         )
     return {"written": written, "retained": retained, "disk_bytes": disk}
+
+
+def storage_size(root: Path) -> dict[str, int]:
+    """Bytes of all files under ``root`` and the number of complete snapshots."""
+    files = [f for f in root.rglob("*") if f.is_file()]
+    return {
+        "storage_bytes": sum(f.stat().st_size for f in files),
+        "snapshots": sum(1 for f in files if f.name == "_snapshot.json"),
+    }
 
 
 def measure(
@@ -98,6 +109,7 @@ def measure(
             row = {
                 "t_s": round(time.monotonic() - started),
                 **sample(consumer, topic, partitions, log_dir),
+                **storage_size(Path(tmp) / "checkpoints" / run.job),
             }
             samples.append(row)
             print(json.dumps(row), flush=True)
@@ -150,9 +162,10 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     print(
-        f"{'t':>5} {'written':>10} {'retained':>9} {'disk':>10}\n"
+        f"{'t':>5} {'written':>10} {'retained':>9} {'disk':>10} {'storage':>10} {'snapshots':>9}\n"
         + "\n".join(
-            f"{s['t_s']:>4}s {s['written']:>10,} {s['retained']:>9,} {s['disk_bytes']:>10,}"
+            f"{s['t_s']:>4}s {s['written']:>10,} {s['retained']:>9,} {s['disk_bytes']:>10,} "
+            f"{s['storage_bytes']:>10,} {s['snapshots']:>9}"
             for s in result["samples"]
         )
     )

@@ -4,7 +4,7 @@
 # Extra arguments go to pytest, e.g.  bash deploy/test.sh tests/unit -q
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
-ruff check processor tests bench
-ruff format --check processor tests bench
+ruff check processor tests bench examples
+ruff format --check processor tests bench examples
 mypy processor tests bench
 python -m pytest "${@:--q}"
