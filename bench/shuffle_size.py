@@ -51,11 +51,15 @@ def sample(consumer: Consumer, topic: str, partitions: int, log_dir: Path | None
 
 def storage_size(root: Path) -> dict[str, int]:
     """Bytes of all files under ``root`` and the number of complete snapshots."""
-    files = [f for f in root.rglob("*") if f.is_file()]
-    return {
-        "storage_bytes": sum(f.stat().st_size for f in files),
-        "snapshots": sum(1 for f in files if f.name == "_snapshot.json"),
-    }
+    total = snapshots = 0
+    for path in root.rglob("*"):
+        try:  # retention may delete it between the listing and the stat
+            if path.is_file():
+                total += path.stat().st_size
+                snapshots += path.name == "_snapshot.json"
+        except FileNotFoundError:
+            continue
+    return {"storage_bytes": total, "snapshots": snapshots}
 
 
 def measure(

@@ -84,3 +84,23 @@ def decode_counts(value: bytes) -> tuple[int, dict[str, int]]:
 
 def channel_of(value: bytes) -> int:
     return int(_CHANNEL.unpack_from(value)[0])
+
+
+def encode_shuffle(channel: int, body: dict[str, Any] | list[list[Any]]) -> bytes:
+    """A pipeline's shuffle record: the channel, then JSON: an object of partial aggregates
+    by key (a combined shuffle; word count's format) or a list of ``[key, value]`` pairs."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    return _CHANNEL.pack(channel) + text.encode()
+
+
+def decode_shuffle(value: bytes) -> tuple[int, dict[str, Any] | list[list[Any]]]:
+    """Raise ValueError (or struct.error) for anything ``encode_shuffle`` did not write."""
+    (channel,) = _CHANNEL.unpack_from(value)
+    body = json.loads(value[2:])
+    if isinstance(body, dict):
+        return channel, body
+    if isinstance(body, list) and all(
+        type(p) is list and len(p) == 2 and type(p[0]) is str for p in body
+    ):
+        return channel, body
+    raise ValueError("not a JSON object or a list of [key, value] pairs")

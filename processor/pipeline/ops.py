@@ -36,12 +36,23 @@ def decode(value_format: ValueFormat, raw: bytes) -> Any:
         raise RecordError(f"not JSON: {exc}") from None
 
 
+_TAGGED = "\0"  # starts the text of a key that is not a plain string
+
+
 def key_text(key: Any) -> str:
-    """A key's canonical JSON: its identity for shuffling and state (1 and "1" differ)."""
+    """A key's identity for shuffling and state, as text: a string is itself (the common case
+    costs nothing), anything else NUL + canonical JSON, so 1 and "1" stay different."""
+    if type(key) is str and not key.startswith(_TAGGED):
+        return key
     try:
-        return json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return _TAGGED + json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
-        raise RecordError(f"key {key!r} is not JSON-encodable: {exc}") from None
+        raise RecordError(f"key {key!r:.80} is not JSON-encodable: {exc}") from None
+
+
+def key_of(text: str) -> Any:
+    """The key whose ``key_text`` is ``text``."""
+    return json.loads(text[1:]) if text.startswith(_TAGGED) else text
 
 
 def sink_key(key: Any) -> bytes:

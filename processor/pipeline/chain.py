@@ -1,0 +1,435 @@
+"""One stage's operators, chained in one task: a batch of values in; sink records, shuffle
+records, state writes and dead records out.
+
+Pure: no Kafka, and state through a two-method backend (the task's RocksDB, a dict in tests),
+so the whole dataflow semantics is unit-tested without a broker; the stage task only moves
+batches between Kafka and this.
+
+Within a stage, values travel in batches. An unkeyed batch is a list of values; a keyed batch
+a list of ``(key text, value)`` pairs (`ops.key_text`: a string key is itself). Per operator:
+
+- map, filter, flat_map: the whole batch in one comprehension; when a user function raises,
+  the batch is run again one record at a time and only the failing records are dead.
+- key_by: the batch goes to the downstream stage's `ShuffleOut`, pre-aggregated per key when
+  that stage is combinable.
+- count/sum/reduce/aggregate: per key, the latest value of this epoch in a dirty map (loaded
+  from state on first touch); it reaches state and flows on to the operator's children at
+  `flush()`, once per key: a changelog of the latest values.
+- process: record by record, with a state handle per key; its output flows on at once.
+- sink: encoded records, taken by the task at flush.
+
+*Quiet* batches (the replay after a fallback restore) update state but emit nothing: their
+output is committed already.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any, Protocol
+
+from processor.models.records import encode_shuffle
+from processor.pipeline.api import Node
+from processor.pipeline.ops import (
+    UNSET,
+    RecordError,
+    folder,
+    key_of,
+    key_text,
+    sink_key,
+    sink_value,
+)
+from processor.pipeline.plan import Plan, Stage
+
+# Well below Kafka's default 1 MB record limit, also after the broker's batch overhead.
+MAX_RECORD_BYTES = 512 * 1024
+_DELETED = object()
+
+
+class StateBackend(Protocol):
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]: ...
+
+    def write(self, items: Mapping[bytes, bytes | None]) -> None: ...
+
+
+@dataclass(frozen=True)
+class DeadRecord:
+    operator: str
+    error: str
+    value: str  # a short repr, for the DLQ record
+
+
+def merger(node: Node) -> Callable[[Any, Any], Any]:
+    """``acc, partial -> acc`` for the combiner node of a combinable stage."""
+    kind = node.kind
+    if kind in ("count", "sum"):
+        return lambda acc, partial: partial if acc is UNSET else acc + partial
+    fn = node.fn if kind == "reduce" else node.fn2
+    assert fn is not None
+    return lambda acc, partial: partial if acc is UNSET else fn(acc, partial)
+
+
+class ShuffleOut:
+    """What one stage writes into the shuffle of a stage downstream, until it is flushed."""
+
+    def __init__(self, head: Node, target: Stage, partitions: int, max_key_bytes: int) -> None:
+        self.head = head  # the key_by node
+        self.partitions = partitions
+        self.oversized = 0  # keys too long to ship (counted, skipped)
+        self._key_fn = head.fn
+        self._max_key_bytes = max_key_bytes
+        combiner = target.combiner
+        self._count = combiner is not None and combiner.kind == "count"
+        self._fold = None if combiner is None or self._count else folder(combiner)
+        self._counts: Counter[Any] = Counter()  # raw key -> partial count
+        self._partials: dict[str, Any] = {}  # key text -> partial aggregate
+        self._pairs: list[tuple[str, Any]] = []  # uncombined: every (key text, value)
+        self._partition_of: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._counts) + len(self._partials) + len(self._pairs)
+
+    def add(self, keys: list[Any], values: list[Any]) -> None:
+        if self._count and set(map(type, keys)) <= {str}:
+            self._counts.update(keys)  # the word count path: one C loop per batch
+            return
+        texts = [key_text(k) for k in keys]
+        if self._count:
+            partials = self._partials
+            for text in texts:
+                partials[text] = partials.get(text, 0) + 1
+            return
+        if self._fold is None:
+            self._pairs.extend(zip(texts, values, strict=True))
+            return
+        fold, partials = self._fold, self._partials
+        for text, value in zip(texts, values, strict=True):
+            partials[text] = fold(partials.get(text, UNSET), value)
+
+    def take(self, channel: int) -> list[tuple[int, bytes]]:
+        """(partition, record value) of everything buffered; the buffers are empty after."""
+        combined: dict[str, Any] = self._partials
+        for key, n in self._counts.items():  # plain strings: mostly their own key text
+            text = key_text(key)
+            combined[text] = combined.get(text, 0) + n
+        out: list[tuple[int, bytes]] = []
+        if combined:
+            parts: list[dict[str, Any]] = [{} for _ in range(self.partitions)]
+            for text, partial in combined.items():
+                p = self._partition(text)
+                if p >= 0:
+                    parts[p][text] = partial
+            for p, body in enumerate(parts):
+                out.extend((p, v) for v in _encode_within(channel, body))
+        if self._pairs:
+            lists: list[list[list[Any]]] = [[] for _ in range(self.partitions)]
+            for text, value in self._pairs:
+                p = self._partition(text)
+                if p >= 0:
+                    lists[p].append([text, value])
+            for p, pairs in enumerate(lists):
+                out.extend((p, v) for v in _encode_within(channel, pairs))
+        self._counts, self._partials, self._pairs = Counter(), {}, []
+        return out
+
+    def _partition(self, text: str) -> int:
+        p = self._partition_of.get(text)
+        if p is None:
+            raw = text.encode()
+            if len(raw) > self._max_key_bytes:
+                self.oversized += 1
+                return -1
+            if len(self._partition_of) > 1_000_000:
+                self._partition_of.clear()
+            p = self._partition_of[text] = zlib.crc32(raw) % self.partitions
+        return p
+
+
+class _KeyState:
+    """``process``'s state handle for one key, over the operator's epoch cache."""
+
+    __slots__ = ("_cache", "_load", "_text")
+
+    def __init__(self, cache: dict[str, Any], text: str, load: Callable[[str], Any]) -> None:
+        self._cache, self._text, self._load = cache, text, load
+
+    def get(self, default: Any = None) -> Any:
+        value = self._cache.get(self._text, UNSET)
+        if value is UNSET:
+            value = self._cache[self._text] = self._load(self._text)
+        return default if value is _DELETED or value is UNSET else value
+
+    def set(self, value: Any) -> None:
+        json.dumps(value)  # refuse what cannot be stored, on the record that tried
+        self._cache[self._text] = value
+
+    def delete(self) -> None:
+        self._cache[self._text] = _DELETED
+
+
+class StageChain:
+    """The operators of ``stage`` for one of its tasks (``channel``: the task's index)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        stage: Stage,
+        channel: int,
+        state: StateBackend,
+        shuffle_partitions: Mapping[str, int],
+        max_key_bytes: int = 32768,
+    ) -> None:
+        self.stage = stage
+        self.channel = channel
+        self._state = state
+        self.sinks: dict[str, list[tuple[bytes | None, bytes]]] = {}
+        self.dead: list[DeadRecord] = []
+        self.shuffles = {
+            n.name: ShuffleOut(n, plan.stage(n.name), shuffle_partitions[n.name], max_key_bytes)
+            for n in stage.shuffles
+        }
+        self._folders = {n: folder(n) for n in stage.nodes if n.aggregated}
+        # Per aggregation: key text -> latest value this epoch (emitted at flush) / set quietly.
+        self._dirty: dict[Node, dict[str, Any]] = {n: {} for n in self._folders}
+        self._quiet: dict[Node, dict[str, Any]] = {n: {} for n in self._folders}
+        self._process: dict[Node, dict[str, Any]] = {
+            n: {} for n in stage.nodes if n.kind == "process"
+        }
+        combiner = stage.combiner
+        self._merge = (combiner, merger(combiner)) if combiner is not None else None
+
+    # -- input ------------------------------------------------------------------------------
+
+    def values(self, values: list[Any], quiet: bool = False) -> None:
+        """Decoded values of a source stage's input."""
+        self._push(self.stage.head, values, quiet)
+
+    def shuffled(self, body: dict[str, Any] | list[list[Any]], quiet: bool = False) -> None:
+        """One decoded shuffle record of a keyed stage's input."""
+        if isinstance(body, dict):
+            assert self._merge is not None, "combined records for a stage that has no combiner"
+            node, merge = self._merge
+            self._aggregate(node, list(body.items()), quiet, merge)
+        else:
+            self._push(self.stage.head, [(text, value) for text, value in body], quiet)
+
+    # -- the epoch's end --------------------------------------------------------------------
+
+    @property
+    def dirty_keys(self) -> int:
+        return sum(map(len, self._dirty.values())) + sum(map(len, self.shuffles.values()))
+
+    def flush(self) -> None:
+        """Aggregations' latest values into state and on to their children (in graph order:
+        an aggregation's output may feed another); state of ``process`` and quiet updates
+        into state. Sink records and shuffle buffers are then ready to take."""
+        writes: dict[bytes, bytes | None] = {}
+        for node, dirty in self._dirty.items():
+            quiet = self._quiet[node]
+            for text, value in quiet.items():
+                if text not in dirty:
+                    writes[_state_key(node, text)] = json.dumps(value).encode()
+            quiet.clear()
+            if not dirty:
+                continue
+            items = list(dirty.items())
+            dirty.clear()
+            for text, value in items:
+                writes[_state_key(node, text)] = json.dumps(value).encode()
+            self._push(node, items, quiet=False)
+        for node, cache in self._process.items():
+            for text, value in cache.items():
+                if value is not UNSET:
+                    writes[_state_key(node, text)] = (
+                        None if value is _DELETED else json.dumps(value).encode()
+                    )
+            cache.clear()
+        self._state.write(writes)
+
+    def take_sinks(self) -> dict[str, list[tuple[bytes | None, bytes]]]:
+        sinks, self.sinks = self.sinks, {}
+        return sinks
+
+    def take_dead(self) -> list[DeadRecord]:
+        dead, self.dead = self.dead, []
+        return dead
+
+    # -- the operators ----------------------------------------------------------------------
+
+    def _push(self, node: Node, batch: list[Any], quiet: bool) -> None:
+        for child in node.children:
+            if batch:
+                self._apply(child, batch, quiet)
+
+    def _apply(self, node: Node, batch: list[Any], quiet: bool) -> None:
+        kind, fn, keyed = node.kind, node.fn, node.parent is not None and node.parent.keyed
+        if kind == "map":
+            assert fn is not None
+            try:
+                out = [(k, fn(v)) for k, v in batch] if keyed else list(map(fn, batch))
+            except Exception:  # noqa: BLE001 - find the failing records one by one
+                out = self._each(node, batch, keyed, lambda v: [fn(v)], fast=False)
+        elif kind == "filter":
+            assert fn is not None
+            try:
+                out = [kv for kv in batch if fn(kv[1])] if keyed else list(filter(fn, batch))
+            except Exception:  # noqa: BLE001 - find the failing records one by one
+                out = self._each(node, batch, keyed, lambda v: [v] if fn(v) else [], fast=False)
+        elif kind == "flat_map":
+            assert fn is not None
+            out = self._each(node, batch, keyed, fn)
+        elif kind == "key_by":
+            assert fn is not None
+            values = [v for _, v in batch] if keyed else batch
+            try:
+                keys = list(map(fn, values))
+            except Exception:  # noqa: BLE001 - keep the records it could key
+                pairs = self._each(node, values, False, lambda v: [(fn(v), v)], fast=False)
+                keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+            if not quiet:
+                self.shuffles[node.name].add(keys, values)
+            return
+        elif node.aggregated:
+            self._aggregate(node, batch, quiet, self._folders[node])
+            return
+        elif kind == "process":
+            out = self._process_batch(node, batch, quiet)
+        elif kind == "sink":
+            if not quiet:
+                self._sink(node, batch, keyed)
+            return
+        else:
+            raise ValueError(f"unknown operator {node!r}")
+        self._push(node, out, quiet)
+
+    def _each(
+        self,
+        node: Node,
+        batch: list[Any],
+        keyed: bool,
+        fn: Callable[[Any], Iterable[Any]],
+        fast: bool = True,
+    ) -> list[Any]:
+        """``fn`` over every value, flattened (keeping keys); a failing record is dead."""
+        if fast:
+            try:
+                if keyed:
+                    return [(k, out) for k, v in batch for out in fn(v)]
+                return list(chain.from_iterable(map(fn, batch)))
+            except Exception:  # noqa: BLE001 - find the failing records one by one
+                pass
+        result: list[Any] = []
+        for item in batch:
+            value = item[1] if keyed else item
+            try:
+                outs = list(fn(value))
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                self._dead(node, exc, value)
+                continue
+            if keyed:
+                result.extend((item[0], out) for out in outs)
+            else:
+                result.extend(outs)
+        return result
+
+    def _aggregate(
+        self,
+        node: Node,
+        batch: list[tuple[str, Any]],
+        quiet: bool,
+        fold: Callable[[Any, Any], Any],
+    ) -> None:
+        # Loud updates go to the dirty map (emitted at flush). Quiet ones go to the quiet map
+        # (stored, not emitted), except for a key already dirty: its output is pending anyway
+        # and carries the sum. A key updated quietly, then loudly, moves to the dirty map.
+        dirty, quiet_map = self._dirty[node], self._quiet[node]
+        missing = []
+        for text in {t for t, _ in batch}:
+            if text in dirty:
+                continue
+            if text in quiet_map:
+                if not quiet:
+                    dirty[text] = quiet_map.pop(text)
+                continue
+            missing.append(text)
+        if missing:
+            fresh = quiet_map if quiet else dirty
+            raws = self._state.get_many([_state_key(node, t) for t in missing])
+            for text, raw in zip(missing, raws, strict=True):
+                fresh[text] = UNSET if raw is None else json.loads(raw)
+        for text, value in batch:
+            target = dirty if text in dirty else quiet_map
+            try:
+                target[text] = fold(target[text], value)
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                self._dead(node, exc, value)
+        for text in missing:
+            for target in (dirty, quiet_map):
+                if target.get(text, None) is UNSET:
+                    del target[text]  # every value for it failed: nothing to store or emit
+
+    def _process_batch(self, node: Node, batch: list[tuple[str, Any]], quiet: bool) -> list[Any]:
+        fn = node.fn
+        assert fn is not None
+        cache = self._process[node]
+        out: list[tuple[str, Any]] = []
+        for text, value in batch:
+            handle = _KeyState(cache, text, lambda t: self._load(node, t))
+            try:
+                emitted = list(fn(value, handle))
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                self._dead(node, exc, value)
+                continue
+            out.extend((text, e) for e in emitted)
+        return out
+
+    def _load(self, node: Node, text: str) -> Any:
+        (raw,) = self._state.get_many([_state_key(node, text)])
+        return UNSET if raw is None else json.loads(raw)
+
+    def _sink(self, node: Node, batch: list[Any], keyed: bool) -> None:
+        records = self.sinks.setdefault(node.topic, [])
+        try:
+            if keyed:
+                records.extend((sink_key(key_of(t)), sink_value(v)) for t, v in batch)
+            else:
+                records.extend((None, sink_value(v)) for v in batch)
+            return
+        except RecordError:
+            pass
+        for item in batch:
+            value = item[1] if keyed else item
+            try:
+                key = sink_key(key_of(item[0])) if keyed else None
+                records.append((key, sink_value(value)))
+            except RecordError as exc:
+                self._dead(node, exc, value)
+
+    def _dead(self, node: Node, exc: Exception, value: Any) -> None:
+        error = str(exc) if isinstance(exc, RecordError) else f"{type(exc).__name__}: {exc}"
+        self.dead.append(DeadRecord(node.name, error, f"{value!r:.200}"))
+
+
+def _state_key(node: Node, text: str) -> bytes:
+    return f"{node.name}\0{text}".encode()
+
+
+def _encode_within(channel: int, body: dict[str, Any] | list[list[Any]]) -> list[bytes]:
+    """``body`` as shuffle record values of at most about MAX_RECORD_BYTES each."""
+    if not body:
+        return []
+    value = encode_shuffle(channel, body)
+    if len(value) <= MAX_RECORD_BYTES or len(body) == 1:
+        return [value]
+    if isinstance(body, dict):
+        items = list(body.items())
+        half = len(items) // 2
+        return _encode_within(channel, dict(items[:half])) + _encode_within(
+            channel, dict(items[half:])
+        )
+    half = len(body) // 2
+    return _encode_within(channel, body[:half]) + _encode_within(channel, body[half:])

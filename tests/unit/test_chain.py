@@ -1,0 +1,274 @@
+"""Stage chains wired together in memory: the engine's dataflow without Kafka, checked against
+the reference run, and each operator's edge cases."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from processor import Pipeline
+from processor.models.records import decode_shuffle
+from processor.pipeline.chain import MAX_RECORD_BYTES, StageChain
+from processor.pipeline.load import load_pipeline
+from processor.pipeline.plan import Plan, plan
+from processor.pipeline.reference import run
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+class DictBackend:
+    def __init__(self) -> None:
+        self.data: dict[bytes, bytes] = {}
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return [self.data.get(k) for k in keys]
+
+    def write(self, items: Mapping[bytes, bytes | None]) -> None:
+        for key, value in items.items():
+            if value is None:
+                self.data.pop(key, None)
+            else:
+                self.data[key] = value
+
+
+def simulate(
+    compiled: Plan, inputs: dict[str, list[bytes]], partitions: int, batch: int, seed: int
+) -> dict[str, list[tuple[bytes | None, bytes]]]:
+    """Every stage's tasks, stage after stage, with flushes (checkpoints) at random points."""
+    rng = random.Random(seed)
+    sinks: dict[str, list[tuple[bytes | None, bytes]]] = {}
+    # Per stage, per task: the batches it will read (shuffle bodies, or decoded values).
+    queues: dict[str, list[list[Any]]] = {}
+    for stage in compiled.stages:
+        if stage.is_source:
+            raw = inputs[stage.head.topic]
+            values = [
+                json.loads(r) if stage.head.value_format == "json" else r.decode() for r in raw
+            ]
+            split = [values[i::partitions] for i in range(partitions)]
+            queues[stage.name] = [
+                [split[i][j : j + batch] for j in range(0, len(split[i]), batch)]
+                for i in range(partitions)
+            ]
+        tasks = queues.get(stage.name, [[] for _ in range(partitions)])
+        chains = [
+            StageChain(
+                compiled,
+                stage,
+                i,
+                DictBackend(),
+                dict.fromkeys(compiled_names(compiled), partitions),
+            )
+            for i in range(len(tasks))
+        ]
+        for chain, work in zip(chains, tasks, strict=True):
+            for item in work:
+                if stage.is_source:
+                    chain.values(item)
+                else:
+                    chain.shuffled(item)
+                if rng.random() < 0.3:
+                    chain.flush()
+            chain.flush()
+            for topic, records in chain.take_sinks().items():
+                sinks.setdefault(topic, []).extend(records)
+            for name, out in chain.shuffles.items():
+                target = queues.setdefault(name, [[] for _ in range(partitions)])
+                for p, value in out.take(chain.channel):
+                    channel, body = decode_shuffle(value)
+                    assert channel == chain.channel
+                    target[p].append(body)
+        for target in queues.values():
+            for work in target:
+                rng.shuffle(work)  # channels interleave in any order in a shuffle partition
+    return sinks
+
+
+def compiled_names(compiled: Plan) -> list[str]:
+    return [s.name for s in compiled.stages if not s.is_source]
+
+
+def _inputs(topic_lines: dict[str, list[str]]) -> dict[str, list[bytes]]:
+    return {t: [line.encode() for line in lines] for t, lines in topic_lines.items()}
+
+
+LINES = [
+    " ".join(
+        random.Random(i).choice(["Cat", "cab", "dog", "Door", "egg", "éclair", "a1", "1"])
+        for _ in range(12)
+    )
+    for i in range(300)
+]
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+@pytest.mark.parametrize("example", ["wordcount", "two_shuffles"])
+def test_text_examples_match_the_reference(example: str, partitions: int) -> None:
+    pipeline, compiled = load_pipeline(str(EXAMPLES / f"{example}.py"))
+    inputs = _inputs({"lines": LINES})
+    expected = run(pipeline, inputs)
+    got = simulate(compiled, inputs, partitions, batch=7, seed=partitions)
+    for topic, output in expected.sinks.items():
+        assert dict(got[topic]) == output.final(), topic
+        values: dict[bytes | None, list[int]] = {}
+        for key, value in got[topic]:
+            values.setdefault(key, []).append(int(value))
+        assert all(v == sorted(set(v)) for v in values.values()), "not strictly increasing"
+
+
+def test_json_examples_match_the_reference() -> None:
+    rng = random.Random(3)
+    orders = [
+        {
+            "user": rng.choice("abcd"),
+            "amount": rng.randrange(1, 50),
+            "status": rng.choice(["paid", "open"]),
+        }
+        for _ in range(500)
+    ]
+    readings = [
+        {"sensor": f"s{rng.randrange(5)}", "value": rng.randrange(-20, 40)} for _ in range(500)
+    ]
+    for name, topic, records in [
+        ("revenue", "orders", orders),
+        ("sensor_average", "readings", readings),
+    ]:
+        pipeline, compiled = load_pipeline(str(EXAMPLES / f"{name}.py"))
+        inputs = {topic: [json.dumps(r).encode() for r in records]}
+        expected = run(pipeline, inputs)
+        got = simulate(compiled, inputs, 2, batch=11, seed=1)
+        for sink, output in expected.sinks.items():
+            assert dict(got[sink]) == output.final(), sink
+
+
+def test_plain_streams_reach_sinks_record_by_record_and_failures_are_dead() -> None:
+    p = Pipeline()
+    nums = p.source("n", value="json")
+    nums.map(lambda v: 10 // v).sink("tenths")  # 0 raises: only that record is dead
+    nums.key_by(lambda v: [v % 2]).map(lambda v: {"v": v}).sink("by-parity")  # list keys
+    compiled = plan(p)
+    source = compiled.stages[0]
+    chain = StageChain(compiled, source, 0, DictBackend(), {"n.key_by": 2})
+    chain.values([1, 0, 5, 2])
+    chain.flush()
+    assert chain.take_sinks() == {"tenths": [(None, b"10"), (None, b"2"), (None, b"5")]}
+    assert [(d.operator, d.error, d.value) for d in chain.take_dead()] == [
+        ("n.map", "ZeroDivisionError: integer division or modulo by zero", "0")
+    ]
+    keyed = compiled.stage("n.key_by")
+    downstream = StageChain(compiled, keyed, 0, DictBackend(), {"n.key_by": 2})
+    for _, value in chain.shuffles["n.key_by"].take(0):
+        downstream.shuffled(decode_shuffle(value)[1])
+    records = downstream.take_sinks()["by-parity"]
+    assert sorted(records) == [
+        (b"[0]", b'{"v":0}'),
+        (b"[0]", b'{"v":2}'),
+        (b"[1]", b'{"v":1}'),
+        (b"[1]", b'{"v":5}'),
+    ]
+
+
+def test_aggregations_emit_once_per_key_and_flush_and_keep_state_across_chains() -> None:
+    p = Pipeline()
+    p.source("w").key_by(lambda w: w).count().sink("c")
+    compiled = plan(p)
+    stage = compiled.stages[1]
+    state = DictBackend()
+    chain = StageChain(compiled, stage, 0, state, {stage.name: 1})
+    chain.shuffled({"a": 2, "b": 1})
+    chain.shuffled({"a": 3})
+    assert chain.take_sinks() == {}  # nothing before the flush
+    chain.flush()
+    assert sorted(chain.take_sinks()["c"]) == [(b"a", b"5"), (b"b", b"1")]
+    # A new incarnation on the same state (a restore) continues from it.
+    again = StageChain(compiled, stage, 0, state, {stage.name: 1})
+    again.shuffled({"a": 1})
+    again.flush()
+    assert again.take_sinks() == {"c": [(b"a", b"6")]}
+
+
+def test_quiet_records_update_state_without_output() -> None:
+    p = Pipeline()
+    p.source("w").key_by(lambda w: w).count().sink("c")
+    compiled = plan(p)
+    stage = compiled.stages[1]
+    chain = StageChain(compiled, stage, 0, DictBackend(), {stage.name: 1})
+    chain.shuffled({"a": 2, "b": 1}, quiet=True)  # the replay: committed already
+    chain.shuffled({"a": 1})
+    chain.flush()
+    assert chain.take_sinks() == {"c": [(b"a", b"3")]}  # b stays quiet, but is in the state
+    chain.shuffled({"b": 1})
+    chain.flush()
+    assert chain.take_sinks() == {"c": [(b"b", b"2")]}
+
+
+def test_process_state_get_set_delete() -> None:
+    p = Pipeline()
+
+    def toggle(value: str, state: Any) -> list[str]:
+        if state.get() is None:
+            state.set({"seen": value})
+            return [f"on:{value}"]
+        state.delete()
+        return [f"off:{value}"]
+
+    p.source("w").key_by(lambda w: w[0]).process(toggle).sink("t")
+    compiled = plan(p)
+    stage = compiled.stages[1]
+    state = DictBackend()
+    chain = StageChain(compiled, stage, 0, state, {stage.name: 1})
+    chain.shuffled([["a", "ant"], ["a", "axe"], ["b", "bee"]])
+    chain.flush()
+    chain2 = StageChain(compiled, stage, 0, state, {stage.name: 1})
+    chain2.shuffled([["a", "ape"], ["b", "bat"]])
+    assert chain.take_sinks()["t"] + chain2.take_sinks()["t"] == [
+        (b"a", b'"on:ant"'),
+        (b"a", b'"off:axe"'),
+        (b"b", b'"on:bee"'),
+        (b"a", b'"on:ape"'),
+        (b"b", b'"off:bat"'),
+    ]
+
+
+def test_large_flushes_are_split_below_the_record_limit() -> None:
+    p = Pipeline()
+    p.source("w").key_by(lambda w: w).count().sink("c")
+    compiled = plan(p)
+    chain = StageChain(compiled, compiled.stages[0], 3, DictBackend(), {compiled.stages[1].name: 2})
+    words = [f"word-{i:06d}-" + "x" * 40 for i in range(40_000)]
+    chain.values(words)
+    records = chain.shuffles[compiled.stages[1].name].take(3)
+    assert len(records) > 2
+    assert all(len(v) <= MAX_RECORD_BYTES for _, v in records)
+    total = Counter[str]()
+    for _, value in records:
+        channel, body = decode_shuffle(value)
+        assert channel == 3 and isinstance(body, dict)
+        total.update(body)
+    assert total == Counter(words)
+
+
+def test_keys_of_different_types_stay_apart() -> None:
+    p = Pipeline()
+    p.source("n", value="json").key_by(lambda v: v).count().sink("c")
+    compiled = plan(p)
+    shuffle = compiled.stages[1].name
+    source = StageChain(compiled, compiled.stages[0], 0, DictBackend(), {shuffle: 1})
+    source.values([1, "1", 1, True, "\0x", [1]])
+    keyed = StageChain(compiled, compiled.stages[1], 0, DictBackend(), {shuffle: 1})
+    for _, value in source.shuffles[shuffle].take(0):
+        keyed.shuffled(decode_shuffle(value)[1])
+    keyed.flush()
+    assert sorted(keyed.take_sinks()["c"]) == [
+        (b"\x00x", b"1"),
+        (b"1", b"1"),  # the string "1"
+        (b"1", b"2"),  # the number 1: another key, printed the same by str()
+        (b"True", b"1"),
+        (b"[1]", b"1"),
+    ]
