@@ -53,8 +53,8 @@ class S3Server:
     port: int
     data_dir: Path
     cache_dir: Path = field(default_factory=_default_cache_dir)
-    access_key_id: str = "processor-test"
-    # New for every server: a test can look for it in logs and errors and never find it.
+    # New for every server: a test can look for them in logs and errors and never find them.
+    access_key_id: str = field(default_factory=lambda: "key-" + secrets.token_hex(8))
     secret_access_key: str = field(
         default_factory=lambda: "secret-" + secrets.token_hex(16), repr=False
     )

@@ -44,7 +44,7 @@ MULTIPART_THRESHOLD = 16 * _MiB
 PART_SIZE = 16 * _MiB
 # botocore's attempts per request (the first included), each wait up to 20 s; a longer
 # outage fails the put, and the checkpoint is declined rather than held up.
-MAX_ATTEMPTS = 6
+MAX_ATTEMPTS = 5
 # A body that breaks off while it is being read: botocore has already returned the response.
 _READ_ATTEMPTS = 4
 _READ_BACKOFF_S = 0.5
