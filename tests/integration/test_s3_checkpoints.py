@@ -13,14 +13,19 @@ from tests.integration.harness import JobRun, wait_until
 from tests.s3server import S3Server
 
 
-def _s3_settings(server: S3Server, location: S3Location) -> dict[str, str]:
-    return {
-        "checkpoint_dir": str(location),
-        "s3_endpoint_url": server.endpoint_url,
-        "s3_region": TEST_REGION,
-        "s3_access_key_id": server.access_key_id,
-        "s3_secret_access_key": server.secret_access_key,
-    }
+def _job(bootstrap: str, workdir: Path, server: S3Server, location: S3Location) -> JobRun:
+    # Checkpoints every second: each is a dozen requests per task, and on a loaded machine
+    # 500 ms let barriers queue up faster than the snapshots finished.
+    return JobRun(
+        bootstrap,
+        workdir,
+        interval_ms=1000,
+        checkpoint_dir=str(location),
+        s3_endpoint_url=server.endpoint_url,
+        s3_region=TEST_REGION,
+        s3_access_key_id=server.access_key_id,
+        s3_secret_access_key=server.secret_access_key,
+    )
 
 
 def _logs(run: JobRun, workers: int) -> str:
@@ -30,9 +35,7 @@ def _logs(run: JobRun, workers: int) -> str:
 def test_sigkilled_workers_restore_from_s3(
     kafka_bootstrap: str, s3_server: S3Server, s3_location: S3Location, tmp_path: Path
 ) -> None:
-    run = JobRun(
-        kafka_bootstrap, tmp_path, interval_ms=1000, **_s3_settings(s3_server, s3_location)
-    )
+    run = _job(kafka_bootstrap, tmp_path, s3_server, s3_location)
     try:
         run.start(workers=2)
         run.feed(400_000, seconds=8)
@@ -64,7 +67,7 @@ def test_s3_outage_declines_checkpoints_and_the_job_recovers(
     try:
         create_bucket(server, TEST_BUCKET)
         location = S3Location(TEST_BUCKET, f"outage/{uuid.uuid4().hex[:8]}")
-        run = JobRun(kafka_bootstrap, tmp_path, interval_ms=1000, **_s3_settings(server, location))
+        run = _job(kafka_bootstrap, tmp_path, server, location)
         try:
             run.start(workers=2)
             run.feed(400_000, seconds=10)
