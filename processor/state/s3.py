@@ -92,7 +92,7 @@ def _client(
         client = _clients.get(key)
         if client is None:
             config = Config(
-                retries={"mode": "standard", "max_attempts": max_attempts},
+                retries={"mode": "standard", "total_max_attempts": max_attempts},
                 connect_timeout=connect_timeout_s,
                 read_timeout=read_timeout_s,
                 # botocore's default CRC trailers (aws-chunked bodies) are AWS-only; other

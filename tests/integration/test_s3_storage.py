@@ -4,8 +4,12 @@ failures, and credentials that never show."""
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import logging
 import os
+import socket
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -231,3 +235,119 @@ def test_missing_key_is_snapshot_missing_for_exists_too(s3_storage: S3Storage) -
     assert not s3_storage.exists("j/t/chk-9/_snapshot.json")
     with pytest.raises(SnapshotMissing):
         s3_storage.get_bytes("j/t/chk-9/_snapshot.json")
+
+
+# --- retries -------------------------------------------------------------------------------
+
+
+class _FlakyProxy:
+    """Between the client and the S3 server: answers the first requests with the failures
+    in ``script`` (an HTTP status, or "reset" to drop the connection), then forwards."""
+
+    def __init__(self, upstream_port: int, script: list[int | str]) -> None:
+        self.script = list(script)
+        self.seen: list[str] = []  # "METHOD path" -> its fate
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                with proxy._lock:
+                    fate = proxy.script.pop(0) if proxy.script else "forward"
+                    proxy.seen.append(f"{self.command} {fate}")
+                if fate == "reset":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if isinstance(fate, int):
+                    error = (
+                        b"<Error><Code>SlowDown</Code><Message>Reduce your rate</Message></Error>"
+                    )
+                    self.send_response(fate)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(error)))
+                    self.end_headers()
+                    self.wfile.write(error)
+                    return
+                upstream = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=30)
+                try:
+                    # The Host header goes along unchanged: it is part of the signature.
+                    upstream.request(self.command, self.path, body, dict(self.headers))
+                    response = upstream.getresponse()
+                    data = response.read()
+                    self.send_response(response.status)
+                    for name, value in response.getheaders():
+                        if name.lower() not in (
+                            "content-length",
+                            "transfer-encoding",
+                            "connection",
+                        ):
+                            self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(data)
+                finally:
+                    upstream.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+        self._lock = threading.Lock()
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> _FlakyProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _through(
+    proxy: _FlakyProxy, server: S3Server, location: S3Location, **options: int
+) -> S3Storage:
+    return S3Storage(
+        location,
+        endpoint_url=proxy.url,
+        region=TEST_REGION,
+        access_key_id=SecretStr(server.access_key_id),
+        secret_access_key=SecretStr(server.secret_access_key),
+        **options,
+    )
+
+
+def test_throttling_5xx_and_dropped_connections_are_retried(
+    s3_server: S3Server, s3_location: S3Location, tmp_path: Path
+) -> None:
+    direct = s3_storage_for(s3_server, s3_location)
+    with _FlakyProxy(s3_server.port, [503, 500, "reset"]) as proxy:
+        storage = _through(proxy, s3_server, s3_location, max_attempts=4)
+        storage.put_bytes("j/t/chk-1/_snapshot.json", b"{}")
+        assert proxy.seen == ["PUT 503", "PUT 500", "PUT reset", "PUT forward"]
+    assert direct.get_bytes("j/t/chk-1/_snapshot.json") == b"{}"
+
+    with _FlakyProxy(s3_server.port, [503, "reset"]) as proxy:
+        storage = _through(proxy, s3_server, s3_location, max_attempts=4)
+        assert storage.get_bytes("j/t/chk-1/_snapshot.json") == b"{}"
+        assert proxy.seen == ["GET 503", "GET reset", "GET forward"]
+
+
+def test_retries_end_in_an_error(s3_server: S3Server, s3_location: S3Location) -> None:
+    with _FlakyProxy(s3_server.port, [503] * 10) as proxy:
+        storage = _through(proxy, s3_server, s3_location, max_attempts=2)
+        with pytest.raises(S3StorageError, match="SlowDown"):
+            storage.put_bytes("j/k", b"v")
+        assert proxy.seen == ["PUT 503", "PUT 503"]
+    assert not s3_storage_for(s3_server, s3_location).exists("j/k")
