@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    Field,
+    GetCoreSchemaHandler,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import CoreSchema, core_schema
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
 
@@ -15,12 +22,22 @@ from pydantic_settings import SettingsError as SourceError
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
-@dataclass(frozen=True)
 class S3Location:
     """``s3://bucket/prefix``: where checkpoints go in an S3 (API) bucket."""
 
-    bucket: str
-    prefix: str = ""  # without leading or trailing '/'; "" = the bucket's top
+    __slots__ = ("bucket", "prefix")
+
+    def __init__(self, bucket: str, prefix: str = "") -> None:
+        self.bucket = bucket
+        self.prefix = prefix  # without leading or trailing '/'; "" = the bucket's top
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: type[Any], handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        # Instances only: strings are parsed by Settings' validator. (Not a dataclass either:
+        # pydantic-settings would JSON-decode the variable into a location nobody checked.)
+        return core_schema.is_instance_schema(cls)
 
     @classmethod
     def parse(cls, text: str) -> S3Location:
@@ -41,6 +58,17 @@ class S3Location:
 
     def __str__(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def __repr__(self) -> str:
+        return f"S3Location({self.bucket!r}, {self.prefix!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, S3Location):
+            return NotImplemented
+        return (self.bucket, self.prefix) == (other.bucket, other.prefix)
+
+    def __hash__(self) -> int:
+        return hash((self.bucket, self.prefix))
 
 
 class Settings(BaseSettings):

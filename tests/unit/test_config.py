@@ -297,6 +297,13 @@ def test_checkpoint_dir_stays_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings().checkpoint_dir == S3Location("env-bucket", "job")
 
 
+@pytest.mark.parametrize("value", ['{"bucket": "abc", "prefix": "../.."}', "[1]", "{}"])
+def test_checkpoint_dir_is_never_json_decoded(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    # Whatever the variable holds is a path unless it starts with s3://, and then it is checked.
+    monkeypatch.setenv("PROCESSOR_CHECKPOINT_DIR", value)
+    assert load_settings().checkpoint_dir == Path(value)
+
+
 def test_s3_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROCESSOR_S3_ENDPOINT_URL", "http://minio:9000")
     monkeypatch.setenv("PROCESSOR_S3_REGION", "eu-west-1")
