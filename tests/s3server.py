@@ -8,6 +8,7 @@ restarted server (an outage) still has them.
 
 from __future__ import annotations
 
+import ctypes
 import secrets
 import shutil
 import signal
@@ -176,8 +177,10 @@ class S3Server:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                # Ctrl-C of the test run must not take it down before the fixture's stop().
+                # Ctrl-C of the test run must not take it down before the fixture's stop(),
+                # but a test run that dies must not leave it holding the port.
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         while not self._answers():
             if self._proc.poll() is not None or time.monotonic() > deadline:
@@ -224,6 +227,13 @@ def _pom_xml() -> str:
         "  </dependencies>\n"
         "</project>\n"
     )
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the process that started it exits."""
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
 
 
 def _read(path: Path) -> str:
