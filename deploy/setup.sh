@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the project and its test tools into .venv (idempotent). Sourced by test.sh/demo.sh.
-# Needs: python3.11+ with venv, Java 17+ and Maven (the Kafka broker is fetched from Maven
-# Central on first use into ~/.cache/processor, outside the repo).
+# Needs: python3.11+ with venv, Java 17+ and Maven (the Kafka broker, and the S3 API server of
+# the tests, S3Proxy, are fetched from Maven Central on first use into ~/.cache/processor,
+# outside the repo).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite on a fresh machine: installs into .venv, lints, type-checks, then runs pytest.
-# The pytest session starts its own real Kafka broker (port 19092), fetched with mvn.
+# The pytest session starts its own real Kafka broker (port 19092) and, for the S3 checkpoint
+# tests, a real S3 API server (S3Proxy, ports 18333-18334), both fetched with mvn.
 # Extra arguments go to pytest, e.g.  bash deploy/test.sh tests/unit -q
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"

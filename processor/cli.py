@@ -23,7 +23,11 @@ _SETTING_FLAGS: list[tuple[str, type, str]] = [
     ("shuffle_partitions", int, "partitions of <job>.shuffle (PROCESSOR_SHUFFLE_PARTITIONS)"),
     ("checkpoint_interval_ms", int, "checkpoint interval (PROCESSOR_CHECKPOINT_INTERVAL_MS)"),
     ("state_dir", Path, "local RocksDB state (PROCESSOR_STATE_DIR)"),
-    ("checkpoint_dir", Path, "checkpoint storage directory (PROCESSOR_CHECKPOINT_DIR)"),
+    (
+        "checkpoint_dir",
+        str,
+        "checkpoint storage: directory or s3://bucket/prefix (PROCESSOR_CHECKPOINT_DIR)",
+    ),
     ("metrics_port", int, "serve /metrics on this port, 0 = off (PROCESSOR_METRICS_PORT)"),
 ]
 

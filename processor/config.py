@@ -6,9 +6,69 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    Field,
+    GetCoreSchemaHandler,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import CoreSchema, core_schema
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
+
+# S3's rules for new bucket names (no dots-only or IP-like checks: the server has the last word).
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+class S3Location:
+    """``s3://bucket/prefix``: where checkpoints go in an S3 (API) bucket."""
+
+    __slots__ = ("bucket", "prefix")
+
+    def __init__(self, bucket: str, prefix: str = "") -> None:
+        self.bucket = bucket
+        self.prefix = prefix  # without leading or trailing '/'; "" = the bucket's top
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: type[Any], handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        # Instances only: strings are parsed by Settings' validator. (Not a dataclass either:
+        # pydantic-settings would JSON-decode the variable into a location nobody checked.)
+        return core_schema.is_instance_schema(cls)
+
+    @classmethod
+    def parse(cls, text: str) -> S3Location:
+        # The value is never echoed: a URL pasted with credentials in it must not be logged.
+        rest = text.removeprefix("s3://")
+        bucket, _, prefix = rest.partition("/")
+        if not _BUCKET.match(bucket):
+            raise ValueError(
+                "the bucket of an s3:// location must be 3-63 lowercase letters, digits, '.' "
+                "or '-' (s3://bucket/prefix)"
+            )
+        prefix = prefix.rstrip("/")
+        if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
+            raise ValueError(
+                "the prefix of an s3:// location may not have empty, '.' or '..' parts"
+            )
+        return cls(bucket, prefix)
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def __repr__(self) -> str:
+        return f"S3Location({self.bucket!r}, {self.prefix!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, S3Location):
+            return NotImplemented
+        return (self.bucket, self.prefix) == (other.bucket, other.prefix)
+
+    def __hash__(self) -> int:
+        return hash((self.bucket, self.prefix))
 
 
 class Settings(BaseSettings):
@@ -32,7 +92,14 @@ class Settings(BaseSettings):
     checkpoint_interval_ms: int = Field(default=1000, ge=50, le=3_600_000)
     checkpoint_timeout_ms: int = Field(default=60_000, ge=1000)
     state_dir: Path = Path("/tmp/processor/state")
-    checkpoint_dir: Path = Path("/tmp/processor/checkpoints")
+    # A directory (local or a shared mount) or s3://bucket/prefix.
+    checkpoint_dir: Path | S3Location = Path("/tmp/processor/checkpoints")
+    # For s3:// checkpoints; empty = what boto3 finds itself (AWS_* variables, ~/.aws, an
+    # instance or pod role). The endpoint is for other S3 APIs (MinIO, Ceph...).
+    s3_endpoint_url: str = ""
+    s3_region: str = ""
+    s3_access_key_id: SecretStr = SecretStr("")
+    s3_secret_access_key: SecretStr = SecretStr("")
     retained_checkpoints: int = Field(default=2, ge=1, le=100)
     # Failed snapshots in a row that a task declines and survives; past it the task fails
     # and recovers from its last commit (Flink's tolerable-failed-checkpoints, default 0).
@@ -63,6 +130,30 @@ class Settings(BaseSettings):
     def _non_empty(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must name at least one host:port")
+        return value
+
+    @field_validator("checkpoint_dir", mode="before")
+    @classmethod
+    def _checkpoint_location(cls, value: object) -> object:
+        if isinstance(value, str) and "://" in value:
+            if not value.startswith("s3://"):
+                raise ValueError("must be a directory or an s3://bucket/prefix location")
+            return S3Location.parse(value)
+        return value
+
+    @field_validator("s3_endpoint_url")
+    @classmethod
+    def _endpoint_url(cls, value: str) -> str:
+        if value and not re.match(r"^https?://[^/@\s]+(/\S*)?$", value):
+            raise ValueError("must be an http:// or https:// URL without credentials in it")
+        return value
+
+    @field_validator("s3_secret_access_key")
+    @classmethod
+    def _key_pair(cls, value: SecretStr, info: ValidationInfo) -> SecretStr:
+        key_id = info.data.get("s3_access_key_id")
+        if bool(value.get_secret_value()) != bool(key_id and key_id.get_secret_value()):
+            raise ValueError("set both PROCESSOR_S3_ACCESS_KEY_ID and this, or neither")
         return value
 
     def client_config(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Shared fixtures: one real Kafka broker per test session, an admin client, fresh topics."""
+"""Shared fixtures: one real Kafka broker per test session, an admin client, fresh topics;
+one real S3 API server per session (started on first use), a fresh prefix in its bucket."""
 
 from __future__ import annotations
 
@@ -8,13 +9,18 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 # The documented import path; the package's stubs just omit NewTopic from __all__.
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from pydantic import SecretStr
 
+from processor.config import S3Location
 from processor.kafka.broker import LocalBroker
+from processor.state.s3 import S3Storage
+from tests.s3server import S3Server
 
 # Away from the default 9092 so a developer's own broker (and its topics) stay untouched,
 # and below Linux's ephemeral range (32768-60999): a client that keeps reconnecting to a
@@ -22,6 +28,12 @@ from processor.kafka.broker import LocalBroker
 # port and connect to itself (TCP simultaneous open), which then blocks the broker's bind.
 TEST_PORT = 19092
 TEST_CONTROLLER_PORT = 19093
+
+# Below the ephemeral range too (see above); PROCESSOR_TEST_S3_PORT moves it (and the next
+# port, which the outage test's own server takes).
+TEST_S3_PORT = int(os.environ.get("PROCESSOR_TEST_S3_PORT", "18333"))
+TEST_BUCKET = "processor-test"
+TEST_REGION = "us-east-1"
 
 NewTopicFactory = Callable[..., str]
 
@@ -95,3 +107,42 @@ def _wait_for_topic(admin: AdminClient, name: str, partitions: int, timeout: flo
             return
         time.sleep(0.1)
     raise TimeoutError(f"topic {name} did not appear with {partitions} partitions in {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3 API server for the session, with the bucket TEST_BUCKET in it."""
+    server = S3Server(port=TEST_S3_PORT, data_dir=tmp_path_factory.mktemp("s3"))
+    server.start(timeout=120)
+    try:
+        create_bucket(server, TEST_BUCKET)
+        yield server
+    finally:
+        server.stop()
+
+
+def create_bucket(server: S3Server, bucket: str) -> None:
+    # Through the storage's own client: its settings are the ones S3Proxy accepts.
+    s3_storage_for(server, S3Location(bucket))._s3.create_bucket(Bucket=bucket)
+
+
+def s3_storage_for(server: S3Server, location: S3Location, **options: Any) -> S3Storage:
+    return S3Storage(
+        location,
+        endpoint_url=server.endpoint_url,
+        region=TEST_REGION,
+        access_key_id=SecretStr(server.access_key_id),
+        secret_access_key=SecretStr(server.secret_access_key),
+        **options,
+    )
+
+
+@pytest.fixture
+def s3_location(s3_server: S3Server) -> S3Location:
+    """A prefix in the test bucket that no other test uses."""
+    return S3Location(TEST_BUCKET, f"tests/{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def s3_storage(s3_server: S3Server, s3_location: S3Location) -> S3Storage:
+    return s3_storage_for(s3_server, s3_location)

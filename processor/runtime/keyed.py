@@ -50,9 +50,10 @@ from processor.runtime.task import (
     committed_after_fencing,
     local_dir,
 )
+from processor.state.factory import open_storage
 from processor.state.rocksdb.snapshots import SnapshotInfo, SnapshotRef, SnapshotStore
 from processor.state.rocksdb.store import RocksDBStore
-from processor.state.storage import DirectoryStorage, SnapshotMissing
+from processor.state.storage import SnapshotMissing
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class KeyedTask(Task):
     def run(self) -> None:
         s = self.settings
         workdir = local_dir(s, self.ctx.task_id)
-        self._storage = DirectoryStorage(s.checkpoint_dir)
+        self._storage = open_storage(s)
         self._uploader = ThreadPoolExecutor(1, thread_name_prefix=f"upload-{self.ctx.task_id}")
         self._workdir = workdir
         out = TransactionalOutput(s, self.transactional_id)

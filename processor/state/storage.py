@@ -195,13 +195,22 @@ class DirectoryStorage:
                 yield name if rel == Path(".") else f"{rel.as_posix()}/{name}"
 
     def _path(self, key: str) -> Path:
-        parts = key.split("/")
-        if not key or key.startswith("/") or "\\" in key:
+        return self.root.joinpath(*check_key(key))
+
+
+def check_key(key: str) -> list[str]:
+    """The parts of a valid key; raise ValueError for one that is not.
+
+    Every storage accepts the same keys, so a layout that works on one works on all: no
+    empty, '.' or '..' parts (a path outside the tree), no backslash, no staging names.
+    """
+    parts = key.split("/")
+    if not key or "\\" in key:
+        raise ValueError(f"invalid storage key {key!r}")
+    for part in parts:
+        if part in ("", ".", "..") or part.startswith(_TMP_PREFIX):
             raise ValueError(f"invalid storage key {key!r}")
-        for part in parts:
-            if part in ("", ".", "..") or part.startswith(_TMP_PREFIX):
-                raise ValueError(f"invalid storage key {key!r}")
-        return self.root.joinpath(*parts)
+    return parts
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -110,7 +110,9 @@ class KeyedTaskRun:
         return {"offset": committed.offset, "metadata": committed.metadata or "", **meta}
 
     def snapshots_dir(self) -> Path:
-        return self.settings.checkpoint_dir / self.settings.job_name / "count-0"
+        root = self.settings.checkpoint_dir
+        assert isinstance(root, Path)
+        return root / self.settings.job_name / "count-0"
 
     def verify(self) -> None:
         """Per key strictly increasing values, the last one exact."""

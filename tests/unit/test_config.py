@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from processor.config import Settings, SettingsError, load_settings
+from processor.config import S3Location, Settings, SettingsError, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +51,8 @@ def test_defaults() -> None:
     assert s.metrics_port == 0
     assert s.kafka_config == {}
     assert s.log_level == "INFO"
+    assert s.s3_endpoint_url == s.s3_region == ""
+    assert s.s3_access_key_id.get_secret_value() == s.s3_secret_access_key.get_secret_value() == ""
 
 
 def test_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -166,6 +168,18 @@ INVALID: list[tuple[str, str, str]] = [
     ("job_name", "x" * 101, "should match pattern"),
     ("bootstrap_servers", "", "must name at least one host:port"),
     ("bootstrap_servers", "   ", "must name at least one host:port"),
+    ("checkpoint_dir", "gs://bucket/x", "a directory or an s3://bucket/prefix location"),
+    ("checkpoint_dir", "S3://bucket/x", "a directory or an s3://bucket/prefix location"),
+    ("checkpoint_dir", "s3://", "the bucket of an s3:// location"),
+    ("checkpoint_dir", "s3://ab/x", "the bucket of an s3:// location"),
+    ("checkpoint_dir", "s3://Upper/x", "the bucket of an s3:// location"),
+    ("checkpoint_dir", "s3://-bucket/x", "the bucket of an s3:// location"),
+    ("checkpoint_dir", "s3://bucket_1/x", "the bucket of an s3:// location"),
+    ("checkpoint_dir", "s3://bucket/a//b", "empty, '.' or '..' parts"),
+    ("checkpoint_dir", "s3://bucket/a/../b", "empty, '.' or '..' parts"),
+    ("s3_endpoint_url", "127.0.0.1:9000", "http:// or https:// URL"),
+    ("s3_endpoint_url", "ftp://host", "http:// or https:// URL"),
+    ("s3_endpoint_url", "http://user:pw@host:9000", "without credentials"),
 ]
 
 
@@ -253,6 +267,69 @@ def test_settings_error_is_an_exception_not_a_pydantic_one() -> None:
     assert issubclass(SettingsError, Exception)
     with pytest.raises(SettingsError):
         load_settings(retained_checkpoints=0)
+
+
+# --- checkpoint storage ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "bucket", "prefix"),
+    [
+        ("s3://bucket", "bucket", ""),
+        ("s3://bucket/", "bucket", ""),
+        ("s3://my.bucket-1/checkpoints", "my.bucket-1", "checkpoints"),
+        ("s3://bucket/a/b/c/", "bucket", "a/b/c"),
+        ("s3://" + "b" * 63 + "/x", "b" * 63, "x"),
+    ],
+)
+def test_checkpoint_dir_in_s3(value: str, bucket: str, prefix: str) -> None:
+    location = load_settings(checkpoint_dir=value).checkpoint_dir
+    assert location == S3Location(bucket, prefix)
+    assert str(location) == (f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}")
+    # What `processor local` hands its children (str(value)) reads back the same.
+    assert load_settings(checkpoint_dir=str(location)).checkpoint_dir == location
+
+
+def test_checkpoint_dir_stays_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings(checkpoint_dir="/mnt/shared/chk").checkpoint_dir == Path("/mnt/shared/chk")
+    assert load_settings(checkpoint_dir="relative/s3:x").checkpoint_dir == Path("relative/s3:x")
+    monkeypatch.setenv("PROCESSOR_CHECKPOINT_DIR", "s3://env-bucket/job")
+    assert load_settings().checkpoint_dir == S3Location("env-bucket", "job")
+
+
+@pytest.mark.parametrize("value", ['{"bucket": "abc", "prefix": "../.."}', "[1]", "{}"])
+def test_checkpoint_dir_is_never_json_decoded(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    # Whatever the variable holds is a path unless it starts with s3://, and then it is checked.
+    monkeypatch.setenv("PROCESSOR_CHECKPOINT_DIR", value)
+    assert load_settings().checkpoint_dir == Path(value)
+
+
+def test_s3_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROCESSOR_S3_ENDPOINT_URL", "http://minio:9000")
+    monkeypatch.setenv("PROCESSOR_S3_REGION", "eu-west-1")
+    monkeypatch.setenv("PROCESSOR_S3_ACCESS_KEY_ID", "AKIAEXAMPLEKEYID1234")
+    monkeypatch.setenv("PROCESSOR_S3_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCY")
+    s = load_settings()
+    assert s.s3_endpoint_url == "http://minio:9000"
+    assert s.s3_region == "eu-west-1"
+    assert s.s3_access_key_id.get_secret_value() == "AKIAEXAMPLEKEYID1234"
+    assert s.s3_secret_access_key.get_secret_value() == "wJalrXUtnFEMI/K7MDENG/bPxRfiCY"
+    for shown in (repr(s), str(s), str(s.model_dump())):
+        assert "AKIAEXAMPLEKEYID1234" not in shown
+        assert "wJalrXUtnFEMI" not in shown
+
+
+@pytest.mark.parametrize("given", ["PROCESSOR_S3_ACCESS_KEY_ID", "PROCESSOR_S3_SECRET_ACCESS_KEY"])
+def test_s3_keys_come_in_pairs(monkeypatch: pytest.MonkeyPatch, given: str) -> None:
+    monkeypatch.setenv(given, "only-half-of-it")
+    message = _error()
+    assert "set both PROCESSOR_S3_ACCESS_KEY_ID and this, or neither" in message
+    assert "only-half-of-it" not in message
+
+
+def test_s3_location_errors_do_not_echo_the_value() -> None:
+    message = _error(checkpoint_dir="s3://AKIAEXAMPLE:hunter2@bucket/x")
+    assert "hunter2" not in message and "AKIAEXAMPLE" not in message
 
 
 # --- derived names ------------------------------------------------------------------------------

@@ -1,3 +1,6 @@
+"""The CheckpointStorage contract, checked on every storage (a directory, and S3 on the
+session's real S3 API server), then what is particular to DirectoryStorage."""
+
 from __future__ import annotations
 
 import os
@@ -9,8 +12,16 @@ import pytest
 from processor.state.storage import CheckpointStorage, DirectoryStorage, SnapshotMissing
 
 
+@pytest.fixture(params=["directory", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> CheckpointStorage:
+    if request.param == "directory":
+        return DirectoryStorage(tmp_path / "store")
+    s3: CheckpointStorage = request.getfixturevalue("s3_storage")
+    return s3
+
+
 @pytest.fixture
-def storage(tmp_path: Path) -> DirectoryStorage:
+def directory(tmp_path: Path) -> DirectoryStorage:
     return DirectoryStorage(tmp_path / "store")
 
 
@@ -18,21 +29,27 @@ def _all_files(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
 
-def test_satisfies_protocol(storage: DirectoryStorage) -> None:
-    as_protocol: CheckpointStorage = storage
+def test_satisfies_protocol(directory: DirectoryStorage) -> None:
+    as_protocol: CheckpointStorage = directory
     as_protocol.put_bytes("k", b"v")
     assert as_protocol.get_bytes("k") == b"v"
 
 
-def test_bytes_roundtrip_and_overwrite(storage: DirectoryStorage) -> None:
+def test_bytes_roundtrip_and_overwrite(storage: CheckpointStorage) -> None:
     storage.put_bytes("job/task/chk-1/CURRENT", b"first")
     assert storage.get_bytes("job/task/chk-1/CURRENT") == b"first"
     storage.put_bytes("job/task/chk-1/CURRENT", b"second, longer")
     assert storage.get_bytes("job/task/chk-1/CURRENT") == b"second, longer"
-    assert (storage.root / "job" / "task" / "chk-1" / "CURRENT").read_bytes() == b"second, longer"
+    storage.put_bytes("job/task/chk-1/EMPTY", b"")
+    assert storage.get_bytes("job/task/chk-1/EMPTY") == b""
 
 
-def test_file_roundtrip(storage: DirectoryStorage, tmp_path: Path) -> None:
+def test_directory_keys_are_files(directory: DirectoryStorage) -> None:
+    directory.put_bytes("job/task/chk-1/CURRENT", b"second, longer")
+    assert (directory.root / "job/task/chk-1/CURRENT").read_bytes() == b"second, longer"
+
+
+def test_file_roundtrip(storage: CheckpointStorage, tmp_path: Path) -> None:
     src = tmp_path / "src.sst"
     data = os.urandom(3 << 20)
     src.write_bytes(data)
@@ -45,9 +62,19 @@ def test_file_roundtrip(storage: DirectoryStorage, tmp_path: Path) -> None:
     assert not storage.exists("a/b")  # a "directory" is not an object
 
 
+def test_immutable_file_outlives_its_source(storage: CheckpointStorage, tmp_path: Path) -> None:
+    src = tmp_path / "000007.sst"
+    src.write_bytes(b"sst bytes")
+    storage.put_immutable_file("j/t/shared/000007.sst", src)
+    src.unlink()  # what the uploader does with its local checkpoint afterwards
+    assert storage.get_bytes("j/t/shared/000007.sst") == b"sst bytes"
+    assert storage.list("") == ["j/t/shared/000007.sst"]
+
+
 def test_immutable_file_is_linked_on_the_same_filesystem(
-    storage: DirectoryStorage, tmp_path: Path
+    directory: DirectoryStorage, tmp_path: Path
 ) -> None:
+    storage = directory
     src = tmp_path / "000007.sst"
     src.write_bytes(b"sst bytes")
     storage.put_immutable_file("j/t/shared/000007.sst", src)
@@ -60,8 +87,10 @@ def test_immutable_file_is_linked_on_the_same_filesystem(
 
 
 def test_immutable_file_is_copied_where_no_link_can_be_made(
-    storage: DirectoryStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    directory: DirectoryStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    storage = directory
+
     def cross_device(src: object, dst: object) -> None:
         raise OSError(18, "Invalid cross-device link")
 
@@ -75,7 +104,7 @@ def test_immutable_file_is_copied_where_no_link_can_be_made(
     assert _all_files(storage.root) == ["j/t/chk-1/MANIFEST-000005"]
 
 
-def test_list_uses_string_prefixes(storage: DirectoryStorage) -> None:
+def test_list_uses_string_prefixes(storage: CheckpointStorage) -> None:
     keys = [
         "j/t1/chk-000000000001/CURRENT",
         "j/t1/chk-000000000002/CURRENT",
@@ -93,7 +122,20 @@ def test_list_uses_string_prefixes(storage: DirectoryStorage) -> None:
     assert storage.list("nothing/here/") == []
 
 
-def test_delete_is_idempotent_and_prunes_empty_dirs(storage: DirectoryStorage) -> None:
+def test_delete_is_idempotent(storage: CheckpointStorage) -> None:
+    storage.put_bytes("j/t/chk-1/a", b"1")
+    storage.put_bytes("j/t/shared/c", b"3")
+    storage.delete("j/t/chk-1/a")
+    storage.delete("j/t/chk-1/a")
+    storage.delete("never/was/there")
+    assert not storage.exists("j/t/chk-1/a")
+    assert storage.list("") == ["j/t/shared/c"]
+    storage.put_bytes("j/t/chk-1/a", b"again")
+    assert storage.get_bytes("j/t/chk-1/a") == b"again"
+
+
+def test_delete_prunes_empty_dirs(directory: DirectoryStorage) -> None:
+    storage = directory
     storage.put_bytes("j/t/chk-1/a", b"1")
     storage.put_bytes("j/t/chk-1/b", b"2")
     storage.put_bytes("j/t/shared/c", b"3")
@@ -116,29 +158,47 @@ def test_delete_is_idempotent_and_prunes_empty_dirs(storage: DirectoryStorage) -
     "key",
     ["", "/abs", "../escape", "a/../../b", "a//b", "a/./b", "a/", ".tmp-x", "a/.tmp-1-b", "a\\b"],
 )
-def test_rejects_keys_outside_the_tree(storage: DirectoryStorage, key: str) -> None:
+def test_rejects_keys_outside_the_tree(
+    storage: CheckpointStorage, key: str, tmp_path: Path
+) -> None:
     with pytest.raises(ValueError, match="invalid storage key"):
         storage.put_bytes(key, b"x")
     with pytest.raises(ValueError, match="invalid storage key"):
         storage.get_bytes(key)
     with pytest.raises(ValueError, match="invalid storage key"):
         storage.delete(key)
-    assert _all_files(storage.root.parent) == []
+    with pytest.raises(ValueError, match="invalid storage key"):
+        storage.exists(key)
+    assert _all_files(tmp_path) == []
+    assert storage.list("") == []
 
 
-def test_missing_objects_raise_snapshot_missing(storage: DirectoryStorage, tmp_path: Path) -> None:
+def test_missing_objects_raise_snapshot_missing(storage: CheckpointStorage, tmp_path: Path) -> None:
     with pytest.raises(SnapshotMissing, match=r"j/t/chk-3/_snapshot\.json"):
         storage.get_bytes("j/t/chk-3/_snapshot.json")
-    dest = tmp_path / "dest"
+    local = tmp_path / "local"
+    local.mkdir()
+    dest = local / "dest"
     with pytest.raises(SnapshotMissing, match=r"j/t/shared/x\.sst"):
         storage.get_file("j/t/shared/x.sst", dest)
-    assert not dest.exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["store"]
+    assert list(local.iterdir()) == []  # no staged leftover either
+    assert not storage.exists("j/t/shared/x.sst")
+
+
+def test_put_of_a_missing_source_keeps_the_old_object(
+    storage: CheckpointStorage, tmp_path: Path
+) -> None:
+    storage.put_bytes("j/k", b"old")
+    with pytest.raises(FileNotFoundError):
+        storage.put_file("j/k", tmp_path / "no-such-source")
+    assert storage.get_bytes("j/k") == b"old"
+    assert storage.list("") == ["j/k"]
 
 
 def test_failed_put_keeps_old_object_and_leaves_no_temp_file(
-    storage: DirectoryStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    directory: DirectoryStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    storage = directory
     storage.put_bytes("j/k", b"old")
 
     def failing_fsync(fd: int) -> None:
@@ -156,15 +216,17 @@ def test_failed_put_keeps_old_object_and_leaves_no_temp_file(
     assert storage.list("") == ["j/k"]
 
 
-def test_list_ignores_in_flight_temp_files(storage: DirectoryStorage) -> None:
+def test_list_ignores_in_flight_temp_files(directory: DirectoryStorage) -> None:
+    storage = directory
     storage.put_bytes("j/k", b"x")
     (storage.root / "j" / ".tmp-0123-k2").write_bytes(b"half written")
     assert storage.list("j/") == ["j/k"]
 
 
 def test_put_fsyncs_file_and_directory(
-    storage: DirectoryStorage, monkeypatch: pytest.MonkeyPatch
+    directory: DirectoryStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    storage = directory
     synced: list[str] = []
     real_fsync = os.fsync
 
