@@ -91,6 +91,8 @@ class Settings(BaseSettings):
     shuffle_purge_interval_ms: int = Field(default=30_000, ge=0)  # 0: never purge
     checkpoint_interval_ms: int = Field(default=1000, ge=50, le=3_600_000)
     checkpoint_timeout_ms: int = Field(default=60_000, ge=1000)
+    # A checkpoint still in progress delays the next trigger (Flink's default too).
+    max_concurrent_checkpoints: int = Field(default=1, ge=1, le=100)
     state_dir: Path = Path("/tmp/processor/state")
     # A directory (local or a shared mount) or s3://bucket/prefix.
     checkpoint_dir: Path | S3Location = Path("/tmp/processor/checkpoints")

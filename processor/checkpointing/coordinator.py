@@ -90,17 +90,42 @@ class CheckpointCoordinator:
         last_id: int = 0,
         timeout_s: float = 60.0,
         max_pending: int = 100,
+        max_concurrent: int = 1,
     ) -> None:
         self.tasks = frozenset(tasks)
         self.last_id = last_id
         self.last_completed: CompletedCheckpoint | None = None
         self.timeout_s = timeout_s
         self.max_pending = max_pending
+        # Like Flink's maxConcurrentCheckpoints: a checkpoint slower than the interval delays
+        # the next trigger instead of piling barriers up behind it, which a busy task would
+        # then work off one snapshot at a time and never catch up.
+        self.max_concurrent = max_concurrent
         self.pending: dict[int, PendingCheckpoint] = {}
 
     def observe(self, checkpoint_id: int) -> None:
         """An id seen elsewhere (a task, an earlier coordinator): never hand it out again."""
         self.last_id = max(self.last_id, checkpoint_id)
+
+    @property
+    def can_trigger(self) -> bool:
+        return len(self.pending) < self.max_concurrent
+
+    def fail_waiting_on(self, not_running: Iterable[str]) -> list[FailedCheckpoint]:
+        """Fail the pending checkpoints that wait for a task that is not running.
+
+        A task that restarts never acknowledges a checkpoint triggered before it ran (a
+        source acts only on triggers it receives), so waiting for its timeout would only
+        hold the next trigger back.
+        """
+        stopped = frozenset(not_running) & self.tasks
+        failed = []
+        for checkpoint_id in sorted(self.pending):
+            missing = sorted(stopped - self.pending[checkpoint_id].acks.keys())
+            if missing:
+                del self.pending[checkpoint_id]
+                failed.append(FailedCheckpoint(checkpoint_id, f"{', '.join(missing)} not running"))
+        return failed
 
     def trigger(self, now: float) -> tuple[int, list[FailedCheckpoint]]:
         self.last_id += 1

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
@@ -157,7 +158,12 @@ class CoordinatorService:
         if last_id is None:
             return
         tasks = task_ids(self.job, self.input_partitions, s.shuffle_partitions)
-        checkpoints = CheckpointCoordinator(tasks, last_id, s.checkpoint_timeout_ms / 1000)
+        checkpoints = CheckpointCoordinator(
+            tasks,
+            last_id,
+            s.checkpoint_timeout_ms / 1000,
+            max_concurrent=s.max_concurrent_checkpoints,
+        )
         registry = WorkerRegistry(s.worker_timeout_ms / 1000)
         placement: dict[str, str] = {}
         generation = time.time_ns() // 1_000_000  # above any earlier coordinator's generations
@@ -248,7 +254,10 @@ class CoordinatorService:
                     self._publish_status(checkpoints, registry, placement, now)
                     next_assign = now + heartbeat_s
                 ready = len(seen_running) == len(tasks) or now >= first_trigger_by
-                if now >= next_trigger and placement and ready:
+                not_running = self._not_running(tasks, placement, registry.alive)
+                for failed in checkpoints.fail_waiting_on(not_running):
+                    self._failed(failed, repeated=True)
+                if now >= next_trigger and placement and ready and checkpoints.can_trigger:
                     checkpoint_id, dropped = checkpoints.trigger(time.time())
                     self._send(control.Trigger(checkpoint_id, time.time()))
                     for failed in dropped:
@@ -368,6 +377,22 @@ class CoordinatorService:
                 "lag": sum(v for v in self._task_lag.values() if v),
             }
         )
+
+    def _not_running(
+        self, tasks: list[str], placement: dict[str, str], alive: Iterable[str]
+    ) -> set[str]:
+        """Tasks that cannot acknowledge a pending checkpoint: placed on no live worker, or
+        reported (by the worker they are placed on) as anything but running."""
+        live = set(alive)
+        out = set()
+        for task in tasks:
+            worker = placement.get(task)
+            status = self._task_status.get(task)
+            if worker not in live or status is None or status[0] != worker:
+                out.add(task)  # not yet reported by the worker it is placed on
+            elif status[1] != "running":
+                out.add(task)
+        return out
 
     def _stopped_task(self) -> tuple[str, str] | None:
         """A task its worker reports failed for good, and why (from the heartbeats)."""

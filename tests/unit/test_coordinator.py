@@ -545,3 +545,40 @@ def test_random_event_sequences_keep_the_invariants(seed: int) -> None:
         for p in coord.pending.values():
             assert set(p.acks) <= set(tasks)
     assert coord.last_completed is None or coord.last_completed.checkpoint_id == completed[-1]
+
+
+# --- concurrency and tasks that are not running ------------------------------------------
+
+
+def test_one_checkpoint_at_a_time_by_default() -> None:
+    coord = CheckpointCoordinator(TASKS)
+    assert coord.can_trigger
+    coord.trigger(0.0)
+    assert not coord.can_trigger  # a slow checkpoint delays the next trigger
+    ack_all(coord, 1, 1.0)
+    assert coord.can_trigger
+
+
+def test_max_concurrent_allows_that_many_in_flight() -> None:
+    coord = CheckpointCoordinator(TASKS, max_concurrent=2)
+    coord.trigger(0.0)
+    assert coord.can_trigger
+    coord.trigger(0.0)
+    assert not coord.can_trigger
+    coord.on_decline(1, "count-0", "snapshot failed")
+    assert coord.can_trigger
+
+
+def test_a_task_not_running_fails_the_checkpoints_it_has_not_acknowledged() -> None:
+    coord = CheckpointCoordinator(TASKS, max_concurrent=3)
+    coord.trigger(0.0)
+    coord.trigger(0.0)
+    coord.on_ack(ack("count-0", 1), 0.5)  # it acknowledged 1 before it stopped
+    failed = coord.fail_waiting_on(["count-0", "elsewhere-9"])
+    assert failed == [FailedCheckpoint(2, "count-0 not running")]
+    assert sorted(coord.pending) == [1]
+    assert coord.fail_waiting_on([]) == []
+    assert coord.fail_waiting_on(["count-1", "split-0"]) == [
+        FailedCheckpoint(1, "count-1, split-0 not running")
+    ]
+    assert coord.can_trigger
