@@ -1,13 +1,16 @@
 """Chaos run: kill everything that can die, at seeded random moments, then verify the output.
 
     python -m tests.chaos --words 3000000 --faults 100 --seed 1     # by hand
+    python -m tests.chaos --storage s3 ...                          # checkpoints in S3
     (tests/integration/test_chaos.py runs a short version in CI)
 
 Faults: SIGKILL of a worker (restarted after a random pause), SIGKILL of the coordinator
 (restarted), SIGSTOP of a worker past the heartbeat timeout then SIGCONT (a zombie that must be
-fenced), and one restart of the Kafka broker. The verifier checks the invariants of Kafka's own
-EOS system test on the committed output: per word strictly increasing values ending at the
-exact count, no unknown word, nothing beyond what the input implies, no open transaction.
+fenced), and one restart of the Kafka broker. With ``--storage s3`` the checkpoints go to a
+local S3 API server (S3Proxy), and one fault is an outage of it (SIGKILL, restart). The
+verifier checks the invariants of Kafka's own EOS system test on the committed output: per word
+strictly increasing values ending at the exact count, no unknown word, nothing beyond what the
+input implies, no open transaction.
 """
 
 from __future__ import annotations
@@ -27,9 +30,13 @@ from pathlib import Path
 
 from processor.commands.counts import read_updates
 from processor.kafka.broker import LocalBroker
+from tests.conftest import TEST_REGION, create_bucket
 from tests.integration.harness import JobRun, control_messages, recovery_times
+from tests.s3server import S3Server
 
 PORT = 19292
+S3_PORT = 19392
+S3_BUCKET = "chaos"
 WORKERS = 3
 
 
@@ -63,12 +70,28 @@ class Summary:
         }
 
 
-def run_chaos(workdir: Path, words: int, faults: int, seed: int, broker_restart: bool) -> Summary:
+def run_chaos(
+    workdir: Path, words: int, faults: int, seed: int, broker_restart: bool, s3: bool = False
+) -> Summary:
     rng = random.Random(seed)
     summary = Summary(words=words)
     broker = LocalBroker(port=PORT, controller_port=PORT + 1, data_dir=workdir / "kafka")
     broker.start(timeout=120)
-    run = JobRun(broker.bootstrap, workdir, interval_ms=500)
+    s3_server: S3Server | None = None
+    storage: dict[str, str] = {}
+    if s3:
+        s3_server = S3Server(port=S3_PORT, data_dir=workdir / "s3")
+        s3_server.start(timeout=120)
+        create_bucket(s3_server, S3_BUCKET)
+        storage = {
+            "checkpoint_dir": f"s3://{S3_BUCKET}/chaos",
+            "s3_endpoint_url": s3_server.endpoint_url,
+            "s3_region": TEST_REGION,
+            "s3_access_key_id": s3_server.access_key_id,
+            "s3_secret_access_key": s3_server.secret_access_key,
+        }
+    # Each S3 checkpoint is a dozen requests per task: 1 s rather than 500 ms between them.
+    run = JobRun(broker.bootstrap, workdir, 4, 1000 if s3 else 500, **storage)
     started = time.monotonic()
     kills: list[tuple[float, str]] = []  # (time, worker id) of worker kills, for recovery times
     try:
@@ -79,12 +102,18 @@ def run_chaos(workdir: Path, words: int, faults: int, seed: int, broker_restart:
         run.feed(words, seconds=max(10.0, faults * 0.7), seed=seed)
         run.wait_for_checkpoints(2, timeout=120)
         broker_at = rng.randrange(faults) if broker_restart else -1
+        outage_at = rng.choice([n for n in range(faults) if n != broker_at]) if s3 else -1
         for n in range(faults):
             if n == broker_at:
                 broker.stop()
                 time.sleep(rng.uniform(0.5, 2))
                 broker.start(timeout=120)
                 summary.faults["broker restart"] += 1
+            elif n == outage_at and s3_server is not None:
+                s3_server.stop(sig=signal.SIGKILL)
+                time.sleep(rng.uniform(1, 4))  # snapshots fail, restores wait for it
+                s3_server.start(timeout=120)
+                summary.faults["S3 outage"] += 1
             else:
                 kind = rng.choices(["kill", "coordinator", "stop"], weights=[6, 2, 1])[0]
                 _inject(run, rng, kind, kills, summary)
@@ -98,6 +127,8 @@ def run_chaos(workdir: Path, words: int, faults: int, seed: int, broker_restart:
     finally:
         run.stop()
         broker.stop()
+        if s3_server is not None:
+            s3_server.stop()
     return summary
 
 
@@ -149,10 +180,16 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-broker-restart", action="store_true")
+    parser.add_argument("--storage", choices=["dir", "s3"], default="dir")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
         summary = run_chaos(
-            Path(tmp), args.words, args.faults, args.seed, not args.no_broker_restart
+            Path(tmp),
+            args.words,
+            args.faults,
+            args.seed,
+            not args.no_broker_restart,
+            s3=args.storage == "s3",
         )
     report = summary.to_json()
     print(json.dumps(report, indent=1))
