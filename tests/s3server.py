@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import secrets
-import shutil
 import signal
 import subprocess
 import time
@@ -19,19 +18,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from processor.kafka.broker import (
-    _default_cache_dir,
-    _digest,
-    _java,
-    _locked,
-    _mvn_error,
-    _port_free_soon,
-    _tail,
-)
+from processor import maven
+from processor.kafka.broker import _default_cache_dir, _java, _port_free_soon
 
 S3PROXY_VERSION = "2.7.0"
 HOST = "127.0.0.1"
-_MAVEN_TIMEOUT_S = 900.0
 
 # S3Proxy ships no logging configuration: logback's default is every DEBUG line of Jetty.
 _LOGBACK_XML = """\
@@ -79,50 +70,15 @@ class S3Server:
 
     def fetch(self) -> Path:
         """S3Proxy and its dependencies into ``libs_dir`` (once per cache); returns it."""
-        pom = _pom_xml()
-        marker = self.home / ".complete"
-        if _read(marker) == _digest(pom) and self.libs_dir.is_dir():
-            return self.libs_dir
-        self.home.mkdir(parents=True, exist_ok=True)
-        with _locked(self.home / ".lock"):
-            if _read(marker) == _digest(pom) and self.libs_dir.is_dir():
-                return self.libs_dir
-            mvn = shutil.which("mvn")
-            if mvn is None:
-                raise S3ServerError("mvn not found on PATH: install Maven 3 to fetch S3Proxy")
-            (self.home / "pom.xml").write_text(pom)
-            shutil.rmtree(self.libs_dir, ignore_errors=True)
-            marker.unlink(missing_ok=True)
-            cmd = [
-                mvn, "-q", "-B", "-Dstyle.color=never",
-                "-f", str(self.home / "pom.xml"),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={self.libs_dir}",
-            ]  # fmt: skip
-            try:
-                done = subprocess.run(
-                    cmd,
-                    cwd=self.home,
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    text=True,
-                    timeout=_MAVEN_TIMEOUT_S,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise S3ServerError(
-                    f"mvn did not fetch S3Proxy in {_MAVEN_TIMEOUT_S:.0f}s"
-                ) from exc
-            if done.returncode != 0:
-                raise S3ServerError(
-                    f"mvn failed (exit {done.returncode}) fetching S3Proxy {S3PROXY_VERSION}: "
-                    f"{_mvn_error(done.stdout + done.stderr)}"
-                )
-            if not (self.libs_dir / f"s3proxy-{S3PROXY_VERSION}.jar").is_file():
-                raise S3ServerError(f"mvn succeeded but put no S3Proxy jar in {self.libs_dir}")
-            marker.write_text(_digest(pom) + "\n")
-        return self.libs_dir
+        try:
+            return maven.fetch(
+                self.home,
+                _pom_xml(),
+                f"S3Proxy {S3PROXY_VERSION}",
+                f"s3proxy-{S3PROXY_VERSION}.jar",
+            )
+        except maven.MavenError as exc:
+            raise S3ServerError(str(exc)) from exc
 
     def start(self, timeout: float = 60) -> None:
         """Start the server and return once it answers HTTP (``timeout`` excludes the fetch)."""
@@ -185,7 +141,7 @@ class S3Server:
         while not self._answers():
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                tail = _tail(self.log_file.read_bytes()[offset:].decode(errors="replace"))
+                tail = maven.tail(self.log_file.read_bytes()[offset:].decode(errors="replace"))
                 raise S3ServerError(f"S3Proxy did not start on {self.endpoint_url}: {tail}")
             time.sleep(0.1)
 
@@ -234,10 +190,3 @@ def _die_with_parent() -> None:
     pr_set_pdeathsig = 1
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""

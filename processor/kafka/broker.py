@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import fcntl
-import hashlib
 import os
 import re
 import shutil
@@ -21,13 +19,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from processor import maven
 from processor.processes import pid_alive
 
 KAFKA_VERSION = "4.4.0"
@@ -38,9 +36,7 @@ SCALA_VERSION = "2.13"
 LOG4J_VERSION = "2.25.5"
 HOST = "127.0.0.1"
 
-_MAVEN_TIMEOUT_S = 1800.0
 _FORMAT_TIMEOUT_S = 120.0
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class BrokerError(Exception):
@@ -112,67 +108,21 @@ class LocalBroker:
     @property
     def fetched(self) -> bool:
         """Whether the jars of this exact dependency set are already complete on disk."""
-        marker = self.kafka_home / ".complete"
-        try:
-            return marker.read_text().strip() == _digest(_pom_xml()) and self.libs_dir.is_dir()
-        except OSError:
-            return False
+        return maven.fetched(self.kafka_home, _pom_xml())
 
     # ----------------------------------------------------------------- fetch
 
     def fetch(self) -> Path:
         """Download Kafka and a log4j2 binding into ``libs_dir``; returns that directory."""
-        if self.fetched:
-            return self.libs_dir
-        self.kafka_home.mkdir(parents=True, exist_ok=True)
-        # Two processes (a CLI and a test session) may fetch at once; the second waits
-        # and then finds the marker instead of wiping the first one's jars mid-copy.
-        with _locked(self.kafka_home / ".lock"):
-            if self.fetched:
-                return self.libs_dir
-            mvn = shutil.which("mvn")
-            if mvn is None:
-                raise BrokerError(
-                    "mvn not found on PATH: install Apache Maven 3 to fetch the Kafka jars"
-                )
-            pom = _pom_xml()
-            (self.kafka_home / "pom.xml").write_text(pom)
-            # Jars of an interrupted or older fetch may be a different dependency set;
-            # leftovers would end up on the classpath next to the new ones.
-            shutil.rmtree(self.libs_dir, ignore_errors=True)
-            (self.kafka_home / ".complete").unlink(missing_ok=True)
-            cmd = [
-                mvn, "-q", "-B", "-Dstyle.color=never",
-                "-f", str(self.kafka_home / "pom.xml"),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={self.libs_dir}",
-            ]  # fmt: skip
-            try:
-                done = subprocess.run(
-                    cmd,
-                    cwd=self.kafka_home,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    timeout=_MAVEN_TIMEOUT_S,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise BrokerError(
-                    f"mvn did not finish fetching Kafka {KAFKA_VERSION} in "
-                    f"{_MAVEN_TIMEOUT_S:.0f}s: {_tail(_as_text(exc.output))}"
-                ) from exc
-            if done.returncode != 0:
-                raise BrokerError(
-                    f"mvn failed (exit {done.returncode}) fetching Kafka {KAFKA_VERSION}: "
-                    f"{_mvn_error(done.stdout)}"
-                )
-            if not any(self.libs_dir.glob(f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar")):
-                raise BrokerError(f"mvn succeeded but put no Kafka jar in {self.libs_dir}")
-            (self.kafka_home / ".complete").write_text(_digest(pom) + "\n")
-        return self.libs_dir
+        try:
+            return maven.fetch(
+                self.kafka_home,
+                _pom_xml(),
+                f"Kafka {KAFKA_VERSION}",
+                f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar",
+            )
+        except maven.MavenError as exc:
+            raise BrokerError(str(exc)) from exc
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -184,7 +134,7 @@ class LocalBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # Two starters of one data_dir (CLI and tests, parallel test workers) would both
         # see no broker and both launch one; the second must instead find the first.
-        with _locked(self.data_dir / ".start.lock"):
+        with maven.locked(self.data_dir / ".start.lock"):
             self._start(timeout)
 
     def _start(self, timeout: float) -> None:
@@ -342,7 +292,7 @@ class LocalBroker:
         if done.returncode != 0:
             raise BrokerError(
                 f"formatting Kafka storage in {self.data_dir / 'data'} failed "
-                f"(exit {done.returncode}): {_tail(done.stdout)}"
+                f"(exit {done.returncode}): {maven.tail(done.stdout)}"
             )
 
     def _wait_ready(
@@ -358,7 +308,7 @@ class LocalBroker:
                 code = f" with code {proc.returncode}" if proc is not None else ""
                 raise BrokerError(
                     f"Kafka (pid {pid}) exited{code} while starting; see {self.log_file}: "
-                    f"{_tail(_read_from(self.log_file, log_offset))}"
+                    f"{maven.tail(_read_from(self.log_file, log_offset))}"
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -462,10 +412,6 @@ _LOG4J2_XML = """\
 """
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def _cluster_id() -> str:
     # Kafka's own Uuid.randomUuid() skips ids starting with "-": the CLI would read such
     # an id as a flag.
@@ -483,16 +429,6 @@ def _java() -> str:
     if java is None:
         raise BrokerError("java not found on PATH or in JAVA_HOME: Kafka needs Java 17 or newer")
     return java
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _wait_exit(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float) -> bool:
@@ -572,33 +508,6 @@ def _read_from(path: Path, offset: int) -> str:
             return handle.read().decode(errors="replace")
     except OSError:
         return ""
-
-
-def _as_text(output: str | bytes | None) -> str:
-    if output is None:
-        return ""
-    return output.decode(errors="replace") if isinstance(output, bytes) else output
-
-
-def _mvn_error(output: str) -> str:
-    """Maven's actual complaint; its last lines are always the same -e/-X/help boilerplate."""
-    for line in _ANSI.sub("", output).splitlines():
-        text = line.removeprefix("[ERROR]").strip()
-        if line.startswith("[ERROR]") and text and not text.startswith(_MVN_BOILERPLATE):
-            return text.removesuffix("-> [Help 1]").strip()
-    return _tail(output)
-
-
-_MVN_BOILERPLATE = ("To see the full", "Re-run Maven", "For more information", "[Help ")
-
-
-def _tail(output: str, lines: int = 5, width: int = 600) -> str:
-    """The last few meaningful lines of a tool's output, joined into one line."""
-    kept = [line.strip() for line in _ANSI.sub("", output).splitlines() if line.strip()]
-    if not kept:
-        return "(no output)"
-    text = " | ".join(kept[-lines:])
-    return text if len(text) <= width else "..." + text[-width:]
 
 
 # --------------------------------------------------------------------- CLI
