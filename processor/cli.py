@@ -182,8 +182,9 @@ def _run(args: argparse.Namespace) -> int:
     if command == "worker":
         from processor.runtime.worker import Worker
 
-        metrics.serve(settings.metrics_port, settings.metrics_host)
-        Worker(settings).run(_stop_event())
+        worker = Worker(settings)
+        metrics.serve(settings.metrics_port, settings.metrics_host, worker.health, worker.worker_id)
+        worker.run(_stop_event())
         return 0
     if command == "local":
         from processor.commands.local import run_local

@@ -25,6 +25,7 @@ from processor.checkpointing.coordinator import (
     FailedCheckpoint,
 )
 from processor.config import Settings, SettingsError
+from processor.health import LoopHealth
 from processor.jobs import JOBS
 from processor.jobs.graph import task_ids
 from processor.kafka import clients
@@ -50,6 +51,7 @@ class CoordinatorService:
         self.history: list[dict[str, Any]] = []  # recent completed checkpoints, newest last
         # For the status page: what the heartbeats and acks last said.
         self.board = StatusBoard(settings.job_name)
+        self.health = LoopHealth(settings.health_timeout_ms / 1000)
         self._failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
         self._task_status: dict[str, tuple[str, str, int]] = {}  # task -> (worker, state, id)
         self._task_lag: dict[str, int] = {}
@@ -115,6 +117,7 @@ class CoordinatorService:
         """
         delay = 0.5
         while not stop.is_set():
+            self.health.beat()
             try:
                 self.setup()
                 return self._load_history()
@@ -135,7 +138,7 @@ class CoordinatorService:
         server = None
         if s.metrics_port:
             try:
-                server = status.serve(self.board, s.metrics_host, s.metrics_port)
+                server = status.serve(self.board, s.metrics_host, s.metrics_port, self.health)
             except OSError as exc:
                 raise SettingsError(
                     f"invalid setting PROCESSOR_METRICS_PORT: cannot serve "
@@ -185,6 +188,7 @@ class CoordinatorService:
         first_trigger_by = next_trigger + 15
         try:
             while not stop.is_set():
+                self.health.beat()
                 now = time.monotonic()
                 for msg in clients.consume_ready(control_consumer, 1000, 0.05):
                     raw = msg.value()
