@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     produce = sub.add_parser("produce", parents=[common], help="lines of text files into a topic")
     produce.add_argument("--topic", required=True)
     produce.add_argument("--partitions", type=int, default=4, help="if the topic is created")
+    produce.add_argument(
+        "--once", action="store_true", help="produce nothing if the topic already has records"
+    )
     produce.add_argument("files", nargs="+", type=Path)
 
     counts = sub.add_parser("counts", parents=[common], help="final counts from committed output")
@@ -197,8 +200,11 @@ def _run(args: argparse.Namespace) -> int:
     if command == "produce":
         from processor.commands.produce import produce_lines
 
-        sent = produce_lines(settings, args.topic, args.files, args.partitions)
-        print(f"produced {sent:,} lines to {args.topic}")
+        sent = produce_lines(settings, args.topic, args.files, args.partitions, once=args.once)
+        if sent < 0:
+            print(f"{args.topic} already has records: nothing produced (--once)")
+        else:
+            print(f"produced {sent:,} lines to {args.topic}")
         return 0
     if command == "counts":
         from processor.commands.counts import read_final_counts, top
