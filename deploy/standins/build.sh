@@ -72,7 +72,8 @@ kafka_libs() {
     mkdir -p "$dir"
     (cd "$dir" && mvn -q -B -Dstyle.color=never -f "$HERE/kafka/pom.xml" \
       dependency:copy-dependencies -DincludeScope=runtime \
-      -Dkafka.version="$version" -DoutputDirectory="$dir/libs" >&2)
+      -Dkafka.version="$version" -DoutputDirectory="$dir/libs" >"$dir/mvn.log" 2>&1) ||
+      { cat "$dir/mvn.log" >&2; say "mvn failed"; exit 1; }
     touch "$dir/.complete"
   fi
   echo "$dir/libs"
@@ -109,6 +110,10 @@ prometheus_image() {
     --change 'CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]'
 }
 
+# Each missing image is built in the background (downloads overlap); all must succeed.
+LOGS="$(mktemp -d)"
+pids=()
+names=()
 for image in "$@"; do
   if docker image inspect "$image" >/dev/null 2>&1; then
     say "$image: present"
@@ -119,10 +124,26 @@ for image in "$@"; do
     continue
   fi
   case "$image" in
-    python:*) python_image "$image" ;;
-    apache/kafka:*) kafka_image "$image" ;;
-    prom/prometheus:*) prometheus_image "$image" ;;
+    python:*) build=python_image ;;
+    apache/kafka:*) build=kafka_image ;;
+    prom/prometheus:*) build=prometheus_image ;;
     *) say "$image cannot be pulled and has no stand-in recipe"; exit 2 ;;
   esac
-  say "$image: built stand-in"
+  say "$image: building a stand-in from Debian packages"
+  log="$LOGS/${#names[@]}.log"
+  ("$build" "$image" >"$log" 2>&1) &
+  pids+=($!)
+  names+=("$image")
 done
+failed=0
+for i in "${!pids[@]}"; do
+  if wait "${pids[$i]}"; then
+    say "${names[$i]}: built stand-in"
+  else
+    say "${names[$i]}: building the stand-in failed:"
+    tail -n 30 "$LOGS/$i.log" >&2
+    failed=1
+  fi
+done
+rm -rf "$LOGS"
+exit $failed
