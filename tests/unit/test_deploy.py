@@ -652,3 +652,31 @@ def test_compose_config_is_valid() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+# ------------------------------------------------------------------------- compose test
+
+
+def test_ci_runs_the_suite_then_the_compose_test() -> None:
+    commands = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+        if line.strip().startswith("bash ")
+    ]
+    assert commands == ["bash deploy/test.sh", "bash deploy/compose-test.sh"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for command in commands:
+        assert command in readme, f"README does not show `{command}`"
+
+
+def test_every_base_image_has_a_stand_in(services: dict[str, dict[str, Any]]) -> None:
+    """What the compose test runs can be built here when no registry answers (not Grafana)."""
+    recipes = re.findall(
+        r"^\s+([\w./-]+):\*\) build=", (ROOT / "deploy/standins/build.sh").read_text("utf-8"), re.M
+    )
+    images = {services[name]["image"] for name in ("kafka", "topics", "prometheus")} | {
+        parse_dockerfile(DOCKERFILE.read_text(encoding="utf-8"))[-1].base
+    }
+    for image in images:
+        repository = image.split("@")[0].rpartition(":")[0]
+        assert repository in recipes, f"no stand-in recipe for {image}"
