@@ -26,14 +26,18 @@ WORKDIR /src
 # changes, not on every source edit. Exact versions with their hashes (pip refuses anything
 # else), so two builds install the same files. Binary wheels only: the slim image has no
 # compiler, and confluent-kafka and rocksdict ship manylinux wheels for amd64 and arm64.
-# requirements.lock is pip-compile's output for pyproject.toml (its header says how).
-COPY requirements.lock ./
-RUN /opt/venv/bin/pip install --require-hashes --only-binary=:all: -r requirements.lock
+# requirements.lock is pip-compile's output for pyproject.toml (its header says how). The
+# build backend is locked the same way (requirements-build.lock), in a venv of its own that
+# stays out of the image.
+COPY requirements.lock requirements-build.lock ./
+RUN /opt/venv/bin/pip install --require-hashes --only-binary=:all: -r requirements.lock \
+    && python -m venv /opt/build \
+    && /opt/build/bin/pip install --require-hashes --only-binary=:all: -r requirements-build.lock
 
 # Then the project itself, as a wheel (no editable install, no source tree in the image).
 # .dockerignore lets only the files the wheel needs into the build context.
 COPY . .
-RUN /opt/venv/bin/pip wheel --no-deps --wheel-dir /tmp/wheels . \
+RUN /opt/build/bin/pip wheel --no-build-isolation --no-deps --wheel-dir /tmp/wheels . \
     && /opt/venv/bin/pip install --no-deps /tmp/wheels/processor-*.whl \
     && /opt/venv/bin/pip check \
     && /opt/venv/bin/processor --help > /dev/null

@@ -42,6 +42,7 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 COMPOSE = ROOT / "docker-compose.yml"
 PYPROJECT = ROOT / "pyproject.toml"
 LOCK = ROOT / "requirements.lock"
+BUILD_LOCK = ROOT / "requirements-build.lock"
 
 PROCESSOR_SERVICES = {"coordinator", "worker", "producer"}
 LONG_RUNNING = {"kafka", "coordinator", "worker"}
@@ -296,7 +297,7 @@ def test_dockerignore_lets_in_what_the_wheel_needs() -> None:
     assert patterns[0] == "*", ".dockerignore is an allow-list"
     allowed = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
     project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
-    needed = {"pyproject.toml", "requirements.lock", "processor"}
+    needed = {"pyproject.toml", "requirements.lock", "requirements-build.lock", "processor"}
     readme = project.get("readme")
     if isinstance(readme, str):
         needed.add(readme)
@@ -318,10 +319,10 @@ def test_dockerfile_user_is_not_a_system_account(runtime: Stage) -> None:
     assert "--system" not in creates
 
 
-def _lock() -> dict[str, tuple[str, list[str]]]:
-    """requirements.lock: name -> (pinned version, hashes)."""
+def _lock(path: Path = LOCK) -> dict[str, tuple[str, list[str]]]:
+    """A pip-compile lock: name -> (pinned version, hashes)."""
     entries: dict[str, tuple[str, list[str]]] = {}
-    for line in _logical_lines(LOCK.read_text(encoding="utf-8")):
+    for line in _logical_lines(path.read_text(encoding="utf-8")):
         words = line.split()
         name, sep, version = words[0].partition("==")
         assert sep, f"requirements.lock: not pinned with ==: {words[0]}"
@@ -334,19 +335,32 @@ def _lock() -> dict[str, tuple[str, list[str]]]:
 def test_dockerfile_installs_the_lock_with_hashes(stages: list[Stage]) -> None:
     builder = next(s for s in stages if s.name == "builder")
     copies = [i.args.split() for i in builder.all("COPY")]
-    assert ["requirements.lock", "./"] in copies
-    installs = [i.args for i in builder.all("RUN") if "pip install" in i.args and " -r " in i.args]
-    assert installs, "the builder does not install from the lock"
+    assert ["requirements.lock", "requirements-build.lock", "./"] in copies
+    runs = " && ".join(i.args for i in builder.all("RUN"))
+    installs = [c for c in runs.split("&&") if "pip install" in c and " -r " in c]
+    assert {c.split(" -r ")[1].strip() for c in installs} == {
+        "requirements.lock",
+        "requirements-build.lock",
+    }
     for command in installs:
-        assert "--require-hashes" in command
-        assert "-r requirements.lock" in command
+        assert "--require-hashes" in command, command
+    # The wheel is built with the locked backend, not one pip fetches for an isolated build.
+    (wheel,) = [c for c in runs.split("&&") if "pip wheel" in c]
+    assert "--no-build-isolation" in wheel and "/opt/build/bin/pip" in wheel
 
 
 def test_lock_pins_every_dependency_with_hashes() -> None:
     lock = _lock()
-    for name, (_, hashes) in lock.items():
+    build_lock = _lock(BUILD_LOCK)
+    for name, (_, hashes) in {**lock, **build_lock}.items():
         assert hashes and all(h.startswith("sha256:") for h in hashes), name
-    project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
+    document = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))
+    for spec in document["build-system"]["requires"]:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        assert name in build_lock, f"{name} is a build requirement missing in the build lock"
+        assert requirement.specifier.contains(build_lock[name][0]), name
+    project = document["project"]
     for spec in project["dependencies"]:
         requirement = Requirement(spec)
         name = canonicalize_name(requirement.name)
