@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     produce = sub.add_parser("produce", parents=[common], help="lines of text files into a topic")
     produce.add_argument("--topic", required=True)
     produce.add_argument("--partitions", type=int, default=4, help="if the topic is created")
+    produce.add_argument(
+        "--once", action="store_true", help="produce nothing if the topic already has records"
+    )
     produce.add_argument("files", nargs="+", type=Path)
 
     counts = sub.add_parser("counts", parents=[common], help="final counts from committed output")
@@ -186,8 +189,9 @@ def _run(args: argparse.Namespace) -> int:
     if command == "worker":
         from processor.runtime.worker import Worker
 
-        metrics.serve(settings.metrics_port, settings.metrics_host)
-        Worker(settings).run(_stop_event())
+        worker = Worker(settings)
+        metrics.serve(settings.metrics_port, settings.metrics_host, worker.health, worker.worker_id)
+        worker.run(_stop_event())
         return 0
     if command == "local":
         from processor.commands.local import run_local
@@ -200,8 +204,11 @@ def _run(args: argparse.Namespace) -> int:
     if command == "produce":
         from processor.commands.produce import produce_lines
 
-        sent = produce_lines(settings, args.topic, args.files, args.partitions)
-        print(f"produced {sent:,} lines to {args.topic}")
+        sent = produce_lines(settings, args.topic, args.files, args.partitions, once=args.once)
+        if sent < 0:
+            print(f"{args.topic} already has records: nothing produced (--once)")
+        else:
+            print(f"produced {sent:,} lines to {args.topic}")
         return 0
     if command == "counts":
         from processor.commands.counts import read_final_counts, top

@@ -120,6 +120,8 @@ class Settings(BaseSettings):
     transaction_timeout_ms: int = Field(default=60_000, ge=1000)
     metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"  # 0.0.0.0 in containers, so that Prometheus can scrape
+    # /healthz fails once the main loop has not gone round for this long (a stuck loop).
+    health_timeout_ms: int = Field(default=60_000, ge=1000)
     # Extra librdkafka settings for every client (security.protocol, sasl.*, ssl.*),
     # e.g. PROCESSOR_KAFKA_CONFIG='{"security.protocol": "SASL_SSL"}'.
     # Values are secrets (sasl.password, ssl.key.password...): never shown in a repr or a log.

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
 
 from processor.config import SettingsError
+from processor.health import LoopHealth
 
 _TASK = ["job", "task"]
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -128,11 +129,18 @@ def forget_task(job: str, task: str) -> None:
                         gauge.remove(*(sample.labels[n] for n in names))
 
 
-def serve(port: int, host: str = "127.0.0.1") -> None:
-    """Serve /metrics on host:port (port 0: not at all)."""
+def serve(
+    port: int, host: str = "127.0.0.1", health: LoopHealth | None = None, worker: str = ""
+) -> None:
+    """Serve /metrics and /healthz on host:port (port 0: not at all).
+
+    ``worker``: the worker id, added as the ``worker`` label to every exported sample.
+    """
     if port:
+        from processor.runtime import status  # the HTTP endpoints live with the status page
+
         try:
-            start_http_server(port, addr=host)
+            status.serve(None, host, port, health, {"worker": worker} if worker else None)
         except OSError as exc:
             raise SettingsError(
                 f"invalid setting PROCESSOR_METRICS_PORT: cannot serve {host}:{port} "

@@ -7,14 +7,36 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from confluent_kafka import TopicPartition
+
 from processor.config import Settings
 from processor.kafka import clients
 
 
+def written_before(settings: Settings, topic: str, partitions: int) -> bool:
+    """Whether anything was ever written to the topic (an offset past 0 in any partition)."""
+    consumer = clients.consumer(settings)
+    try:
+        return any(
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] > 0
+            for p in range(partitions)
+        )
+    finally:
+        consumer.close()
+
+
 def produce_lines(
-    settings: Settings, topic: str, files: Iterable[Path], partitions: int, progress: bool = True
+    settings: Settings,
+    topic: str,
+    files: Iterable[Path],
+    partitions: int,
+    progress: bool = True,
+    once: bool = False,
 ) -> int:
-    clients.ensure_topic(clients.admin(settings), topic, partitions)
+    """Produce the lines; with ``once``, nothing (returns -1) when the topic had records."""
+    existing = clients.ensure_topic(clients.admin(settings), topic, partitions)
+    if once and written_before(settings, topic, existing):
+        return -1
     files = list(files)
     total_bytes = sum(f.stat().st_size for f in files) or 1
     producer = clients.producer(settings, **{"enable.idempotence": True, "linger.ms": 20})

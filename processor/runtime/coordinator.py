@@ -26,6 +26,7 @@ from processor.checkpointing.coordinator import (
     FailedCheckpoint,
 )
 from processor.config import Settings, SettingsError
+from processor.health import LoopHealth
 from processor.jobs import JOBS
 from processor.jobs.graph import task_ids
 from processor.kafka import clients
@@ -51,6 +52,7 @@ class CoordinatorService:
         self.history: list[dict[str, Any]] = []  # recent completed checkpoints, newest last
         # For the status page: what the heartbeats and acks last said.
         self.board = StatusBoard(settings.job_name)
+        self.health = LoopHealth(settings.health_timeout_ms / 1000)
         self._failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
         # task -> (worker, state, checkpoint id, why it failed for good)
         self._task_status: dict[str, tuple[str, str, int, str]] = {}
@@ -120,6 +122,7 @@ class CoordinatorService:
         """
         delay = 0.5
         while not stop.is_set():
+            self.health.beat()
             try:
                 self.setup()
                 return self._load_history()
@@ -140,7 +143,7 @@ class CoordinatorService:
         server = None
         if s.metrics_port:
             try:
-                server = status.serve(self.board, s.metrics_host, s.metrics_port)
+                server = status.serve(self.board, s.metrics_host, s.metrics_port, self.health)
             except OSError as exc:
                 raise SettingsError(
                     f"invalid setting PROCESSOR_METRICS_PORT: cannot serve "
@@ -195,6 +198,7 @@ class CoordinatorService:
         first_trigger_by = next_trigger + 15
         try:
             while not stop.is_set():
+                self.health.beat()
                 now = time.monotonic()
                 for msg in clients.consume_ready(control_consumer, 1000, 0.05):
                     raw = msg.value()

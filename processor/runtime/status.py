@@ -1,4 +1,5 @@
-"""The coordinator's HTTP endpoints: ``/metrics`` (Prometheus), ``/api/status`` (JSON), ``/``.
+"""The services' HTTP endpoints: ``/metrics`` (Prometheus), ``/healthz`` (the main loop's
+liveness, processor/health.py) and, on the coordinator, ``/api/status`` (JSON) and ``/``.
 
 The coordinator loop publishes a fresh status document every heartbeat interval by swapping
 one reference; the HTTP thread only ever reads the latest document, so no lock is needed.
@@ -10,11 +11,15 @@ import html
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import make_wsgi_app
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.metrics_core import Metric
+
+from processor.health import LoopHealth
 
 StartResponse = Callable[..., Any]
 
@@ -48,15 +53,60 @@ class _Quiet(WSGIRequestHandler):
         """No access log: Prometheus scrapes every few seconds."""
 
 
-def serve(board: StatusBoard, host: str, port: int) -> WSGIServer:
-    """Serve the endpoints in a daemon thread; returns the server (``.shutdown()`` stops it)."""
-    metrics_app = make_wsgi_app()
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    """One thread per request: a slow scraper never holds up the health probe."""
+
+    daemon_threads = True
+
+
+class LabelledRegistry:
+    """The default registry with constant labels added to every sample.
+
+    A worker labels everything it exports with its worker id (``worker``), the id the
+    coordinator and the logs use; Prometheus keeps it (honor_labels), whatever the target's
+    address or pod name.
+    """
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        self._labels = dict(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in REGISTRY.collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            labelled.samples = [
+                s._replace(labels={**s.labels, **self._labels}) for s in family.samples
+            ]
+            yield labelled
+
+
+def serve(
+    board: StatusBoard | None,
+    host: str,
+    port: int,
+    health: LoopHealth | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> WSGIServer:
+    """Serve the endpoints in a daemon thread; returns the server (``.shutdown()`` stops it).
+
+    Without a board (a worker) only ``/metrics`` and ``/healthz`` are served; ``labels`` are
+    added to every exported sample.
+    """
+    registry = LabelledRegistry(labels) if labels else REGISTRY
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
-            result: Iterable[bytes] = metrics_app(environ, start_response)
-            return result
+            start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
+            return [generate_latest(registry)]
+        if path == "/healthz" and health is not None:
+            ok, line = health.check()
+            start_response(
+                "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")]
+            )
+            return [line.encode()]
+        if board is None:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: try /metrics or /healthz\n"]
         if path == "/api/status":
             body = json.dumps(board.document, indent=1).encode()
             start_response("200 OK", [("Content-Type", "application/json")])
@@ -66,9 +116,9 @@ def serve(board: StatusBoard, host: str, port: int) -> WSGIServer:
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [body]
         start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"not found: try /, /api/status or /metrics\n"]
+        return [b"not found: try /, /api/status, /metrics or /healthz\n"]
 
-    server = make_server(host, port, app, handler_class=_Quiet)
+    server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, name="status-http", daemon=True).start()
     return server
 

@@ -20,6 +20,7 @@ from confluent_kafka import OFFSET_END, TopicPartition
 
 from processor import metrics
 from processor.config import Settings
+from processor.health import LoopHealth
 from processor.jobs import JOBS
 from processor.jobs.graph import TaskId
 from processor.kafka import clients
@@ -76,6 +77,7 @@ class Worker:
         self.job = JOBS[settings.job]
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.incarnation = uuid.uuid4().hex[:12]
+        self.health = LoopHealth(settings.health_timeout_ms / 1000)
         self._producer = clients.producer(settings, **{"linger.ms": 0, "compression.type": "none"})
         self._control = clients.consumer(
             settings, **{"group.id": f"{settings.job_name}.workers", "fetch.wait.max.ms": 10}
@@ -111,6 +113,7 @@ class Worker:
         next_heartbeat = 0.0
         try:
             while not stop.is_set():
+                self.health.beat()
                 for msg in clients.consume_ready(self._control, 1000, 0.05):
                     raw = msg.value()
                     if msg.error() is None and raw:
@@ -128,6 +131,7 @@ class Worker:
     def _wait_for_control_topic(self, stop: threading.Event) -> None:
         announced = 0.0
         while not stop.is_set():
+            self.health.beat()
             try:
                 if clients.topic_partitions(self._control, self.settings.control_topic, 5):
                     return

@@ -10,6 +10,8 @@ import time
 import uuid
 from pathlib import Path
 
+from confluent_kafka import Consumer, TopicPartition
+
 from tests.integration.harness import wait_until
 
 
@@ -177,3 +179,26 @@ def test_missing_input_topic_is_one_line_with_exit_code_2(kafka_bootstrap: str) 
     assert result.returncode == 2
     assert "input topic 'no-such-topic' does not exist" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_produce_once_writes_a_topic_only_once(kafka_bootstrap: str, tmp_path: Path) -> None:
+    topic = f"once-{uuid.uuid4().hex[:6]}"
+    env = {"PROCESSOR_BOOTSTRAP_SERVERS": kafka_bootstrap}
+    corpus = tmp_path / "in.txt"
+    corpus.write_text("to be or not to be\n" * 100)
+    first = _processor("produce", "--once", "--topic", topic, str(corpus), env=env)
+    assert first.returncode == 0, first.stderr
+    assert "produced 100 lines" in first.stdout
+    again = _processor("produce", "--once", "--topic", topic, str(corpus), env=env)
+    assert again.returncode == 0, again.stderr
+    assert f"{topic} already has records: nothing produced" in again.stdout
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": topic})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        written = sum(
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        )
+    finally:
+        consumer.close()
+    assert written == 100

@@ -34,7 +34,8 @@ def test_status_api_page_metrics_and_cli(kafka_bootstrap: str, tmp_path: Path) -
     try:
         run.produce(b"to be or not to be %d" % i for i in range(500))
         run.coordinator = run._spawn("coordinator", "coordinator", PROCESSOR_METRICS_PORT=str(port))
-        run.start_worker(0)
+        worker_port = _free_port()
+        run.start_worker(0, metrics_port=worker_port)
         run.start_worker(1)
 
         def checkpoints_done() -> bool:
@@ -65,6 +66,19 @@ def test_status_api_page_metrics_and_cli(kafka_bootstrap: str, tmp_path: Path) -
             "processor_checkpoint_duration_seconds",
             "processor_workers_alive",
         } <= names
+
+        # Both services report their main loop alive; every sample a worker exports carries
+        # its worker id.
+        assert _get(base + "/healthz").startswith("ok:")
+        worker_base = f"http://127.0.0.1:{worker_port}"
+        assert _get(worker_base + "/healthz").startswith("ok:")
+        samples = [
+            sample
+            for family in text_string_to_metric_families(_get(worker_base + "/metrics"))
+            for sample in family.samples
+        ]
+        assert any(s.name == "processor_records_in_total" for s in samples)
+        assert {s.labels.get("worker") for s in samples} == {"worker-0"}
 
         cli = subprocess.run(
             [sys.executable, "-m", "processor", "status", "--url", base],

@@ -19,26 +19,30 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped, unused-ignore]
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from processor.cli import build_parser
 from processor.config import Settings
+from processor.health import LoopHealth
 from processor.kafka.broker import KAFKA_VERSION
+from processor.runtime import status
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 COMPOSE = ROOT / "docker-compose.yml"
 PYPROJECT = ROOT / "pyproject.toml"
+LOCK = ROOT / "requirements.lock"
+BUILD_LOCK = ROOT / "requirements-build.lock"
 
 PROCESSOR_SERVICES = {"coordinator", "worker", "producer"}
 LONG_RUNNING = {"kafka", "coordinator", "worker"}
@@ -161,7 +165,8 @@ def test_dockerfile_is_multi_stage(stages: list[Stage], runtime: Stage) -> None:
     builder = next((s for s in stages if s.name == "builder"), None)
     assert builder is not None, "no stage named builder"
     assert runtime.name == "runtime"
-    assert runtime.base == "python:3.11-slim"
+    # The ARG's default: the tag, or the tag pinned by digest (deploy/pin-base-images.sh).
+    assert re.fullmatch(r"python:3\.11-slim(@sha256:[0-9a-f]{64})?", runtime.base), runtime.base
     # The venv links to the interpreter of the image it was built in: same image both sides.
     assert builder.base == runtime.base
     builder_runs = " ".join(i.args for i in builder.all("RUN"))
@@ -222,29 +227,27 @@ def _healthcheck_argv(runtime: Stage) -> list[str]:
     return _exec_form(command.strip())
 
 
-class _MetricsHandler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b"# a metric\nup 1\n"
-        self.send_response(200 if self.path == "/metrics" else 404)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class _Clock:
+    now = 100.0
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+    def __call__(self) -> float:
+        return self.now
 
 
 @pytest.fixture
-def metrics_port() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _MetricsHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+def loop_clock() -> _Clock:
+    return _Clock()
+
+
+@pytest.fixture
+def metrics_port(loop_clock: _Clock) -> Iterator[int]:
+    """The endpoints a worker serves, with a main loop whose clock the test moves."""
+    server = status.serve(None, "127.0.0.1", 0, LoopHealth(30, loop_clock))
     try:
-        yield server.server_address[1]
+        yield server.server_port
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(5)
 
 
 def _free_port() -> int:
@@ -264,10 +267,17 @@ def _run_healthcheck(runtime: Stage, image_env: dict[str, str], port: int) -> in
     return done.returncode
 
 
-def test_healthcheck_passes_while_metrics_answer(
+def test_healthcheck_passes_while_the_main_loop_goes_round(
     runtime: Stage, image_env: dict[str, str], metrics_port: int
 ) -> None:
     assert _run_healthcheck(runtime, image_env, metrics_port) == 0
+
+
+def test_healthcheck_fails_when_the_main_loop_is_stuck(
+    runtime: Stage, image_env: dict[str, str], metrics_port: int, loop_clock: _Clock
+) -> None:
+    loop_clock.now += 31  # /metrics still answers: only /healthz tells
+    assert _run_healthcheck(runtime, image_env, metrics_port) != 0
 
 
 def test_healthcheck_fails_when_nothing_listens(runtime: Stage, image_env: dict[str, str]) -> None:
@@ -287,13 +297,92 @@ def test_dockerignore_lets_in_what_the_wheel_needs() -> None:
     assert patterns[0] == "*", ".dockerignore is an allow-list"
     allowed = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
     project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
-    needed = {"pyproject.toml", "processor"}
+    needed = {"pyproject.toml", "requirements.lock", "requirements-build.lock", "processor"}
     readme = project.get("readme")
     if isinstance(readme, str):
         needed.add(readme)
     elif isinstance(readme, dict) and "file" in readme:
         needed.add(readme["file"])
     assert needed <= allowed
+
+
+def test_dockerfile_needs_no_frontend_image() -> None:
+    # `# syntax=` makes BuildKit pull a frontend image: no air-gapped builds.
+    first = DOCKERFILE.read_text(encoding="utf-8").lstrip().splitlines()[0]
+    assert not re.match(r"#\s*syntax\s*=", first, re.IGNORECASE)
+
+
+def test_dockerfile_user_is_not_a_system_account(runtime: Stage) -> None:
+    # System accounts have ids below 1000: useradd/groupadd warn about --system with 10001.
+    creates = " ".join(i.args for i in runtime.all("RUN"))
+    assert "useradd" in creates
+    assert "--system" not in creates
+
+
+def _lock(path: Path = LOCK) -> dict[str, tuple[str, list[str]]]:
+    """A pip-compile lock: name -> (pinned version, hashes)."""
+    entries: dict[str, tuple[str, list[str]]] = {}
+    for line in _logical_lines(path.read_text(encoding="utf-8")):
+        words = line.split()
+        name, sep, version = words[0].partition("==")
+        assert sep, f"requirements.lock: not pinned with ==: {words[0]}"
+        hashes = [w.removeprefix("--hash=") for w in words[1:] if w.startswith("--hash=")]
+        assert len(hashes) == len(words) - 1, line
+        entries[canonicalize_name(name)] = (version, hashes)
+    return entries
+
+
+def test_dockerfile_installs_the_lock_with_hashes(stages: list[Stage]) -> None:
+    builder = next(s for s in stages if s.name == "builder")
+    copies = [i.args.split() for i in builder.all("COPY")]
+    assert ["requirements.lock", "requirements-build.lock", "./"] in copies
+    runs = " && ".join(i.args for i in builder.all("RUN"))
+    installs = [c for c in runs.split("&&") if "pip install" in c and " -r " in c]
+    assert {c.split(" -r ")[1].strip() for c in installs} == {
+        "requirements.lock",
+        "requirements-build.lock",
+    }
+    for command in installs:
+        assert "--require-hashes" in command, command
+    # The wheel is built with the locked backend, not one pip fetches for an isolated build.
+    (wheel,) = [c for c in runs.split("&&") if "pip wheel" in c]
+    assert "--no-build-isolation" in wheel and "/opt/build/bin/pip" in wheel
+
+
+def test_lock_pins_every_dependency_with_hashes() -> None:
+    lock = _lock()
+    build_lock = _lock(BUILD_LOCK)
+    for name, (_, hashes) in {**lock, **build_lock}.items():
+        assert hashes and all(h.startswith("sha256:") for h in hashes), name
+    document = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))
+    for spec in document["build-system"]["requires"]:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        assert name in build_lock, f"{name} is a build requirement missing in the build lock"
+        assert requirement.specifier.contains(build_lock[name][0]), name
+    project = document["project"]
+    for spec in project["dependencies"]:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        assert name in lock, f"{name} is in pyproject.toml but not in requirements.lock"
+        assert requirement.specifier.contains(lock[name][0]), (
+            f"requirements.lock has {name}=={lock[name][0]}, pyproject.toml wants "
+            f"{requirement.specifier}: run pip-compile again (see the lock's header)"
+        )
+
+
+def test_pyproject_license_and_build_backend() -> None:
+    document = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))
+    # The SPDX expression (PEP 639); the table form is deprecated and breaks in setuptools.
+    assert document["project"]["license"] == "Apache-2.0"
+    (backend,) = [
+        Requirement(r)
+        for r in document["build-system"]["requires"]
+        if canonicalize_name(Requirement(r).name) == "setuptools"
+    ]
+    operators = {spec.operator for spec in backend.specifier}
+    assert {">=", "<"} <= operators, f"bound the build backend both ways: {backend}"
+    assert backend.specifier.contains("77.0.3"), "77 is the first to read an SPDX license"
 
 
 def test_hadolint() -> None:
@@ -366,12 +455,12 @@ def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_compose_services_exist(services: dict[str, dict[str, Any]]) -> None:
     assert {"kafka", "topics", "coordinator", "worker", "producer"} <= set(services)
+    # One service builds the image; with `build` on all three, compose builds it three times.
     built = {name for name, service in services.items() if "build" in service}
-    assert built == PROCESSOR_SERVICES, "the processor services are the ones built from here"
-    for name in PROCESSOR_SERVICES:
-        build = services[name]["build"]
-        context = build if isinstance(build, str) else build["context"]
-        assert (COMPOSE.parent / context / "Dockerfile").resolve() == DOCKERFILE, name
+    assert built == {"coordinator"}
+    build = services["coordinator"]["build"]
+    context = build if isinstance(build, str) else build["context"]
+    assert (COMPOSE.parent / context / "Dockerfile").resolve() == DOCKERFILE
     images = {services[name].get("image") for name in PROCESSOR_SERVICES}
     assert len(images) == 1, f"one image for every processor service, not {images}"
 
@@ -396,6 +485,19 @@ def test_compose_bootstrap_servers_is_the_kafka_service(
         bootstrap = _environment(services[name])["PROCESSOR_BOOTSTRAP_SERVERS"]
         for server in bootstrap.split(","):
             assert any(listener.endswith("://" + server) for listener in advertised), server
+
+
+def test_compose_kafka_advertises_the_published_address(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    kafka = services["kafka"]
+    advertised = dict(
+        entry.split("://") for entry in _environment(kafka)["KAFKA_ADVERTISED_LISTENERS"].split(",")
+    )
+    (published,) = [str(p) for p in kafka["ports"]]
+    host_ip, host_port, _ = published.split(":")
+    # What a host client is told to connect to is where the port is published.
+    assert advertised["HOST"] == f"{host_ip}:{host_port}"
 
 
 def test_compose_worker_is_scalable(services: dict[str, dict[str, Any]]) -> None:
@@ -544,6 +646,7 @@ def test_compose_commands_are_real_subcommands(services: dict[str, dict[str, Any
     corpus, produce = (parser.parse_args(argv) for argv in producer)
     assert produce.topic == SHARED_ENV["PROCESSOR_INPUT_TOPIC"]
     assert produce.files == [corpus.out]
+    assert produce.once, "every `up` would add the corpus to the input again"
 
 
 def test_compose_config_is_valid() -> None:
@@ -563,3 +666,31 @@ def test_compose_config_is_valid() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+# ------------------------------------------------------------------------- compose test
+
+
+def test_ci_runs_the_suite_then_the_compose_test() -> None:
+    commands = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+        if line.strip().startswith("bash ")
+    ]
+    assert commands == ["bash deploy/test.sh", "bash deploy/compose-test.sh"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for command in commands:
+        assert command in readme, f"README does not show `{command}`"
+
+
+def test_every_base_image_has_a_stand_in(services: dict[str, dict[str, Any]]) -> None:
+    """What the compose test runs can be built here when no registry answers (not Grafana)."""
+    recipes = re.findall(
+        r"^\s+([\w./-]+):\*\) build=", (ROOT / "deploy/standins/build.sh").read_text("utf-8"), re.M
+    )
+    images = {services[name]["image"] for name in ("kafka", "topics", "prometheus")} | {
+        parse_dockerfile(DOCKERFILE.read_text(encoding="utf-8"))[-1].base
+    }
+    for image in images:
+        repository = image.split("@")[0].rpartition(":")[0]
+        assert repository in recipes, f"no stand-in recipe for {image}"

@@ -311,7 +311,9 @@ def test_prometheus_scrapes_coordinator_and_every_worker(
     (dns,) = worker["dns_sd_configs"]
     assert dns["names"] == ["worker"] and dns["type"] == "A" and dns["port"] == METRICS_PORT
     relabel = {r.get("target_label"): r for r in worker["relabel_configs"]}
-    assert relabel["worker"]["source_labels"] == ["__address__"]
+    # `worker` is the worker id each worker exports itself (honor_labels keeps it), never
+    # the target's address.
+    assert "worker" not in relabel
 
     # The targets are compose services that expose the port the processor serves on.
     for name in ("coordinator", "worker"):
@@ -501,7 +503,8 @@ def test_manifest_kinds(manifests: dict[str, list[dict[str, Any]]]) -> None:
         "checkpoints-pvc.yaml": [("v1", "PersistentVolumeClaim")],
         "coordinator.yaml": [("apps/v1", "Deployment"), ("v1", "Service")],
         "worker.yaml": [("apps/v1", "StatefulSet"), ("v1", "Service")],
-        "servicemonitor.yaml": [("monitoring.coreos.com/v1", "ServiceMonitor")],
+        "worker-pdb.yaml": [("policy/v1", "PodDisruptionBudget")],
+        "input-topic-job.yaml": [("batch/v1", "Job")],
     }
     for docs in manifests.values():
         for doc in docs:
@@ -614,7 +617,8 @@ def test_k8s_probes_and_metrics_port(
         assert ports["metrics"] == port, command
         for probe in ("readinessProbe", "livenessProbe"):
             get = container[probe]["httpGet"]
-            assert get["path"] == "/metrics", (command, probe)
+            # /healthz reflects the main loop; /metrics answers even when it is stuck.
+            assert get["path"] == "/healthz", (command, probe)
             assert ports.get(get["port"], get["port"]) == port, (command, probe)
 
 
@@ -648,16 +652,59 @@ def test_k8s_services(
     assert names == SCRAPE_JOBS
 
 
-def test_k8s_service_monitor(
+def test_k8s_service_monitor_is_an_optional_overlay(
     manifests: dict[str, list[dict[str, Any]]], workloads: dict[str, dict[str, Any]]
 ) -> None:
-    monitor = _one(manifests, "ServiceMonitor")
+    # The base applies on clusters without the operator's CRDs; the overlay adds the monitor.
+    assert not any(d["kind"] == "ServiceMonitor" for docs in manifests.values() for d in docs)
+    overlay = _load_yaml(K8S / "monitoring" / "kustomization.yaml")
+    assert overlay["resources"] == ["..", "servicemonitor.yaml"]
+    (monitor,) = _load_all_yaml(K8S / "monitoring" / "servicemonitor.yaml")
+    assert monitor["kind"] == "ServiceMonitor"
+    # kube-prometheus-stack's Prometheus selects monitors by the Helm release's label.
+    assert monitor["metadata"]["labels"]["release"]
     for component in workloads:
         labels = _service(manifests, component)["metadata"]["labels"]
         assert _selects(monitor["spec"]["selector"], labels), component
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == "metrics"
     assert endpoint["honorLabels"] is True
+    # `worker` comes from the worker itself (its id), not from the pod.
+    assert all(r.get("targetLabel") != "worker" for r in endpoint.get("relabelings", []))
+
+
+def test_k8s_checkpoint_claim_names_a_storage_class(
+    manifests: dict[str, list[dict[str, Any]]],
+) -> None:
+    # Without one, a ReadWriteMany claim waits for the default class, which on most clusters
+    # cannot provide ReadWriteMany: Pending for good.
+    assert _one(manifests, "PersistentVolumeClaim")["spec"]["storageClassName"]
+
+
+def test_k8s_worker_disruption_budget(
+    manifests: dict[str, list[dict[str, Any]]], workloads: dict[str, dict[str, Any]]
+) -> None:
+    pdb = _one(manifests, "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    worker_labels = workloads["worker"]["spec"]["template"]["metadata"]["labels"]
+    coordinator_labels = workloads["coordinator"]["spec"]["template"]["metadata"]["labels"]
+    assert _selects(pdb["spec"]["selector"], worker_labels)
+    assert not _selects(pdb["spec"]["selector"], coordinator_labels)
+
+
+def test_k8s_job_creates_the_input_topic(
+    manifests: dict[str, list[dict[str, Any]]], config_map: dict[str, Any]
+) -> None:
+    job = _one(manifests, "Job")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert args.command == "produce"
+    assert args.topic == "$(PROCESSOR_INPUT_TOPIC)"  # expanded by the kubelet from the config
+    assert "PROCESSOR_INPUT_TOPIC" in config_map["data"]
+    assert [str(f) for f in args.files] == ["/dev/null"], "creates the topic, adds no record"
+    refs = [e["configMapRef"]["name"] for e in container["envFrom"] if "configMapRef" in e]
+    assert refs == [config_map["metadata"]["name"]]
+    assert container["image"].split(":")[0] == "processor"
 
 
 def test_kubectl_kustomize_builds() -> None:
@@ -674,9 +721,10 @@ def test_kubectl_kustomize_builds() -> None:
             "ConfigMap",
             "Deployment",
             "PersistentVolumeClaim",
+            "Job",
+            "PodDisruptionBudget",
             "Service",
             "Service",
-            "ServiceMonitor",
             "StatefulSet",
         ]
     )
