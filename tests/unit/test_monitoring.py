@@ -71,6 +71,7 @@ ALERTS = {
     "ProcessorNoWorkersAlive",
     "ProcessorWorkerLost",
     "ProcessorTaskRestored",
+    "ProcessorTaskStoppedForGood",
 }
 
 
@@ -966,6 +967,27 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _expect("ProcessorTaskRestored", "16m"),
                 _expect("ProcessorTaskRestored", "25m", {**info, "job": "wc", "task": "count-2"}),
                 _expect("ProcessorTaskRestored", "35m"),
+            ],
+        },
+        {
+            "input_series": [
+                # count-3's shuffle records were deleted at 4m: stopped for good.
+                _series(
+                    "processor_task_failed_permanently_total",
+                    "_x3 1x10",
+                    job="wc",
+                    task="count-3",
+                    reason="records_deleted",
+                    instance="w1:9400",
+                ),
+            ],
+            "alert_rule_test": [
+                _expect("ProcessorTaskStoppedForGood", "2m"),
+                _expect(
+                    "ProcessorTaskStoppedForGood",
+                    "5m",
+                    {**critical, "job": "wc", "task": "count-3", "reason": "records_deleted"},
+                ),
             ],
         },
     ]
