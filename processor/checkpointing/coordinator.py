@@ -108,6 +108,10 @@ class CheckpointCoordinator:
         self.last_id = max(self.last_id, checkpoint_id)
 
     @property
+    def newest_pending(self) -> PendingCheckpoint | None:
+        return self.pending[max(self.pending)] if self.pending else None
+
+    @property
     def can_trigger(self) -> bool:
         return len(self.pending) < self.max_concurrent
 

@@ -261,6 +261,15 @@ class CoordinatorService:
                 not_running = self._not_running(tasks, placement, registry.alive)
                 for failed in checkpoints.fail_waiting_on(not_running):
                     self._failed(failed, repeated=True)
+                pending = checkpoints.newest_pending
+                if pending is not None and now >= next_trigger:
+                    # Again, while it is pending: a source task that started after the trigger
+                    # went out, or whose barrier was aborted with its fenced predecessor's
+                    # transaction, acts on it now (one that did already ignores it). With one
+                    # checkpoint at a time, a lost trigger would otherwise hold every later one
+                    # back until the timeout.
+                    self._send(control.Trigger(pending.checkpoint_id, pending.triggered_at))
+                    next_trigger = now + interval_s
                 if now >= next_trigger and placement and ready and checkpoints.can_trigger:
                     checkpoint_id, dropped = checkpoints.trigger(time.time())
                     self._send(control.Trigger(checkpoint_id, time.time()))

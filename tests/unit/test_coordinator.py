@@ -552,9 +552,10 @@ def test_random_event_sequences_keep_the_invariants(seed: int) -> None:
 
 def test_one_checkpoint_at_a_time_by_default() -> None:
     coord = CheckpointCoordinator(TASKS)
-    assert coord.can_trigger
+    assert coord.can_trigger and coord.newest_pending is None
     coord.trigger(0.0)
     assert not coord.can_trigger  # a slow checkpoint delays the next trigger
+    assert coord.newest_pending == PendingCheckpoint(1, 0.0)  # its trigger is sent again
     ack_all(coord, 1, 1.0)
     assert coord.can_trigger
 
