@@ -27,6 +27,24 @@ def _processor(
     )
 
 
+def _job_with_input(bootstrap: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The settings of a fresh job whose input holds 100 lines of "to be or not to be"."""
+    job = f"cli-{uuid.uuid4().hex[:6]}"
+    env = {
+        "PROCESSOR_BOOTSTRAP_SERVERS": bootstrap,
+        "PROCESSOR_JOB_NAME": job,
+        "PROCESSOR_INPUT_TOPIC": f"{job}.input",
+        "PROCESSOR_OUTPUT_TOPIC": f"{job}.counts",
+        "PROCESSOR_STATE_DIR": str(tmp_path / "state"),
+        "PROCESSOR_CHECKPOINT_DIR": str(tmp_path / "chk"),
+        **extra,
+    }
+    corpus = tmp_path / "in.txt"
+    corpus.write_text("to be or not to be\n" * 100)
+    assert _processor("produce", "--topic", f"{job}.input", str(corpus), env=env).returncode == 0
+    return env
+
+
 def test_demo_runs_end_to_end_and_checks_every_count(kafka_bootstrap: str, tmp_path: Path) -> None:
     result = _processor(
         "demo",
@@ -47,18 +65,7 @@ def test_demo_runs_end_to_end_and_checks_every_count(kafka_bootstrap: str, tmp_p
 
 
 def test_local_stops_every_child_on_ctrl_c(kafka_bootstrap: str, tmp_path: Path) -> None:
-    job = f"cli-{uuid.uuid4().hex[:6]}"
-    env = {
-        "PROCESSOR_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "PROCESSOR_JOB_NAME": job,
-        "PROCESSOR_INPUT_TOPIC": f"{job}.input",
-        "PROCESSOR_OUTPUT_TOPIC": f"{job}.counts",
-        "PROCESSOR_STATE_DIR": str(tmp_path / "state"),
-        "PROCESSOR_CHECKPOINT_DIR": str(tmp_path / "chk"),
-    }
-    corpus = tmp_path / "in.txt"
-    corpus.write_text("to be or not to be\n" * 100)
-    assert _processor("produce", "--topic", f"{job}.input", str(corpus), env=env).returncode == 0
+    env = _job_with_input(kafka_bootstrap, tmp_path)
     log = (tmp_path / "local.log").open("w")
     local = subprocess.Popen(
         [sys.executable, "-m", "processor", "local", "--workers", "2"],
@@ -91,19 +98,7 @@ def test_local_stops_every_child_on_ctrl_c(kafka_bootstrap: str, tmp_path: Path)
 def test_local_restarts_a_killed_coordinator_and_the_job_goes_on(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    job = f"cli-{uuid.uuid4().hex[:6]}"
-    env = {
-        "PROCESSOR_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "PROCESSOR_JOB_NAME": job,
-        "PROCESSOR_INPUT_TOPIC": f"{job}.input",
-        "PROCESSOR_OUTPUT_TOPIC": f"{job}.counts",
-        "PROCESSOR_STATE_DIR": str(tmp_path / "state"),
-        "PROCESSOR_CHECKPOINT_DIR": str(tmp_path / "chk"),
-        "PROCESSOR_CHECKPOINT_INTERVAL_MS": "300",
-    }
-    corpus = tmp_path / "in.txt"
-    corpus.write_text("to be or not to be\n" * 100)
-    assert _processor("produce", "--topic", f"{job}.input", str(corpus), env=env).returncode == 0
+    env = _job_with_input(kafka_bootstrap, tmp_path, PROCESSOR_CHECKPOINT_INTERVAL_MS="300")
     log_path = tmp_path / "local.log"
     local = subprocess.Popen(
         [sys.executable, "-m", "processor", "local", "--workers", "2"],
