@@ -17,7 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from processor.commands.counts import read_final_counts
 from processor.config import Settings
-from processor.jobs import JOBS
+from processor.jobs.wordcount import words
 from processor.kafka import clients
 
 
@@ -46,7 +46,7 @@ def direct_count(settings: Settings) -> collections.Counter[str]:
             raise SystemExit(f"could not read the input topic to its end (partitions {left})")
     finally:
         consumer.close()
-    return collections.Counter(JOBS[settings.job].extract(lines))
+    return collections.Counter(words(lines))
 
 
 def main() -> int:

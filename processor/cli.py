@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.config import Settings, SettingsError, load_settings
+from processor.pipeline.api import PipelineError
 
 # Flags that override settings, shared by every command that talks to Kafka.
 _SETTING_FLAGS: list[tuple[str, type, str]] = [
@@ -20,6 +21,12 @@ _SETTING_FLAGS: list[tuple[str, type, str]] = [
     ("job_name", str, "job name: prefix of its internal topics (PROCESSOR_JOB_NAME)"),
     ("input_topic", str, "input topic (PROCESSOR_INPUT_TOPIC)"),
     ("output_topic", str, "output topic (PROCESSOR_OUTPUT_TOPIC)"),
+    (
+        "pipeline",
+        str,
+        "the pipeline to run, path/to/file.py:attribute (PROCESSOR_PIPELINE); "
+        "default: the built-in word count of the input topic into the output topic",
+    ),
     ("shuffle_partitions", int, "partitions of <job>.shuffle (PROCESSOR_SHUFFLE_PARTITIONS)"),
     ("checkpoint_interval_ms", int, "checkpoint interval (PROCESSOR_CHECKPOINT_INTERVAL_MS)"),
     ("state_dir", Path, "local RocksDB state (PROCESSOR_STATE_DIR)"),
@@ -148,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
-    except SettingsError as exc:
+    except (SettingsError, PipelineError) as exc:
         print(f"processor: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -195,6 +202,9 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if command == "local":
         from processor.commands.local import run_local
+        from processor.jobs import load_graph
+
+        load_graph(settings)  # a pipeline that cannot run fails here, before any process starts
 
         # Metrics and the status page are on by default here: 9400 and up, unless set.
         port = settings.metrics_port

@@ -78,7 +78,9 @@ class Settings(BaseSettings):
 
     bootstrap_servers: str = "127.0.0.1:9092"
     job_name: str = Field(default="wordcount", pattern=r"^[A-Za-z0-9._-]{1,100}$")
-    job: str = "wordcount"
+    # ``path/to/file.py:attribute``: the pipeline to run; empty = the built-in word count on
+    # input_topic -> output_topic.
+    pipeline: str = ""
     input_topic: str = "words"
     output_topic: str = "word-counts"
     shuffle_partitions: int = Field(default=8, ge=1, le=1024)

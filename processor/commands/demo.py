@@ -19,7 +19,7 @@ from processor.commands.counts import read_final_counts, top
 from processor.commands.local import run_local
 from processor.commands.produce import produce_lines
 from processor.config import Settings
-from processor.jobs import JOBS
+from processor.jobs.wordcount import words as extract_words
 from processor.kafka.broker import LocalBroker
 
 
@@ -48,7 +48,7 @@ def run_demo(settings: Settings, words: int, workers: int, k: int, env: dict[str
         print(f"writing a corpus of {words:,} words to {path} ...", flush=True)
         corpus.write(path, words)
         expected = collections.Counter(
-            JOBS[settings.job].extract(path.read_text(encoding="utf-8").splitlines())
+            extract_words(path.read_text(encoding="utf-8").splitlines())
         )
         produce_lines(demo_settings, demo_settings.input_topic, [path], partitions=4)
         print(

@@ -1,8 +1,24 @@
-"""The jobs this build can run, by name (``PROCESSOR_JOB``)."""
+"""The job a process runs: the pipeline of ``PROCESSOR_PIPELINE``, or the built-in word count."""
 
-from processor.jobs.graph import KeyedCountJob
-from processor.jobs.wordcount import WORDCOUNT
+from __future__ import annotations
 
-JOBS: dict[str, KeyedCountJob] = {WORDCOUNT.name: WORDCOUNT}
+from processor.config import Settings
+from processor.jobs.graph import JobGraph, TaskId
+from processor.jobs.wordcount import wordcount_pipeline
+from processor.pipeline.load import load_pipeline
+from processor.pipeline.plan import plan
 
-__all__ = ["JOBS", "KeyedCountJob"]
+
+def load_graph(settings: Settings) -> JobGraph:
+    """The job's graph; PipelineError (one line) if the pipeline cannot run."""
+    if settings.pipeline:
+        _, stages = load_pipeline(settings.pipeline)
+    else:
+        stages = plan(
+            wordcount_pipeline(settings.job_name, settings.input_topic, settings.output_topic)
+        )
+    stages.check_topic_names(settings.job_name)
+    return JobGraph(settings.job_name, stages)
+
+
+__all__ = ["JobGraph", "TaskId", "load_graph"]

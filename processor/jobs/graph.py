@@ -1,27 +1,17 @@
-"""Job definitions: a job is a small declaration, the engine runs every job the same way.
+"""A job as the engine runs it: a pipeline's stages, their tasks and their topics.
 
-The graph has two stages joined by a hash-partitioned shuffle topic:
-
-    input --[source stage: lines -> keys]--> <job>.shuffle --[keyed stage: exact count]--> output
-
-The source stage runs one task per input partition, the keyed stage one task per shuffle
-partition. A job only says how a batch of input lines becomes keys.
+Every stage runs as tasks ``<stage>-<index>``: a source stage one per partition of its
+source topic, a keyed stage one per partition of its shuffle topic. A keyed stage's input
+*channels* are the tasks of the stage upstream of it: each writes its own barriers and
+records into every shuffle partition, and the keyed task aligns on all of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class KeyedCountJob:
-    name: str
-    # A batch of input lines -> the keys they contain; every key occurrence counts 1.
-    # Batched so that a job can run one regex over many lines instead of one per line.
-    extract: Callable[[list[str]], Iterable[str]]
-    source_stage: str = "split"
-    keyed_stage: str = "count"
+from processor.pipeline.plan import Plan, Stage
 
 
 @dataclass(frozen=True)
@@ -38,7 +28,45 @@ class TaskId:
         return cls(stage, int(index))
 
 
-def task_ids(job: KeyedCountJob, input_partitions: int, shuffle_partitions: int) -> list[str]:
-    return [str(TaskId(job.source_stage, i)) for i in range(input_partitions)] + [
-        str(TaskId(job.keyed_stage, i)) for i in range(shuffle_partitions)
-    ]
+@dataclass(frozen=True)
+class JobGraph:
+    job_name: str
+    plan: Plan
+
+    @property
+    def stages(self) -> list[Stage]:
+        return self.plan.stages
+
+    def stage(self, name: str) -> Stage:
+        return self.plan.stage(name)
+
+    def shuffle_topic(self, stage: Stage | str) -> str:
+        """The internal topic feeding a keyed stage: ``<job>.<stage>`` unless the pipeline
+        named it (the built-in word count keeps ``<job>.shuffle``)."""
+        if isinstance(stage, str):
+            stage = self.plan.stage(stage)
+        return stage.head.topic or f"{self.job_name}.{stage.name}"
+
+    @property
+    def shuffle_topics(self) -> list[str]:
+        return [self.shuffle_topic(s) for s in self.stages if not s.is_source]
+
+    def downstream(self, stage: Stage) -> list[Stage]:
+        return [s for s in self.stages if s.upstream is stage]
+
+    def parallelism(
+        self, source_partitions: Mapping[str, int], shuffle_partitions: int
+    ) -> dict[str, int]:
+        """Tasks per stage, from the source topics' partition counts."""
+        return {
+            s.name: source_partitions[s.head.topic] if s.is_source else shuffle_partitions
+            for s in self.stages
+        }
+
+    def task_ids(self, parallelism: Mapping[str, int]) -> list[str]:
+        return [str(TaskId(s.name, i)) for s in self.stages for i in range(parallelism[s.name])]
+
+    def channels(self, stage: Stage, parallelism: Mapping[str, int]) -> int:
+        """Input channels of a keyed stage's task: the tasks of the stage upstream."""
+        assert stage.upstream is not None, "a source stage has no channels"
+        return parallelism[stage.upstream.name]

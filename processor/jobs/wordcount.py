@@ -1,10 +1,16 @@
-"""Word count: the words of each line, lower-cased, as ``re.findall(r"\\w+", line.lower())``."""
+"""Word count, the built-in pipeline: the words of each line (``re.findall(r"\\w+",
+line.lower())``), counted per word.
+
+It is an ordinary pipeline; its names keep the task ids (``split-N``, ``count-N``), shuffle
+topic (``<job>.shuffle``) and so the transactional ids and snapshots that deployments of
+word count had before pipelines existed.
+"""
 
 from __future__ import annotations
 
 import re
 
-from processor.jobs.graph import KeyedCountJob
+from processor.pipeline.api import Pipeline
 
 _WORD = re.compile(r"\w+")
 
@@ -14,4 +20,17 @@ def words(lines: list[str]) -> list[str]:
     return _WORD.findall("\n".join(lines).lower())
 
 
-WORDCOUNT = KeyedCountJob(name="wordcount", extract=words)
+def line_words(line: str) -> list[str]:
+    return _WORD.findall(line.lower())
+
+
+def wordcount_pipeline(job_name: str, input_topic: str, output_topic: str) -> Pipeline:
+    pipeline = Pipeline()
+    keyed = (
+        pipeline.source(input_topic, value="text", name="split")
+        .flat_map(line_words, name="words", batched=words)
+        .key_by(str, name="count")
+    )
+    keyed.node.topic = f"{job_name}.shuffle"
+    keyed.count(name="counts").sink(output_topic, name="output")
+    return pipeline

@@ -80,8 +80,8 @@ class TransactionalOutput:
                 # The local queue is full: let librdkafka send, then retry this record.
                 self._producer.poll(0.05)
 
-    def produce_many(self, topic: str, items: list[tuple[bytes, bytes]]) -> None:
-        """Keyed records, partitioned by key (the hot path: no per-record keyword dicts)."""
+    def produce_many(self, topic: str, items: list[tuple[bytes | None, bytes]]) -> None:
+        """Records partitioned by key (the hot path: no per-record keyword dicts)."""
         if not items:
             return
         if not self._open:

@@ -33,6 +33,8 @@ class Assignment:
     input_partitions: int
     tasks: dict[str, str]  # task id -> worker id
     coordinator: str = ""  # incarnation of the coordinator that made it
+    # Tasks per stage: a keyed task's input channels are the tasks of the stage upstream.
+    stages: dict[str, int] = field(default_factory=dict)
     kind: Literal["assignment"] = "assignment"
 
 

@@ -220,8 +220,13 @@ class StageChain:
     # -- the epoch's end --------------------------------------------------------------------
 
     @property
-    def dirty_keys(self) -> int:
-        return sum(map(len, self._dirty.values())) + sum(map(len, self.shuffles.values()))
+    def buffered(self) -> int:
+        """Keys and records waiting for `flush`/`take_sinks`: what an early flush bounds."""
+        return (
+            sum(map(len, self._dirty.values()))
+            + sum(map(len, self.shuffles.values()))
+            + sum(map(len, self.sinks.values()))
+        )
 
     def flush(self) -> None:
         """Aggregations' latest values into state and on to their children (in graph order:
@@ -281,7 +286,7 @@ class StageChain:
                 out = self._each(node, batch, keyed, lambda v: [v] if fn(v) else [], fast=False)
         elif kind == "flat_map":
             assert fn is not None
-            out = self._each(node, batch, keyed, fn)
+            out = self._flat_map(node, fn, batch, keyed)
         elif kind == "key_by":
             assert fn is not None
             values = [v for _, v in batch] if keyed else batch
@@ -305,6 +310,16 @@ class StageChain:
         else:
             raise ValueError(f"unknown operator {node!r}")
         self._push(node, out, quiet)
+
+    def _flat_map(
+        self, node: Node, fn: Callable[[Any], Iterable[Any]], batch: list[Any], keyed: bool
+    ) -> list[Any]:
+        if node.batch_fn is not None and not keyed:
+            try:
+                return list(node.batch_fn(batch))
+            except Exception:  # noqa: BLE001 - find the failing records one by one
+                pass
+        return self._each(node, batch, keyed, fn)
 
     def _each(
         self,

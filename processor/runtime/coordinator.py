@@ -27,8 +27,7 @@ from processor.checkpointing.coordinator import (
 )
 from processor.config import Settings, SettingsError
 from processor.health import LoopHealth
-from processor.jobs import JOBS
-from processor.jobs.graph import task_ids
+from processor.jobs import load_graph
 from processor.kafka import clients
 from processor.models import control
 from processor.runtime import status
@@ -43,12 +42,13 @@ CHECKPOINT_HISTORY = 100  # completed checkpoints kept in the compacted topic
 class CoordinatorService:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.job = JOBS[settings.job]
+        self.graph = load_graph(settings)
         self.incarnation = uuid.uuid4().hex[:12]
         self._admin = clients.admin(settings)
         self._producer = clients.producer(settings, **{"linger.ms": 0, "compression.type": "none"})
         self._labels = {"job": settings.job_name}
         self.input_partitions = 0
+        self.parallelism: dict[str, int] = {}  # tasks per stage
         self.history: list[dict[str, Any]] = []  # recent completed checkpoints, newest last
         # For the status page: what the heartbeats and acks last said.
         self.board = StatusBoard(settings.job_name)
@@ -63,21 +63,32 @@ class CoordinatorService:
     def setup(self) -> None:
         """Create the internal topics; the input topic must exist and is used as it is."""
         s = self.settings
-        partitions = clients.topic_partitions(self._admin, s.input_topic)
-        if partitions is None:
-            raise SettingsError(
-                f"input topic {s.input_topic!r} does not exist on {s.bootstrap_servers} "
-                "(create it, e.g. with `processor produce`, or set PROCESSOR_INPUT_TOPIC)"
+        graph = self.graph
+        sources: dict[str, int] = {}
+        for topic in graph.plan.source_topics:
+            partitions = clients.topic_partitions(self._admin, topic)
+            if partitions is None:
+                hint = (
+                    f"of pipeline {s.pipeline}"
+                    if s.pipeline
+                    else "(create it, e.g. with `processor produce`, or set PROCESSOR_INPUT_TOPIC)"
+                )
+                what = "source topic" if s.pipeline else "input topic"
+                raise SettingsError(
+                    f"{what} {topic!r} does not exist on {s.bootstrap_servers} {hint}"
+                )
+            sources[topic] = partitions
+        self.parallelism = graph.parallelism(sources, s.shuffle_partitions)
+        self.input_partitions = self.parallelism[graph.stages[0].name]
+        for topic in graph.shuffle_topics:
+            shuffle = clients.ensure_topic(
+                self._admin, topic, s.shuffle_partitions, shuffle_topic_config(s)
             )
-        self.input_partitions = partitions
-        shuffle = clients.ensure_topic(
-            self._admin, s.shuffle_topic, s.shuffle_partitions, shuffle_topic_config(s)
-        )
-        if shuffle != s.shuffle_partitions:
-            raise SettingsError(
-                f"invalid setting PROCESSOR_SHUFFLE_PARTITIONS: {s.shuffle_topic} already has "
-                f"{shuffle} partitions, not {s.shuffle_partitions}"
-            )
+            if shuffle != s.shuffle_partitions:
+                raise SettingsError(
+                    f"invalid setting PROCESSOR_SHUFFLE_PARTITIONS: {topic} already has "
+                    f"{shuffle} partitions, not {s.shuffle_partitions}"
+                )
         clients.ensure_topic(self._admin, s.control_topic, 1, {"retention.ms": "3600000"})
         clients.ensure_topic(
             self._admin,
@@ -90,7 +101,8 @@ class CoordinatorService:
             },
         )
         clients.ensure_topic(self._admin, s.dlq_topic, 1)
-        clients.ensure_topic(self._admin, s.output_topic, s.shuffle_partitions)
+        for topic in graph.plan.sink_topics:
+            clients.ensure_topic(self._admin, topic, s.shuffle_partitions)
 
     def _load_history(self) -> int:
         """Completed checkpoints recorded by earlier coordinators; returns the newest id."""
@@ -160,7 +172,7 @@ class CoordinatorService:
         last_id = self._start(stop)
         if last_id is None:
             return
-        tasks = task_ids(self.job, self.input_partitions, s.shuffle_partitions)
+        tasks = self.graph.task_ids(self.parallelism)
         checkpoints = CheckpointCoordinator(
             tasks,
             last_id,
@@ -251,7 +263,11 @@ class CoordinatorService:
                         log.info("assignment %d: %s", generation, _describe(placement))
                     self._send(
                         control.Assignment(
-                            generation, self.input_partitions, placement, self.incarnation
+                            generation,
+                            self.input_partitions,
+                            placement,
+                            self.incarnation,
+                            dict(self.parallelism),
                         )
                     )
                     metrics.workers_alive.labels(**self._labels).set(len(registry.alive))
@@ -374,8 +390,20 @@ class CoordinatorService:
                 "job": self.settings.job_name,
                 "coordinator": self.incarnation,
                 "updated_at": time.time(),
-                "input_topic": self.settings.input_topic,
-                "output_topic": self.settings.output_topic,
+                "input_topic": ", ".join(self.graph.plan.source_topics),
+                "output_topic": ", ".join(self.graph.plan.sink_topics),
+                "stages": [
+                    {
+                        "stage": stage.name,
+                        "kind": "source" if stage.is_source else "keyed",
+                        "input": stage.head.topic
+                        if stage.is_source
+                        else self.graph.shuffle_topic(stage),
+                        "tasks": self.parallelism.get(stage.name, 0),
+                        "operators": [n.name for n in stage.nodes],
+                    }
+                    for stage in self.graph.stages
+                ],
                 "checkpoints": {
                     "last_completed": checkpoints.last_completed.checkpoint_id
                     if checkpoints.last_completed

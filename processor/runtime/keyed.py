@@ -1,17 +1,21 @@
-"""Keyed task: exact per-key counts of one shuffle partition, in RocksDB, aligned on barriers.
+"""Keyed task: one partition of a keyed stage's shuffle, its operators' state in RocksDB,
+aligned on the barriers of every upstream task (channel).
 
-Epoch n (the records between barriers n-1 and n) lives in ``_dirty`` (key -> current count)
-until barrier n is aligned. Then, in order:
+Epoch n (the records between barriers n-1 and n) runs through the stage's `StageChain`:
+aggregations keep each key's latest value of the epoch in memory, ``process`` updates its
+state cache and emits at once. When barrier n is aligned, in order:
 
-1. the dirty counts go to RocksDB (one WriteBatch) and to the output topic, inside
-   transaction n, and the input positions at barrier n are sent into it (in the background);
+1. the chain is flushed: state to RocksDB (one WriteBatch); the aggregations' latest values,
+   sink records and downstream shuffle records to Kafka inside transaction n, then barrier n
+   into every downstream shuffle partition; the input positions at barrier n are sent into
+   the transaction (in the background);
 2. a RocksDB checkpoint is taken synchronously (hard links: milliseconds);
 3. the copy to checkpoint storage runs in the background while epoch n+1 is processed;
 4. only when the copy is durable is transaction n committed (in the background too), then
    acknowledged.
 
-Transaction n+1 begins after n commits, so output of epoch n+1 waits in ``_dirty``: every key
-is written once per epoch with its latest count (strictly increasing, last = exact).
+Transaction n+1 begins after n commits, so output of epoch n+1 waits in the chain: an
+aggregation writes every key once per epoch with its latest value (last = exact).
 """
 
 from __future__ import annotations
@@ -39,7 +43,15 @@ from processor.checkpointing.aligner import (
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
 from processor.models.control import Decline
-from processor.models.records import decode_barrier, decode_counts, is_barrier
+from processor.models.records import (
+    Barrier,
+    decode_barrier,
+    decode_shuffle,
+    encode_barrier,
+    is_barrier,
+)
+from processor.pipeline.chain import StageChain
+from processor.runtime import deadletter
 from processor.runtime.gaps import STATE_LOST, check_resume
 from processor.runtime.task import (
     ClosedEpoch,
@@ -59,6 +71,11 @@ log = logging.getLogger(__name__)
 
 _PROCESS = Verdict.PROCESS
 
+# Written into every snapshot's metadata: the layout of the state inside (keys
+# ``<operator>\0<key>``, JSON values). A snapshot without it is of an older version, whose
+# state would be misread.
+STATE_FORMAT = "pipeline-1"
+
 # confluent-kafka types Message accessors as Optional; for a message whose error() is None,
 # value() and offset() are set, so the hot path below does not test them again.
 
@@ -77,9 +94,19 @@ class KeyedTask(Task):
     def __init__(self, ctx: TaskContext, partition: int) -> None:
         super().__init__(ctx)
         self.partition = partition
-        self.topic = ctx.settings.shuffle_topic
-        self._dirty: dict[str, int] = {}  # key -> latest count, not yet in a transaction
-        self._in_txn: dict[str, int] = {}  # key -> count written into the open transaction
+        stage = ctx.stage
+        self.stage = stage
+        self.topic = ctx.graph.shuffle_topic(stage)
+        s = ctx.settings
+        # Downstream shuffles: (stage name, topic, partitions), for records and barriers.
+        self._shuffles = [
+            (n.name, ctx.graph.shuffle_topic(n.name), s.shuffle_partitions) for n in stage.shuffles
+        ]
+        self.chain: StageChain | None = None  # once the state is restored
+        # Records written into the open transaction (barriers aside): if its snapshot fails
+        # it is aborted, and these go out again with the next epoch (see _snapshot_failed).
+        self._in_txn: list[tuple[str, int | None, bytes | None, bytes]] = []
+        self._resend: list[tuple[str, int | None, bytes | None, bytes]] = []
         self._snapshot_failures = 0  # in a row
         # After a fallback restore: upstream channels whose records up to the committed
         # checkpoint's barrier go into the state without output (see _restore_snapshot).
@@ -91,7 +118,10 @@ class KeyedTask(Task):
         self._waited_s = 0.0  # this epoch's waits for the previous checkpoint to finish
         self._m_in = metrics.records_in.labels(**self.labels)
         self._m_out = metrics.records_out.labels(**self.labels)
-        self._m_bad = metrics.records_skipped.labels(**self.labels, reason="malformed_shuffle")
+        skipped = metrics.records_skipped
+        self._m_bad = skipped.labels(**self.labels, reason="malformed_shuffle")
+        self._m_oversized = skipped.labels(**self.labels, reason="oversized_key")
+        self._m_failed = skipped.labels(**self.labels, reason="function_error")
 
     def run(self) -> None:
         s = self.settings
@@ -112,7 +142,7 @@ class KeyedTask(Task):
                 wait = 0.005 if self._pending is not None else 0.05
                 msgs = clients.consume_ready(consumer, s.consume_batch, wait)
                 if msgs:
-                    self._process(msgs, store, out, consumer)
+                    self._process(msgs, out, consumer)
         finally:
             # A failed (perhaps fenced) task must not go on writing to storage: stop the
             # upload under way and drop the queued ones, retention above all.
@@ -163,6 +193,16 @@ class KeyedTask(Task):
                 took,
             )
         store = RocksDBStore(db_path)
+        s = self.settings
+        self.chain = StageChain(
+            self.ctx.graph.plan,
+            self.stage,
+            self.partition,
+            store,
+            {n.name: s.shuffle_partitions for n in self.stage.shuffles},
+            s.max_key_bytes,
+        )
+        self._store = store
         channels = [(self.partition, u) for u in range(self.ctx.input_partitions)]
         self._aligner = BarrierAligner(channels, positions, self.last_checkpoint)
         start = self._aligner.resume_offsets()[self.partition]
@@ -179,6 +219,11 @@ class KeyedTask(Task):
             raise SnapshotMissing(f"checkpoint {info.ref}: {exc}") from None
 
     def _positions_of(self, meta: dict[str, Any]) -> dict[Channel, int]:
+        if meta.get("state") != STATE_FORMAT:
+            raise SnapshotMissing(
+                f"its state format is {meta.get('state')!r}, not {STATE_FORMAT!r} "
+                "(written by an older version?)"
+            )
         try:
             raw = meta["positions"]
             return {(self.partition, int(u)): int(off) for u, off in raw.items()}
@@ -234,27 +279,23 @@ class KeyedTask(Task):
             return info
         raise SnapshotMissing(f"{problem}; no older snapshot can stand in for it")
 
-    def _process(
-        self, msgs: list[Message], store: RocksDBStore, out: TransactionalOutput, consumer: Consumer
-    ) -> None:
+    def _process(self, msgs: list[Message], out: TransactionalOutput, consumer: Consumer) -> None:
+        chain = self.chain
+        assert chain is not None
         admit = self._aligner.admit
         partition = self.partition
         channels = self.ctx.input_partitions
-        deltas: dict[str, int] = {}
+        combined = self.stage.combiner is not None
         replaying = self._replaying  # empty but right after a fallback restore
-        quiet: dict[str, int] = {}  # replayed records whose output is committed already
         applied = 0
         for msg in msgs:
             if not check(msg):
                 continue
             if is_barrier(msg.headers()):
-                self._apply(deltas, store, out)
-                self._apply_quietly(quiet, store)
-                deltas, quiet = {}, {}
                 self._records_in += applied
                 self._m_in.inc(applied)
                 applied = 0
-                outcome = self._on_barrier(msg, store, out, consumer)
+                outcome = self._on_barrier(msg, out, consumer)
                 if outcome.seeks:
                     for p, seek_to in outcome.seeks.items():
                         log.debug(
@@ -268,86 +309,66 @@ class KeyedTask(Task):
                     break  # the rest of this batch is read again after the seek
                 continue
             try:
-                channel, counts = decode_counts(msg.value())  # type: ignore[arg-type]
+                channel, body = decode_shuffle(msg.value())  # type: ignore[arg-type]
             except (ValueError, struct.error, TypeError):
-                # Not written by a source task: skip rather than crash-loop.
+                # Not written by an upstream task: skip rather than crash-loop.
                 self._m_bad.inc()
                 continue
-            if channel >= channels:  # no such upstream task: not written by one either
-                self._m_bad.inc()
+            if channel >= channels or (type(body) is dict and not combined):
+                self._m_bad.inc()  # no such upstream task, or not its format: not written by one
                 continue
             offset: int = msg.offset()  # type: ignore[assignment]  # set on data messages
             if admit((partition, channel), offset) is _PROCESS:
-                target = deltas
-                if replaying and channel in replaying:
-                    target = quiet
-                if target:
-                    get = target.get
-                    for key, n in counts.items():
-                        target[key] = get(key, 0) + n
-                elif target is deltas:
-                    deltas = target = counts
-                else:
-                    quiet = target = counts
-                applied += len(counts)
+                # A replayed record's output is committed already: into the state only.
+                chain.shuffled(body, quiet=bool(replaying) and channel in replaying)
+                applied += len(body)
         self._records_in += applied
         self._m_in.inc(applied)
-        self._apply(deltas, store, out)
-        if quiet:
-            self._apply_quietly(quiet, store)
-
-    def _apply_quietly(self, quiet: dict[str, int], store: RocksDBStore) -> None:
-        """Counts into the state without marking them for output."""
-        rest: dict[str, int] = {}
-        for key, delta in quiet.items():
-            if key in self._dirty:
-                self._dirty[key] += delta  # output pending anyway: it carries the sum
-            else:
-                rest[key] = delta
-        if rest:
-            keys = [k.encode() for k in rest]
-            olds = store.get_many(keys)
-            store.write(
-                {
-                    raw: b"%d" % ((int(old) if old is not None else 0) + n)
-                    for raw, old, n in zip(keys, olds, rest.values(), strict=True)
-                }
-            )
-
-    def _apply(self, deltas: dict[str, int], store: RocksDBStore, out: TransactionalOutput) -> None:
-        if not deltas:
-            return
-        dirty = self._dirty
-        missing = [k for k in deltas if k not in dirty]
-        if missing:
-            olds = store.get_many([k.encode() for k in missing])
-            for key, old in zip(missing, olds, strict=True):
-                dirty[key] = int(old) if old is not None else 0
-        for key, delta in deltas.items():
-            dirty[key] += delta
+        if chain.dead:
+            self._dead_letter(out)
         # No early flush while replaying: what is in a transaction must not be changed
         # quietly afterwards (checkpoint n+1 can only complete after the replay).
-        if len(dirty) >= self.settings.flush_keys and not self._replaying:
-            self._flush(store, out)
+        if chain.buffered >= self.settings.flush_keys and not self._replaying:
+            self._flush(out)
 
-    def _flush(self, store: RocksDBStore, out: TransactionalOutput) -> None:
-        """Dirty counts -> RocksDB and the output topic, inside the open transaction."""
-        if not self._dirty:
-            return
+    def _dead_letter(self, out: TransactionalOutput) -> None:
+        assert self.chain is not None
+        dead = self.chain.take_dead()
+        self._m_failed.inc(len(dead))
+        deadletter.failed(out, self.settings.dlq_topic, self.ctx.task_id, dead)
+
+    def _flush(self, out: TransactionalOutput) -> None:
+        """The epoch so far: state -> RocksDB, output -> the open transaction."""
+        chain = self.chain
+        assert chain is not None
         # The previous epoch's transaction must be closed (time the checkpoint is charged with).
         waiting = time.monotonic()
         self._finish_checkpoint(out, block=True)
         self._waited_s += time.monotonic() - waiting
-        items = {k.encode(): b"%d" % v for k, v in self._dirty.items()}
-        store.write(items)
-        out.produce_many(self.settings.output_topic, list(items.items()))
-        self._records_out += len(items)
-        self._m_out.inc(len(items))
-        self._in_txn.update(self._dirty)
-        self._dirty.clear()
+        chain.flush()
+        records = self._resend
+        self._resend = []
+        for topic, items in chain.take_sinks().items():
+            records.extend((topic, None, key, value) for key, value in items)
+        for name, topic, _ in self._shuffles:
+            shuffle = chain.shuffles[name]
+            records.extend((topic, p, None, value) for p, value in shuffle.take(self.partition))
+            if shuffle.oversized:
+                self._m_oversized.inc(shuffle.oversized)
+                shuffle.oversized = 0
+        if chain.dead:
+            self._dead_letter(out)
+        if not records:
+            return
+        produce = out.produce
+        for topic, p, key, value in records:
+            produce(topic, value, key=key, partition=p)
+        self._records_out += len(records)
+        self._m_out.inc(len(records))
+        self._in_txn.extend(records)
 
     def _on_barrier(
-        self, msg: Message, store: RocksDBStore, out: TransactionalOutput, consumer: Consumer
+        self, msg: Message, out: TransactionalOutput, consumer: Consumer
     ) -> BarrierOutcome:
         try:
             barrier = decode_barrier(msg.value() or b"")
@@ -383,7 +404,7 @@ class KeyedTask(Task):
         if outcome.completed is not None:
             alignment_s = now - (self._align_started or now)
             self._align_started = None
-            self._checkpoint(outcome, alignment_s, store, out, consumer)
+            self._checkpoint(outcome, alignment_s, out, consumer, barrier.triggered_at_ms)
         elif self._aligner.pending is not None and self._align_started is None:
             self._align_started = now
         return outcome
@@ -392,18 +413,19 @@ class KeyedTask(Task):
         self,
         outcome: BarrierOutcome,
         alignment_s: float,
-        store: RocksDBStore,
         out: TransactionalOutput,
         consumer: Consumer,
+        triggered_at_ms: int,
     ) -> None:
+        store = self._store
         checkpoint_id = outcome.completed
         assert checkpoint_id is not None
         faults.reach("barrier_aligned", self.ctx.task_id)
         metrics.alignment_seconds.labels(**self.labels).observe(alignment_s)
         started = (time.monotonic(), time.thread_time())
         waited_before = self._waited_s
-        # Close checkpoint n-1 first: if it is declined, what it carried goes back into
-        # _dirty, and must be in transaction n with the offsets that move past it.
+        # Close checkpoint n-1 first: if it is declined, what it carried must go out again in
+        # transaction n, with the offsets that move past it.
         self._finish_checkpoint(out, block=True)
         positions = {str(u): off for (_, u), off in outcome.positions.items()}
         resume = self._aligner.resume_offsets()[self.partition]
@@ -419,7 +441,11 @@ class KeyedTask(Task):
             then=lambda: faults.reach("offsets_sent", task_id),
         )
         flush_started_cpu = time.thread_time()
-        self._flush(store, out)
+        self._flush(out)
+        value, headers = encode_barrier(Barrier(checkpoint_id, self.partition, triggered_at_ms))
+        for _, topic, partitions in self._shuffles:
+            for p in range(partitions):
+                out.produce(topic, value, partition=p, headers=headers)
         flush_cpu_s = time.thread_time() - flush_started_cpu
         local = self._workdir / f"chk-{checkpoint_id}"
         try:
@@ -428,7 +454,10 @@ class KeyedTask(Task):
             self._snapshot_failed(checkpoint_id, exc, out)
             return
         future = self._uploader.submit(
-            self._snapshots.upload, checkpoint_id, local, {"positions": positions}
+            self._snapshots.upload,
+            checkpoint_id,
+            local,
+            {"positions": positions, "state": STATE_FORMAT},
         )
         lag = self._lag(consumer)
         self._waited_s = 0.0
@@ -520,8 +549,9 @@ class KeyedTask(Task):
         """Decline checkpoint n; within the tolerance, go on as if barrier n never came.
 
         Transaction n must not commit (its snapshot is not durable), so it is aborted, and
-        what it carried is emitted again with the next epoch: the latest counts of its keys
-        are already in RocksDB and the next snapshot includes them.
+        the records it carried (not its barriers) are written again into transaction n+1,
+        before that epoch's own: the state they came from is in RocksDB already and the next
+        snapshot includes it.
         """
         self._snapshot_failures += 1
         tolerated = self.settings.tolerable_checkpoint_failures
@@ -543,9 +573,8 @@ class KeyedTask(Task):
                 f"(PROCESSOR_TOLERABLE_CHECKPOINT_FAILURES={tolerated}): {reason}"
             ) from exc
         out.abort()
-        for key, count in self._in_txn.items():
-            self._dirty.setdefault(key, count)  # a newer count in _dirty wins
-        self._in_txn.clear()
+        self._resend = self._in_txn + self._resend
+        self._in_txn = []
 
     def _lag(self, consumer: Consumer) -> int:
         tp = TopicPartition(self.topic, self.partition)

@@ -1,14 +1,16 @@
-"""Source task: reads user input partitions, maps lines to keys, writes the shuffle.
+"""Source task: reads a source topic's partition, runs its stage's operators, writes the
+shuffles of the stages downstream and the stage's sinks.
 
 Sources have no alignment to do: the coordinator's trigger *is* their barrier. At trigger n
-a source flushes its combiner, writes barrier n into every shuffle partition and commits
-one transaction holding the epoch's shuffle records, the barriers and its input offsets.
-The commit's round trips run in the background while the source reads and combines epoch n+1
-(whose records only go out at trigger n+1, or earlier if the combiner outgrows
-``flush_keys``: that write waits for commit n).
+a source flushes its stage (the combiners' partial aggregates, buffered sink records), writes
+barrier n into every partition of every downstream shuffle and commits one transaction
+holding the epoch's writes, the barriers and its input offsets. The commit's round trips run
+in the background while the source reads and combines epoch n+1 (whose records only go out
+at trigger n+1, or earlier if the buffers outgrow ``flush_keys``: that write waits for
+commit n).
 
-Pre-aggregation (the combiner) is exact: partial counts of one epoch are committed together
-with the input offsets they cover, so a replay recomputes exactly the same partial counts.
+Pre-aggregation (the combiner) is exact: partial aggregates of one epoch are committed
+together with the input offsets they cover, so a replay recomputes exactly the same ones.
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import Counter
+from collections.abc import Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from processor import faults, metrics
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
-from processor.models.records import Barrier, encode_barrier, encode_counts, shuffle_partition
-from processor.runtime import gaps
+from processor.models.records import Barrier, encode_barrier
+from processor.pipeline.chain import StageChain
+from processor.runtime import deadletter, gaps
 from processor.runtime.task import (
     ClosedEpoch,
     Task,
@@ -37,27 +40,50 @@ from processor.runtime.task import (
 log = logging.getLogger(__name__)
 
 
+class _Stateless:
+    """The state backend of a source stage: it has no keyed operators, so no state."""
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return [None] * len(keys)
+
+    def write(self, items: Mapping[bytes, bytes | None]) -> None:
+        assert not items, "a source stage has no state"
+
+
 class SourceTask(Task):
     def __init__(self, ctx: TaskContext, index: int, partitions: list[int]) -> None:
         super().__init__(ctx)
         self.channel = index
         self.partitions = partitions
+        stage = ctx.stage
+        self.topic = stage.head.topic
+        self._format = stage.head.value_format
+        s = ctx.settings
+        self.chain = StageChain(
+            ctx.graph.plan,
+            stage,
+            index,
+            _Stateless(),
+            {n.name: s.shuffle_partitions for n in stage.shuffles},
+            s.max_key_bytes,
+        )
+        # Downstream shuffles: (stage name, topic, partitions), for records and barriers.
+        self._shuffles = [
+            (n.name, ctx.graph.shuffle_topic(n.name), s.shuffle_partitions) for n in stage.shuffles
+        ]
         self._requested = 0
         self._requested_at = 0.0  # wall-clock time the coordinator triggered it
-        self._combiner: Counter[str] = Counter()
         self._positions: dict[int, int] = {}  # input partition -> next offset to read
         self._committing: ClosedEpoch | None = None
-        s = ctx.settings
         self._m_in = metrics.records_in.labels(**self.labels)
         self._m_out = metrics.records_out.labels(**self.labels)
-        self._m_null = metrics.records_skipped.labels(**self.labels, reason="null")
-        self._m_empty = metrics.records_skipped.labels(**self.labels, reason="empty")
-        self._m_utf8 = metrics.records_skipped.labels(**self.labels, reason="non_utf8")
-        self._m_oversized = metrics.records_skipped.labels(**self.labels, reason="oversized_key")
-        self._shuffle_partitions = s.shuffle_partitions
-        # key -> its shuffle partition (-1: too long to ship). A vocabulary repeats from
-        # epoch to epoch; the cache saves encoding and hashing every key at every flush.
-        self._partition_of: dict[str, int] = {}
+        skipped = metrics.records_skipped
+        self._m_null = skipped.labels(**self.labels, reason="null")
+        self._m_empty = skipped.labels(**self.labels, reason="empty")
+        self._m_utf8 = skipped.labels(**self.labels, reason="non_utf8")
+        self._m_json = skipped.labels(**self.labels, reason="not_json")
+        self._m_oversized = skipped.labels(**self.labels, reason="oversized_key")
+        self._m_failed = skipped.labels(**self.labels, reason="function_error")
 
     def request_checkpoint(self, checkpoint_id: int, triggered_at: float) -> None:
         # Only the newest trigger matters (older ones are superseded). The time goes first:
@@ -74,15 +100,15 @@ class SourceTask(Task):
             out.init()
             self._restore(consumer)
             self.state = "running"
-            extract = self.ctx.job.extract
+            chain = self.chain
             while not self.ctx.stop.is_set():
                 # While a commit is in flight look again soon: its acknowledgement completes
                 # the checkpoint.
                 wait = 0.005 if self._committing is not None else 0.05
                 msgs = clients.consume_ready(consumer, s.consume_batch, wait)
                 if msgs:
-                    self._process(msgs, extract, out)
-                    if len(self._combiner) >= s.flush_keys:
+                    self._process(msgs, out)
+                    if chain.buffered >= s.flush_keys:
                         self._flush(out)
                 if self._committing is not None:
                     self._finish_commit(out, block=False)
@@ -94,7 +120,7 @@ class SourceTask(Task):
             consumer.close()
 
     def _restore(self, consumer: Consumer) -> None:
-        topic = self.settings.input_topic
+        topic = self.topic
         start = []
         wanted = [TopicPartition(topic, p) for p in self.partitions]
         for tp in committed_after_fencing(self.settings, wanted):
@@ -120,7 +146,7 @@ class SourceTask(Task):
             self.last_checkpoint,
         )
 
-    def _process(self, msgs: list[Message], extract: object, out: TransactionalOutput) -> None:
+    def _process(self, msgs: list[Message], out: TransactionalOutput) -> None:
         values: list[bytes] = []
         positions = self._positions
         for msg in msgs:
@@ -136,76 +162,77 @@ class SourceTask(Task):
                 self._m_empty.inc()
         self._records_in += len(msgs)
         self._m_in.inc(len(msgs))
+        decoded: list[object]
         try:
-            lines = [v.decode() for v in values]
-        except UnicodeDecodeError:
-            lines = self._decode_each(msgs, out)
-        self._combiner.update(self.ctx.job.extract(lines))
+            if self._format == "text":
+                decoded = [v.decode() for v in values]
+            elif self._format == "json":
+                decoded = [json.loads(v) for v in values]
+            else:
+                decoded = list(values)
+        except ValueError:  # UnicodeDecodeError too
+            decoded = self._decode_each(msgs, out)
+        self.chain.values(decoded)
+        if self.chain.dead:
+            self._dead_letter(out)
 
-    def _decode_each(self, msgs: list[Message], out: TransactionalOutput) -> list[str]:
-        """The slow path of a batch with a non-UTF-8 record: dead-letter the bad ones."""
-        lines = []
+    def _decode_each(self, msgs: list[Message], out: TransactionalOutput) -> list[object]:
+        """The slow path of a batch with an undecodable record: dead-letter the bad ones."""
+        decoded: list[object] = []
         for msg in msgs:
             value = msg.value()
             if msg.error() is not None or not value:
                 continue
             try:
-                lines.append(value.decode())
+                text = value.decode()
             except UnicodeDecodeError as exc:
                 self._m_utf8.inc()
-                out.produce(
-                    self.settings.dlq_topic,
-                    value,
-                    key=msg.key(),
-                    headers=[
-                        ("source.topic", (msg.topic() or "").encode()),
-                        ("source.partition", str(msg.partition()).encode()),
-                        ("source.offset", str(msg.offset()).encode()),
-                        ("error", f"not UTF-8: {exc.reason} at byte {exc.start}".encode()),
-                    ],
-                )
-        return lines
+                error = f"not UTF-8: {exc.reason} at byte {exc.start}"
+            else:
+                if self._format == "text":
+                    decoded.append(text)
+                    continue
+                try:
+                    decoded.append(json.loads(text))
+                    continue
+                except ValueError as exc:
+                    self._m_json.inc()
+                    error = f"not JSON: {exc}"
+            where = (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+            deadletter.undecodable(out, self.settings.dlq_topic, value, msg.key(), where, error)
+        return decoded
+
+    def _dead_letter(self, out: TransactionalOutput) -> None:
+        dead = self.chain.take_dead()
+        self._m_failed.inc(len(dead))
+        deadletter.failed(out, self.settings.dlq_topic, self.ctx.task_id, dead)
 
     def _flush(self, out: TransactionalOutput) -> None:
-        """The combiner's partial counts into the shuffle: a few records per partition."""
-        combiner = self._combiner
-        if not combiner:
-            return
-        partitions = self._shuffle_partitions
-        parts: list[dict[str, int]] = [{} for _ in range(partitions)]
-        partition_of = self._partition_of
-        if len(partition_of) > _PARTITION_CACHE_LIMIT:
-            partition_of.clear()
-        for key, n in combiner.items():
-            p = partition_of.get(key)
-            if p is None:
-                p = partition_of[key] = self._partition(key)
-            if p >= 0:
-                parts[p][key] = n
-            else:
-                # A key this long would make records Kafka refuses (a task that can never
-                # commit): skip it, counted, and keep the rest of its line.
-                self._m_oversized.inc(n)
-        channel = self.channel
-        topic = self.settings.shuffle_topic
+        """The stage's buffers into the open transaction: combined partial aggregates (a few
+        records per shuffle partition) and sink records."""
+        chain = self.chain
+        chain.flush()
         shipped = 0
-        for p, counts in enumerate(parts):
-            if counts:
-                for value in _encode_within(channel, counts, _MAX_RECORD_BYTES):
-                    out.produce(topic, value, partition=p)
-                shipped += len(counts)
+        for topic, records in chain.take_sinks().items():
+            out.produce_many(topic, records)
+            shipped += len(records)
+        channel = self.channel
+        for name, topic, _ in self._shuffles:
+            shuffle = chain.shuffles[name]
+            shipped += len(shuffle)
+            for p, value in shuffle.take(channel):
+                out.produce(topic, value, partition=p)
+            if shuffle.oversized:
+                # A key this long would make records Kafka refuses (a task that can never
+                # commit): skipped, counted.
+                self._m_oversized.inc(shuffle.oversized)
+                shuffle.oversized = 0
+        if chain.dead:
+            self._dead_letter(out)
         self._records_out += shipped
         self._m_out.inc(shipped)
-        combiner.clear()
-
-    def _partition(self, key: str) -> int:
-        raw = key.encode()
-        if len(raw) > self.settings.max_key_bytes:
-            return -1
-        return shuffle_partition(raw, self._shuffle_partitions)
 
     def _checkpoint(self, checkpoint_id: int, out: TransactionalOutput, consumer: Consumer) -> None:
-        s = self.settings
         started = (time.monotonic(), time.thread_time())
         waited_before = out.take_waited()  # early flushes that waited for the last commit
         triggered_at = self._requested_at
@@ -216,7 +243,7 @@ class SourceTask(Task):
             self._finish_commit(out, block=True)
         meta = json.dumps({"checkpoint": checkpoint_id})
         offsets = [
-            TopicPartition(s.input_topic, p, off, metadata=meta)
+            TopicPartition(self.topic, p, off, metadata=meta)
             for p, off in sorted(self._positions.items())
         ]
         task_id = self.ctx.task_id
@@ -231,8 +258,9 @@ class SourceTask(Task):
         value, headers = encode_barrier(
             Barrier(checkpoint_id, self.channel, int(triggered_at * 1000))
         )
-        for p in range(self._shuffle_partitions):
-            out.produce(s.shuffle_topic, value, partition=p, headers=headers)
+        for _, topic, partitions in self._shuffles:
+            for p in range(partitions):
+                out.produce(topic, value, partition=p, headers=headers)
         out.commit_async()
         lag = self._lag(consumer)
         out.take_waited()  # within this step's time already
@@ -260,7 +288,7 @@ class SourceTask(Task):
     def _lag(self, consumer: Consumer) -> int:
         total = 0
         for p in self.partitions:
-            tp = TopicPartition(self.settings.input_topic, p)
+            tp = TopicPartition(self.topic, p)
             low, high = consumer.get_watermark_offsets(tp, timeout=1, cached=True)
             if high < 0:
                 low, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
@@ -268,21 +296,3 @@ class SourceTask(Task):
             metrics.consumer_lag.labels(**self.labels, partition=str(p)).set(lag)
             total += lag
         return total
-
-
-# Well below Kafka's default 1 MB record limit (message.max.bytes), also after the broker's
-# batch overhead; a flush of many keys is spread over several records.
-_MAX_RECORD_BYTES = 512 * 1024
-_PARTITION_CACHE_LIMIT = 1_000_000
-
-
-def _encode_within(channel: int, counts: dict[str, int], limit: int) -> list[bytes]:
-    """``counts`` as shuffle record values of at most about ``limit`` bytes each."""
-    value = encode_counts(channel, counts)
-    if len(value) <= limit or len(counts) == 1:
-        return [value]
-    items = list(counts.items())
-    half = len(items) // 2
-    return _encode_within(channel, dict(items[:half]), limit) + _encode_within(
-        channel, dict(items[half:]), limit
-    )

@@ -23,11 +23,12 @@ from confluent_kafka import (
 )
 
 from processor.config import Settings
-from processor.jobs.graph import KeyedCountJob
+from processor.jobs.graph import JobGraph, TaskId
 from processor.kafka import clients
 from processor.kafka.purge import ShufflePurger
 from processor.models.control import Ack
 from processor.models.control import Message as ControlMessage
+from processor.pipeline.plan import Stage
 from processor.processes import pid_alive
 
 log = logging.getLogger(__name__)
@@ -38,13 +39,18 @@ _PARTITION_EOF = KafkaError._PARTITION_EOF
 @dataclass
 class TaskContext:
     settings: Settings
-    job: KeyedCountJob
+    graph: JobGraph
     task_id: str
     worker_id: str
-    input_partitions: int  # parallelism of the source stage = channels into each shuffle partition
+    # Input channels of a keyed task: the tasks of the stage upstream (unused by sources).
+    input_partitions: int
     report: Callable[[ControlMessage], None]
     stop: threading.Event
-    purger: ShufflePurger | None = None  # the worker's, shared by its keyed tasks
+    purger: ShufflePurger | None = None  # the worker's for the task's shuffle topic
+
+    @property
+    def stage(self) -> Stage:
+        return self.graph.stage(TaskId.parse(self.task_id).stage)
 
 
 @dataclass

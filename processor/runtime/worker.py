@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_END, TopicPartition
 from processor import metrics
 from processor.config import Settings
 from processor.health import LoopHealth
-from processor.jobs import JOBS
+from processor.jobs import load_graph
 from processor.jobs.graph import TaskId
 from processor.kafka import clients
 from processor.kafka.purge import ShufflePurger
@@ -74,7 +74,7 @@ class TaskRunner:
 class Worker:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.job = JOBS[settings.job]
+        self.graph = load_graph(settings)
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.incarnation = uuid.uuid4().hex[:12]
         self.health = LoopHealth(settings.health_timeout_ms / 1000)
@@ -87,14 +87,16 @@ class Worker:
         self._failures: dict[str, int] = {}  # task -> failures in a row
         # Tasks that failed for good here: (reason, last committed checkpoint).
         self._given_up: dict[str, tuple[str, int]] = {}
-        self._purger: ShufflePurger | None = None
+        # Per shuffle topic, shared by its keyed tasks here.
+        self._purgers: dict[str, ShufflePurger] = {}
         if settings.shuffle_purge_interval_ms:
-            self._purger = ShufflePurger(
-                clients.admin(settings),
-                settings.shuffle_topic,
-                settings.job_name,
-                settings.shuffle_purge_interval_ms / 1000,
-            )
+            admin = clients.admin(settings)
+            self._purgers = {
+                topic: ShufflePurger(
+                    admin, topic, settings.job_name, settings.shuffle_purge_interval_ms / 1000
+                )
+                for topic in self.graph.shuffle_topics
+            }
         self._generation = -1
         self._assignment: control.Assignment | None = None
 
@@ -179,22 +181,35 @@ class Worker:
         for task_id in sorted(mine - self._runners.keys() - self._given_up.keys()):
             if now < self._backoff.get(task_id, 0.0):
                 continue
-            self._runners[task_id] = TaskRunner(self._make_task(task_id, assignment))
+            try:
+                task = self._make_task(task_id, assignment)
+            except (KeyError, ValueError):
+                # The coordinator runs another pipeline than this worker: say so, run nothing.
+                reason = f"this worker's pipeline has no stage for task {task_id}"
+                log.error("%s (is PROCESSOR_PIPELINE the same everywhere?)", reason)
+                self._given_up[task_id] = (reason, 0)
+                continue
+            self._runners[task_id] = TaskRunner(task)
             log.info("task %s started on %s", task_id, self.worker_id)
 
     def _make_task(self, task_id: str, assignment: control.Assignment) -> Task:
+        tid = TaskId.parse(task_id)
+        stage = self.graph.stage(tid.stage)
+        channels = 0
+        if stage.upstream is not None:
+            # An assignment of a coordinator before pipelines only knew the sources' count.
+            channels = assignment.stages.get(stage.upstream.name, assignment.input_partitions)
         ctx = TaskContext(
             settings=self.settings,
-            job=self.job,
+            graph=self.graph,
             task_id=task_id,
             worker_id=self.worker_id,
-            input_partitions=assignment.input_partitions,
+            input_partitions=channels,
             report=self.send,
             stop=threading.Event(),
-            purger=self._purger,
+            purger=None if stage.is_source else self._purgers.get(self.graph.shuffle_topic(stage)),
         )
-        tid = TaskId.parse(task_id)
-        if tid.stage == self.job.source_stage:
+        if stage.is_source:
             return SourceTask(ctx, tid.index, [tid.index])
         return KeyedTask(ctx, tid.index)
 
@@ -212,6 +227,6 @@ class Worker:
             runner.stop()
         for runner in self._runners.values():
             runner.join(30)
-        if self._purger is not None:
-            self._purger.close()
+        for purger in self._purgers.values():
+            purger.close()
         log.info("worker %s stopped", self.worker_id)

@@ -17,7 +17,7 @@ from confluent_kafka import Producer, TopicPartition
 
 from processor.commands.counts import read_updates
 from processor.config import Settings, load_settings
-from processor.jobs.wordcount import WORDCOUNT
+from processor.jobs import load_graph
 from processor.kafka import clients
 from processor.models import control
 from processor.models.records import Barrier, encode_barrier, encode_counts
@@ -66,7 +66,7 @@ class KeyedTaskRun:
     def start(self) -> None:
         ctx = TaskContext(
             settings=self.settings,
-            job=WORDCOUNT,
+            graph=load_graph(self.settings),
             task_id="count-0",
             worker_id="test",
             input_partitions=self.channels,

@@ -38,7 +38,7 @@ def test_defaults() -> None:
     s = load_settings()
     assert s.bootstrap_servers == "127.0.0.1:9092"
     assert s.job_name == "wordcount"
-    assert s.job == "wordcount"
+    assert s.pipeline == ""
     assert s.input_topic == "words"
     assert s.output_topic == "word-counts"
     assert s.shuffle_partitions == 8

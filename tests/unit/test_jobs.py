@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import random
 import re
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import FrozenInstanceError
+from pathlib import Path
 
 import pytest
 
-from processor.jobs import JOBS, KeyedCountJob
-from processor.jobs.graph import TaskId, task_ids
-from processor.jobs.wordcount import WORDCOUNT, words
+from processor.config import Settings
+from processor.jobs import load_graph
+from processor.jobs.graph import JobGraph, TaskId
+from processor.jobs.wordcount import line_words, wordcount_pipeline, words
+from processor.pipeline.api import Pipeline
+from processor.pipeline.plan import plan
+from processor.pipeline.reference import run as reference_run
 
 
 def reference(lines: Iterable[str]) -> list[str]:
@@ -69,8 +73,8 @@ def test_words_equals_per_line_findall(lines: list[str]) -> None:
 
 
 @pytest.mark.parametrize("lines", CASES)
-def test_job_extract_counts_like_the_reference(lines: list[str]) -> None:
-    assert Counter(WORDCOUNT.extract(lines)) == Counter(reference(lines))
+def test_line_words_is_the_batch_form_per_line(lines: list[str]) -> None:
+    assert [w for line in lines for w in line_words(line)] == reference(lines)
 
 
 def test_words_examples() -> None:
@@ -142,20 +146,44 @@ def test_every_unicode_letter_pair_across_a_line_break() -> None:
         assert words([a, b]) == reference([a, b]), (a, b)
 
 
-# --- the job registry ---------------------------------------------------------------------------
+# --- the built-in word count --------------------------------------------------------------------
+
+WORDCOUNT = JobGraph("wordcount", plan(wordcount_pipeline("wordcount", "words", "word-counts")))
 
 
-def test_wordcount_job_declaration() -> None:
-    assert JOBS == {"wordcount": WORDCOUNT}
-    assert WORDCOUNT.name == "wordcount"
-    assert WORDCOUNT.source_stage == "split"
-    assert WORDCOUNT.keyed_stage == "count"
-    assert isinstance(WORDCOUNT, KeyedCountJob)
+def test_builtin_wordcount_keeps_its_task_ids_and_topics() -> None:
+    # Deployments from before pipelines keep their transactional ids, snapshots and topics.
+    source, keyed = WORDCOUNT.stages
+    assert (source.name, keyed.name) == ("split", "count")
+    assert source.head.topic == "words"
+    assert WORDCOUNT.shuffle_topic(keyed) == "wordcount.shuffle"
+    assert WORDCOUNT.plan.sink_topics == ["word-counts"]
+    assert keyed.combiner is not None and keyed.combiner.kind == "count"
 
 
-def test_job_is_frozen() -> None:
-    with pytest.raises(FrozenInstanceError):
-        WORDCOUNT.name = "other"  # type: ignore[misc]
+def test_builtin_wordcount_counts_words() -> None:
+    lines = [b"Hello world", b"hello again"]
+    out = reference_run(wordcount_pipeline("j", "in", "out"), {"in": lines})
+    assert out.sinks["out"].final() == {b"hello": b"2", b"world": b"1", b"again": b"1"}
+
+
+def test_load_graph_default_is_wordcount_on_the_settings_topics() -> None:
+    graph = load_graph(Settings(job_name="j", input_topic="in", output_topic="out"))
+    assert graph.plan.source_topics == ["in"]
+    assert graph.plan.sink_topics == ["out"]
+    assert graph.shuffle_topics == ["j.shuffle"]
+
+
+def test_load_graph_of_a_pipeline_file(tmp_path: Path) -> None:
+    path = tmp_path / "p.py"
+    path.write_text(
+        "from processor import Pipeline\n"
+        "pipeline = Pipeline()\n"
+        "pipeline.source('a').key_by(len).count().sink('b')\n"
+    )
+    graph = load_graph(Settings(job_name="j", pipeline=f"{path}:pipeline"))
+    assert [s.name for s in graph.stages] == ["a", "a.key_by"]
+    assert graph.shuffle_topics == ["j.a.key_by"]
 
 
 # --- task ids -----------------------------------------------------------------------------------
@@ -207,19 +235,19 @@ def test_task_id_is_a_hashable_value() -> None:
 
 
 def test_task_ids_of_wordcount() -> None:
-    assert task_ids(WORDCOUNT, 3, 2) == ["split-0", "split-1", "split-2", "count-0", "count-1"]
+    ids = WORDCOUNT.task_ids({"split": 3, "count": 2})
+    assert ids == ["split-0", "split-1", "split-2", "count-0", "count-1"]
 
 
-def test_task_ids_source_then_keyed_in_index_order() -> None:
-    ids = task_ids(WORDCOUNT, 12, 10)
-    assert ids[:12] == [f"split-{i}" for i in range(12)]
-    assert ids[12:] == [f"count-{i}" for i in range(10)]
-    assert len(ids) == len(set(ids)) == 22
+def test_parallelism_sources_by_topic_keyed_by_shuffle_partitions() -> None:
+    assert WORDCOUNT.parallelism({"words": 12}, 10) == {"split": 12, "count": 10}
+    keyed = WORDCOUNT.stages[1]
+    assert WORDCOUNT.channels(keyed, {"split": 12, "count": 10}) == 12
 
 
 @pytest.mark.parametrize(("inputs", "shuffle"), [(0, 0), (0, 3), (2, 0), (1, 1), (64, 1024)])
 def test_task_ids_count_and_parse_back(inputs: int, shuffle: int) -> None:
-    ids = task_ids(WORDCOUNT, inputs, shuffle)
+    ids = WORDCOUNT.task_ids({"split": inputs, "count": shuffle})
     assert len(ids) == len(set(ids)) == inputs + shuffle
     parsed = [TaskId.parse(t) for t in ids]
     assert [p.index for p in parsed if p.stage == "split"] == list(range(inputs))
@@ -227,14 +255,19 @@ def test_task_ids_count_and_parse_back(inputs: int, shuffle: int) -> None:
     assert {p.stage for p in parsed} <= {"split", "count"}
 
 
-def test_task_ids_use_the_jobs_stage_names() -> None:
-    job = KeyedCountJob(
-        name="custom", extract=lambda lines: lines, source_stage="read-lines", keyed_stage="agg"
-    )
-    ids = task_ids(job, 2, 1)
-    assert ids == ["read-lines-0", "read-lines-1", "agg-0"]
-    assert [TaskId.parse(t) for t in ids] == [
-        TaskId("read-lines", 0),
-        TaskId("read-lines", 1),
-        TaskId("agg", 0),
-    ]
+def test_task_ids_of_a_two_shuffle_pipeline() -> None:
+    pipeline = Pipeline()
+    words_ = pipeline.source("lines").flat_map(str.split)
+    words_.key_by(str).count().sink("counts")
+    words_.key_by(str, name="firsts").count().key_by(len, name="by-len").count().sink("lens")
+    graph = JobGraph("j", plan(pipeline))
+    names = [s.name for s in graph.stages]
+    assert names == ["lines", "lines.flat_map.key_by", "firsts", "by-len"]
+    parallelism = graph.parallelism({"lines": 2}, 3)
+    ids = graph.task_ids(parallelism)
+    assert ids[:2] == ["lines-0", "lines-1"]
+    assert len(ids) == 2 + 3 * 3
+    by_len = graph.stage("by-len")
+    assert graph.channels(by_len, parallelism) == 3  # the tasks of "firsts"
+    assert graph.downstream(graph.stage("lines")) == graph.stages[1:3]
+    assert graph.shuffle_topic("by-len") == "j.by-len"
