@@ -60,6 +60,9 @@ RUN groupadd --gid 10001 processor \
         /var/lib/processor /var/lib/processor/state /var/lib/processor/checkpoints
 
 COPY --from=builder /opt/venv /opt/venv
+# The example pipelines: PROCESSOR_PIPELINE=/opt/processor/examples/<file>.py:pipeline runs one;
+# a pipeline of your own is mounted (or COPYed into an image FROM this one) the same way.
+COPY --from=builder /src/examples /opt/processor/examples
 
 # State: each container's own RocksDB working copy, rebuilt from checkpoints on restore; it
 # must never be shared between containers. Checkpoints: the storage every coordinator and

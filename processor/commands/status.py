@@ -50,11 +50,25 @@ def render(doc: dict[str, Any], history: int = 10) -> str:
             f"{_size(c.get('size_bytes')):>10} {_size(c.get('full_size_bytes')):>10}  "
             f"{c.get('slowest_task') or c.get('reason') or ''}"
         )
-    lines += ["", f"{'task':<10} {'worker':<20} {'state':<9} {'checkpoint':>10} {'lag':>8}"]
-    for t in doc.get("tasks", []):
+    stages = doc.get("stages", [])
+    if stages:
+        width = max(10, *(len(st["stage"]) for st in stages))
+        lines += ["", f"{'stage':<{width}} {'kind':<7} {'tasks':>5}  input -> operators"]
+        for st in stages:
+            lines.append(
+                f"{st['stage']:<{width}} {st.get('kind', ''):<7} {st.get('tasks', 0):>5}  "
+                f"{st.get('input', '')} -> {' -> '.join(st.get('operators', []))}"
+            )
+    tasks = doc.get("tasks", [])
+    width = max(10, *(len(t["task"]) for t in tasks)) if tasks else 10
+    lines += [
+        "",
+        f"{'task':<{width}} {'worker':<20} {'state':<9} {'checkpoint':>10} {'lag':>8}",
+    ]
+    for t in tasks:
         lag = "-" if t.get("lag") is None else str(t["lag"])
         lines.append(
-            f"{t['task']:<10} {t.get('worker') or '-':<20} {t.get('state', ''):<9} "
+            f"{t['task']:<{width}} {t.get('worker') or '-':<20} {t.get('state', ''):<9} "
             f"{t.get('checkpoint', 0):>10} {lag:>8}"
         )
         if t.get("reason"):

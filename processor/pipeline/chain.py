@@ -38,9 +38,9 @@ from processor.pipeline.ops import (
     UNSET,
     RecordError,
     folder,
-    key_of,
     key_text,
-    sink_key,
+    load_value,
+    sink_key_of,
     sink_value,
 )
 from processor.pipeline.plan import Plan, Stage
@@ -213,7 +213,8 @@ class StageChain:
         if isinstance(body, dict):
             assert self._merge is not None, "combined records for a stage that has no combiner"
             node, merge = self._merge
-            self._aggregate(node, list(body.items()), quiet, merge)
+            additive = node.kind in ("count", "sum")
+            self._aggregate(node, list(body.items()), quiet, None if additive else merge)
         else:
             self._push(self.stage.head, [(text, value) for text, value in body], quiet)
 
@@ -234,26 +235,44 @@ class StageChain:
         into state. Sink records and shuffle buffers are then ready to take."""
         writes: dict[bytes, bytes | None] = {}
         for node, dirty in self._dirty.items():
+            prefix = node.name + "\0"
             quiet = self._quiet[node]
             for text, value in quiet.items():
                 if text not in dirty:
-                    writes[_state_key(node, text)] = json.dumps(value).encode()
+                    raw = self._encode(node, value)
+                    if raw is not None:
+                        writes[(prefix + text).encode()] = raw
             quiet.clear()
             if not dirty:
                 continue
             items = list(dirty.items())
             dirty.clear()
+            emitted = []
             for text, value in items:
-                writes[_state_key(node, text)] = json.dumps(value).encode()
-            self._push(node, items, quiet=False)
+                raw = self._encode(node, value)
+                if raw is not None:  # else dead: neither stored nor emitted
+                    writes[(prefix + text).encode()] = raw
+                    emitted.append((text, value))
+            self._push(node, emitted, quiet=False)
         for node, cache in self._process.items():
+            prefix = node.name + "\0"
             for text, value in cache.items():
-                if value is not UNSET:
-                    writes[_state_key(node, text)] = (
-                        None if value is _DELETED else json.dumps(value).encode()
-                    )
+                if value is _DELETED:
+                    writes[(prefix + text).encode()] = None
+                elif value is not UNSET:
+                    raw = self._encode(node, value)
+                    if raw is not None:
+                        writes[(prefix + text).encode()] = raw
             cache.clear()
         self._state.write(writes)
+
+    def _encode(self, node: Node, value: Any) -> bytes | None:
+        """A state value's bytes; None (and a dead record) if it cannot be stored."""
+        try:
+            return sink_value(value)
+        except RecordError as exc:
+            self._dead(node, exc, value)
+            return None
 
     def take_sinks(self) -> dict[str, list[tuple[bytes | None, bytes]]]:
         sinks, self.sinks = self.sinks, {}
@@ -356,8 +375,9 @@ class StageChain:
         node: Node,
         batch: list[tuple[str, Any]],
         quiet: bool,
-        fold: Callable[[Any, Any], Any],
+        fold: Callable[[Any, Any], Any] | None,
     ) -> None:
+        """``fold(acc, value)`` over the batch per key; ``fold=None``: ``acc + value``."""
         # Loud updates go to the dirty map (emitted at flush). Quiet ones go to the quiet map
         # (stored, not emitted), except for a key already dirty: its output is pending anyway
         # and carries the sum. A key updated quietly, then loudly, moves to the dirty map.
@@ -373,15 +393,25 @@ class StageChain:
             missing.append(text)
         if missing:
             fresh = quiet_map if quiet else dirty
-            raws = self._state.get_many([_state_key(node, t) for t in missing])
+            prefix = node.name + "\0"
+            raws = self._state.get_many([(prefix + t).encode() for t in missing])
             for text, raw in zip(missing, raws, strict=True):
-                fresh[text] = UNSET if raw is None else json.loads(raw)
-        for text, value in batch:
-            target = dirty if text in dirty else quiet_map
-            try:
-                target[text] = fold(target[text], value)
-            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-                self._dead(node, exc, value)
+                fresh[text] = UNSET if raw is None else load_value(raw)
+        if fold is None:  # partial counts or sums: added inline, no call per key
+            for text, value in batch:
+                target = dirty if text in dirty else quiet_map
+                old = target[text]
+                try:
+                    target[text] = value if old is UNSET else old + value
+                except TypeError as exc:
+                    self._dead(node, exc, value)
+        else:
+            for text, value in batch:
+                target = dirty if text in dirty else quiet_map
+                try:
+                    target[text] = fold(target[text], value)
+                except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                    self._dead(node, exc, value)
         for text in missing:
             for target in (dirty, quiet_map):
                 if target.get(text, None) is UNSET:
@@ -404,13 +434,13 @@ class StageChain:
 
     def _load(self, node: Node, text: str) -> Any:
         (raw,) = self._state.get_many([_state_key(node, text)])
-        return UNSET if raw is None else json.loads(raw)
+        return UNSET if raw is None else load_value(raw)
 
     def _sink(self, node: Node, batch: list[Any], keyed: bool) -> None:
         records = self.sinks.setdefault(node.topic, [])
         try:
             if keyed:
-                records.extend((sink_key(key_of(t)), sink_value(v)) for t, v in batch)
+                records.extend((sink_key_of(t), sink_value(v)) for t, v in batch)
             else:
                 records.extend((None, sink_value(v)) for v in batch)
             return
@@ -419,7 +449,7 @@ class StageChain:
         for item in batch:
             value = item[1] if keyed else item
             try:
-                key = sink_key(key_of(item[0])) if keyed else None
+                key = sink_key_of(item[0]) if keyed else None
                 records.append((key, sink_value(value)))
             except RecordError as exc:
                 self._dead(node, exc, value)

@@ -166,6 +166,16 @@ def render_html(doc: dict[str, Any]) -> str:
         + "</tr>"
         for t in doc.get("tasks", [])
     )
+    stages = "".join(
+        "<tr>"
+        + _cell(st.get("stage"))
+        + _cell(st.get("kind"))
+        + _cell(st.get("input"))
+        + _cell(st.get("tasks"))
+        + _cell(" → ".join(st.get("operators", [])))
+        + "</tr>"
+        for st in doc.get("stages", [])
+    )
     workers = "".join(
         f'<tr class="{"completed" if w.get("alive") else "failed"}">'
         + _cell(w["worker"])
@@ -196,7 +206,9 @@ tr.completed td:nth-child(2) {{ color: #137333; }}
 <h1>processor &mdash; job {job}</h1>
 <p>{summary}</p>
 <div class="grid">
-<div><h2>Checkpoints (latest 20)</h2>
+<div><h2>Stages</h2><table><tr><th>stage</th><th>kind</th><th>input</th><th>tasks</th>
+<th>operators</th></tr>{stages}</table>
+<h2>Checkpoints (latest 20)</h2>
 <table><tr><th>id</th><th>status</th><th>at</th><th>duration</th><th>uploaded</th>
 <th>full size</th><th>slowest task / reason</th></tr>{"".join(rows)}</table></div>
 <div><h2>Tasks</h2><table><tr><th>task</th><th>worker</th><th>state</th>
