@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,19 @@ _SETTING_FLAGS: list[tuple[str, type, str]] = [
         "checkpoint storage: directory or s3://bucket/prefix (PROCESSOR_CHECKPOINT_DIR)",
     ),
     ("metrics_port", int, "serve /metrics on this port, 0 = off (PROCESSOR_METRICS_PORT)"),
+    (
+        "from_savepoint",
+        str,
+        "start a new job from this savepoint: a name, a directory or s3://... "
+        "(PROCESSOR_FROM_SAVEPOINT)",
+    ),
 ]
+
+
+_DROPPED = (
+    "with --from-savepoint: drop saved state of operators the pipeline no longer has "
+    "(PROCESSOR_ALLOW_DROPPED_STATE)"
+)
 
 
 def _settings_parent() -> argparse.ArgumentParser:
@@ -65,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     coord = sub.add_parser("coordinator", parents=[common], help="run the job's coordinator")
     coord.add_argument("--exit-when-idle", action="store_true", help="stop once all input is done")
+    coord.add_argument("--allow-dropped-state", action="store_true", help=_DROPPED)
 
     worker = sub.add_parser("worker", parents=[common], help="run a worker")
     worker.add_argument("--worker-id", help="stable worker name (default: host-pid)")
@@ -74,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     local.add_argument("--workers", type=int, default=2)
     local.add_argument("--until-idle", action="store_true", help="stop once all input is done")
+    local.add_argument("--allow-dropped-state", action="store_true", help=_DROPPED)
 
     produce = sub.add_parser("produce", parents=[common], help="lines of text files into a topic")
     produce.add_argument("--topic", required=True)
@@ -86,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     counts = sub.add_parser("counts", parents=[common], help="final counts from committed output")
     counts.add_argument("--topic", help="default: the output topic")
     counts.add_argument("--top", type=int, default=20)
+
+    savepoint = sub.add_parser(
+        "savepoint", parents=[common], help="take, list or delete savepoints of the job"
+    )
+    savepoint.add_argument("--name", help="default: <job>-<UTC date and time>")
+    savepoint.add_argument("--list", action="store_true", help="list the savepoints")
+    savepoint.add_argument("--delete", metavar="NAME", help="delete a savepoint")
+    savepoint.add_argument("--timeout", type=float, default=120, help="seconds to wait")
 
     status = sub.add_parser("status", help="the coordinator's checkpoint and task status")
     status.add_argument("--url", default="http://127.0.0.1:9400", help="coordinator's metrics URL")
@@ -183,6 +206,8 @@ def _run(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
     if command == "worker" and args.worker_id:
         extra["worker_id"] = args.worker_id
+    if getattr(args, "allow_dropped_state", False):
+        extra["allow_dropped_state"] = True
     settings = _settings(args, **extra)
     _configure_logging(settings.log_level, settings.worker_id or command, settings.log_format)
     from processor import metrics
@@ -228,6 +253,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{count:>12,}  {word}")
         print(f"{len(final):,} distinct keys, {sum(final.values()):,} in total")
         return 0
+    if command == "savepoint":
+        return _savepoint(args, settings)
     if command == "demo":
         from processor.commands.demo import run_demo
 
@@ -235,13 +262,44 @@ def _run(args: argparse.Namespace) -> int:
     raise AssertionError(command)
 
 
+def _savepoint(args: argparse.Namespace, settings: Settings) -> int:
+    from processor.commands import savepoint
+    from processor.state.factory import open_storage
+    from processor.state.savepoints import SavepointError, SavepointStore
+
+    try:
+        if args.list:
+            store = SavepointStore(open_storage(settings))
+            for name in store.names():
+                sp = store.read(name)
+                print(f"{name}  job {sp.job}, checkpoint {sp.checkpoint_id}, {sp.created_at}")
+            return 0
+        if args.delete:
+            SavepointStore(open_storage(settings)).delete(args.delete)
+            print(f"deleted savepoint {args.delete}")
+            return 0
+        name = args.name or f"{settings.job_name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+        taken = savepoint.take(settings, name, args.timeout)
+    except SavepointError as exc:
+        print(f"processor: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"savepoint {taken.name}: checkpoint {taken.checkpoint_id} of job {taken.job}, "
+        f"{len(taken.tasks)} keyed tasks (start a job from it with --from-savepoint {taken.name})"
+    )
+    return 0
+
+
 def _env(args: argparse.Namespace) -> dict[str, str]:
     """CLI overrides as environment for child processes."""
-    return {
+    env = {
         "PROCESSOR_" + name.upper(): str(value)
         for name, value in _overrides(args).items()
         if value is not None
     }
+    if getattr(args, "allow_dropped_state", False):
+        env["PROCESSOR_ALLOW_DROPPED_STATE"] = "true"
+    return env
 
 
 if __name__ == "__main__":

@@ -81,6 +81,12 @@ class Settings(BaseSettings):
     # ``path/to/file.py:attribute``: the pipeline to run; empty = the built-in word count on
     # input_topic -> output_topic.
     pipeline: str = ""
+    # Start a new job from a savepoint (`processor savepoint`): its name in the checkpoint
+    # storage, or its location (a directory or s3://bucket/prefix). Applied only while the job
+    # has no committed positions of its own, so a restart never goes back to it.
+    from_savepoint: str = ""
+    # Restore even if the savepoint holds state of operators the pipeline no longer has.
+    allow_dropped_state: bool = False
     input_topic: str = "words"
     output_topic: str = "word-counts"
     shuffle_partitions: int = Field(default=8, ge=1, le=1024)

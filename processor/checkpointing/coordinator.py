@@ -64,6 +64,7 @@ class CompletedCheckpoint:
                     "worker": a.worker,
                     "positions": a.positions,
                     "snapshot": f"chk-{a.checkpoint:012d}" if a.state_bytes else None,
+                    "owner": a.snapshot or None,
                     "state_bytes": a.state_bytes,
                     "uploaded_bytes": a.uploaded_bytes,
                     "alignment_s": a.alignment_s,

@@ -67,6 +67,7 @@ class Ack:
     flush_cpu_s: float = 0.0  # of which: writing the epoch's output (and, keyed, its state)
     upload_s: float = 0.0
     commit_s: float = 0.0  # the commit round trip, in the background
+    snapshot: str = ""  # a keyed task's snapshot owner: (checkpoint, snapshot) names it
     kind: Literal["ack"] = "ack"
 
 

@@ -65,6 +65,7 @@ from processor.runtime.task import (
 from processor.state.factory import open_storage
 from processor.state.rocksdb.snapshots import SnapshotInfo, SnapshotRef, SnapshotStore
 from processor.state.rocksdb.store import RocksDBStore
+from processor.state.savepoints import open_savepoint
 from processor.state.storage import SnapshotMissing
 
 log = logging.getLogger(__name__)
@@ -192,6 +193,8 @@ class KeyedTask(Task):
                 info.full_bytes,
                 took,
             )
+        elif self.settings.from_savepoint:
+            self._load_savepoint(db_path)
         store = RocksDBStore(db_path)
         s = self.settings
         self.chain = StageChain(
@@ -210,6 +213,29 @@ class KeyedTask(Task):
         consumer.assign([TopicPartition(self.topic, self.partition, start)])
         log.info("%s: resuming %s[%d] at %d", self.ctx.task_id, self.topic, self.partition, start)
         return store
+
+    def _load_savepoint(self, db_path: Path) -> None:
+        """A job's first start from a savepoint: this partition's keys of the stage's
+        operators, from every saved task (the partition count may have changed); the
+        shuffle, new with the job, is read from its start."""
+        started = time.monotonic()
+        store, savepoint = open_savepoint(self.settings)
+        keys = store.load_partition(
+            savepoint,
+            [n.name for n in self.stage.stateful],
+            self.partition,
+            self.settings.shuffle_partitions,
+            db_path,
+        )
+        log.info(
+            "%s: loaded %d keys from savepoint %s (checkpoint %d of job %s) in %.3fs",
+            self.ctx.task_id,
+            keys,
+            self.settings.from_savepoint,
+            savepoint.checkpoint_id,
+            savepoint.job,
+            time.monotonic() - started,
+        )
 
     def _positions(self, info: SnapshotInfo) -> dict[Channel, int]:
         """The channel positions a snapshot holds the records up to."""
@@ -507,6 +533,7 @@ class KeyedTask(Task):
                 uploaded_bytes=info.uploaded_bytes,
                 alignment_s=round(pending.alignment_s, 6),
                 upload_s=round(info.duration_s, 6),
+                snapshot=info.ref.owner,
             )
         )
         self._uploader.submit(self._retain, info.ref)

@@ -33,18 +33,24 @@ class JobRun:
         workdir: Path,
         input_partitions: int = 4,
         interval_ms: int = 500,
+        topics_of: JobRun | None = None,
         **settings: str,
     ) -> None:
+        """``topics_of``: another job whose input, output and checkpoint storage this one
+        shares (a job started from its savepoint); its expected counts are this one's."""
         self.job = f"it-{uuid.uuid4().hex[:8]}"
         self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        topics = topics_of.job if topics_of is not None else self.job
+        storage = topics_of.workdir if topics_of is not None else workdir
         self.env = {
             **os.environ,
             "PROCESSOR_BOOTSTRAP_SERVERS": bootstrap,
             "PROCESSOR_JOB_NAME": self.job,
-            "PROCESSOR_INPUT_TOPIC": f"{self.job}.input",
-            "PROCESSOR_OUTPUT_TOPIC": f"{self.job}.counts",
+            "PROCESSOR_INPUT_TOPIC": f"{topics}.input",
+            "PROCESSOR_OUTPUT_TOPIC": f"{topics}.counts",
             "PROCESSOR_STATE_DIR": str(workdir / "state"),
-            "PROCESSOR_CHECKPOINT_DIR": str(workdir / "checkpoints"),
+            "PROCESSOR_CHECKPOINT_DIR": str(storage / "checkpoints"),
             "PROCESSOR_CHECKPOINT_INTERVAL_MS": str(interval_ms),
             "PROCESSOR_HEARTBEAT_INTERVAL_MS": "200",
             "PROCESSOR_WORKER_TIMEOUT_MS": "2000",
@@ -53,13 +59,15 @@ class JobRun:
         self.settings: Settings = load_settings(
             bootstrap_servers=bootstrap,
             job_name=self.job,
-            input_topic=f"{self.job}.input",
-            output_topic=f"{self.job}.counts",
+            input_topic=f"{topics}.input",
+            output_topic=f"{topics}.counts",
         )
         clients.ensure_topic(
             clients.admin(self.settings), self.settings.input_topic, input_partitions
         )
-        self.expected: collections.Counter[str] = collections.Counter()
+        self.expected: collections.Counter[str] = (
+            topics_of.expected if topics_of is not None else collections.Counter()
+        )
         self.coordinator: subprocess.Popen[bytes] | None = None
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
         self._feeder: threading.Thread | None = None

@@ -197,3 +197,49 @@ def test_produce_once_writes_a_topic_only_once(kafka_bootstrap: str, tmp_path: P
     finally:
         consumer.close()
     assert written == 100
+
+
+def test_a_pipeline_that_cannot_run_is_one_line_with_exit_code_2(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    no_sink = tmp_path / "no_sink.py"
+    no_sink.write_text(
+        "from processor import Pipeline\npipeline = Pipeline()\npipeline.source('t').map(str)\n"
+    )
+    broken = tmp_path / "broken.py"
+    broken.write_text("import no_such_module_here\n")
+    cases = [
+        (["local", "--pipeline", str(tmp_path / "missing.py")], "does not exist"),
+        (["local", "--pipeline", f"{broken}:pipeline"], "does not import: ModuleNotFoundError"),
+        (["worker", "--pipeline", f"{no_sink}:pipeline"], "has no sink"),
+        (["coordinator", "--pipeline", f"{no_sink}:other"], "has no attribute 'other'"),
+    ]
+    for args, problem in cases:
+        result = _processor(*args, "--bootstrap-servers", kafka_bootstrap, timeout=60)
+        assert result.returncode == 2, (args, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and problem in lines[0], (args, result.stderr)
+
+
+def test_a_missing_source_topic_of_a_pipeline_is_one_line_with_exit_code_2(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "p.py"
+    path.write_text(
+        "from processor import Pipeline\n"
+        "pipeline = Pipeline()\n"
+        "pipeline.source('no-such-source').key_by(str).count().sink('out')\n"
+    )
+    result = _processor(
+        "coordinator",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--pipeline",
+        f"{path}:pipeline",
+        "--job-name",
+        f"cli-{uuid.uuid4().hex[:6]}",
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "source topic 'no-such-source' does not exist" in result.stderr
+    assert "Traceback" not in result.stderr

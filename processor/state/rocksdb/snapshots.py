@@ -257,7 +257,7 @@ class SnapshotStore:
         }
         faults.reach("snapshot_uploading", self._task)
         self._check_open()
-        self._storage.put_bytes(self._chk_key(ref, MANIFEST_NAME), _seal(body))
+        self._storage.put_bytes(self._chk_key(ref, MANIFEST_NAME), seal_manifest(body))
         # A lineage never brings back a file number it compacted away, so only
         # the files of the latest checkpoint can be reused.
         self._shared = shared
@@ -420,7 +420,7 @@ def _crc32_file(path: Path) -> int:
     return crc
 
 
-def _seal(body: dict[str, Any]) -> bytes:
+def seal_manifest(body: dict[str, Any]) -> bytes:
     """The manifest's bytes: JSON, then a line with its CRC-32 (a flipped digit in a
     position or a size would otherwise still parse)."""
     data = json.dumps(body, indent=1, sort_keys=True).encode()

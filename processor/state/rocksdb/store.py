@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
@@ -48,6 +48,11 @@ class RocksDBStore:
             else:
                 batch.put(key, value)
         self._db.write(batch, self._write_options)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every key and value, in key order."""
+        # raw_mode: bytes both (the stub types keys as any Rdict key).
+        yield from cast("Iterator[tuple[bytes, bytes]]", self._db.items())
 
     def checkpoint(self, dest: Path) -> None:
         """Create a consistent copy of the DB in `dest`, which must not exist yet.

@@ -1,0 +1,135 @@
+"""``processor savepoint``: take, list and delete savepoints of a running job.
+
+Taking one waits for the next checkpoint the job completes after the command started (an
+aligned checkpoint, like any other), then copies it out of the job's reach
+(`state/savepoints.py`). The job's retention may delete that checkpoint's files while the
+copy runs; the copy is verified file by file, and on a missing file it starts again from the
+checkpoint completed next.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from processor.config import Settings
+from processor.jobs import load_graph
+from processor.jobs.graph import JobGraph, TaskId
+from processor.kafka import clients
+from processor.runtime.keyed import STATE_FORMAT
+from processor.state.factory import open_storage
+from processor.state.savepoints import Savepoint, SavepointError, SavepointStore, now_iso
+from processor.state.storage import SnapshotMissing
+
+_ATTEMPTS = 5
+
+
+def take(settings: Settings, name: str, timeout_s: float) -> Savepoint:
+    graph = load_graph(settings)
+    storage = open_storage(settings)
+    store = SavepointStore(storage)
+    if store.exists(name):
+        raise SavepointError(f"savepoint {name!r} exists already")
+    checkpoints = _Checkpoints(settings)
+    try:
+        after = checkpoints.newest_id()
+        deadline = time.monotonic() + timeout_s
+        problem = ""
+        for _ in range(_ATTEMPTS):
+            record = checkpoints.wait_newer(after, deadline)
+            if record is None:
+                raise SavepointError(
+                    f"job {settings.job_name} completed no checkpoint within {timeout_s:.0f}s "
+                    f"after checkpoint {after}: is it running?{problem}"
+                )
+            savepoint = savepoint_of(record, graph, name)
+            with tempfile.TemporaryDirectory(prefix="processor-savepoint-") as tmp:
+                try:
+                    store.save(savepoint, storage, settings.job_name, Path(tmp))
+                    return savepoint
+                except SnapshotMissing as exc:
+                    # Retention overtook the copy: the next completed checkpoint is as good.
+                    after = savepoint.checkpoint_id
+                    problem = f" (last attempt: {exc})"
+        raise SavepointError(f"could not copy a checkpoint in {_ATTEMPTS} attempts{problem}")
+    finally:
+        checkpoints.close()
+
+
+def savepoint_of(record: dict[str, Any], graph: JobGraph, name: str) -> Savepoint:
+    """What completed checkpoint ``record`` (as the coordinator stores it) saves."""
+    checkpoint_id = int(record["id"])
+    sources: dict[str, dict[int, int]] = {}
+    tasks: dict[str, str] = {}
+    for task, info in sorted(record.get("tasks", {}).items()):
+        stage = graph.stage(TaskId.parse(task).stage)
+        if stage.is_source:
+            positions = sources.setdefault(stage.head.topic, {})
+            positions.update({int(p): int(o) for p, o in info.get("positions", {}).items()})
+        else:
+            owner = info.get("owner")
+            if not owner:
+                raise SavepointError(
+                    f"checkpoint {checkpoint_id} does not name the snapshot of {task} "
+                    "(recorded by an older version): take the savepoint again"
+                )
+            tasks[task] = str(owner)
+    operators = {s.name: [n.name for n in s.stateful] for s in graph.stages if s.stateful}
+    return Savepoint(
+        name=name,
+        job=graph.job_name,
+        checkpoint_id=checkpoint_id,
+        created_at=now_iso(),
+        state_format=STATE_FORMAT,
+        sources=sources,
+        tasks=tasks,
+        operators=operators,
+    )
+
+
+class _Checkpoints:
+    """The job's completed checkpoints, as the coordinator records them."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._topic = settings.checkpoints_topic
+        self._consumer = clients.consumer(settings, **{"group.id": f"{settings.job_name}.cli"})
+        if clients.topic_partitions(self._consumer, self._topic) is None:
+            self._consumer.close()
+            raise SavepointError(
+                f"job {settings.job_name} has no {self._topic} topic: no coordinator ever ran it"
+            )
+        self._consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
+        self._newest: dict[str, Any] | None = None
+
+    def newest_id(self) -> int:
+        _, high = self._consumer.get_watermark_offsets(TopicPartition(self._topic, 0), timeout=10)
+        position = 0
+        deadline = time.monotonic() + 30
+        while position < high and time.monotonic() < deadline:
+            for msg in self._consumer.consume(1000, 0.5):
+                self._take(msg.value() if msg.error() is None else None)
+                position = max(position, (msg.offset() or 0) + 1)
+        return int(self._newest["id"]) if self._newest else 0
+
+    def wait_newer(self, after: int, deadline: float) -> dict[str, Any] | None:
+        while time.monotonic() < deadline:
+            if self._newest is not None and int(self._newest["id"]) > after:
+                return self._newest
+            for msg in self._consumer.consume(100, 0.5):
+                self._take(msg.value() if msg.error() is None else None)
+        return None
+
+    def _take(self, value: bytes | None) -> None:
+        if not value:
+            return
+        record = json.loads(value)
+        if self._newest is None or int(record["id"]) > int(self._newest["id"]):
+            self._newest = record
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,102 @@
+"""Savepoints on a directory storage: copy, verify, redistribute state by key, delete."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import pytest
+
+from processor.state.rocksdb.snapshots import SnapshotStore
+from processor.state.rocksdb.store import RocksDBStore
+from processor.state.savepoints import Savepoint, SavepointError, SavepointStore
+from processor.state.storage import DirectoryStorage
+
+WORDS = [f"w{i}" for i in range(300)] + ["\0[1,2]", "ünï"]
+
+
+def _job_with_two_keyed_tasks(tmp_path: Path, storage: DirectoryStorage) -> Savepoint:
+    """Tasks count-0 and count-1 of job "j", each with a committed snapshot 7."""
+    owners = {}
+    for task, words in (("count-0", WORDS[::2]), ("count-1", WORDS[1::2])):
+        db = tmp_path / task / "db"
+        with RocksDBStore(db) as store:
+            store.write({f"counts\0{w}".encode(): b"%d" % len(w) for w in words})
+            store.write({f"other\0{w}".encode(): b"1" for w in words})
+            store.checkpoint(tmp_path / task / "chk")
+        snapshots = SnapshotStore(storage, f"j/{task}", generation=3)
+        owners[task] = snapshots.upload(7, tmp_path / task / "chk").ref.owner
+    return Savepoint(
+        name="sp",
+        job="j",
+        checkpoint_id=7,
+        created_at="now",
+        state_format="pipeline-1",
+        sources={"lines": {0: 10, 1: 20}},
+        tasks=owners,
+        operators={"count": ["counts", "other"]},
+    )
+
+
+def test_save_then_load_every_key_into_the_partition_its_text_hashes_to(
+    tmp_path: Path,
+) -> None:
+    storage = DirectoryStorage(tmp_path / "storage")
+    savepoint = _job_with_two_keyed_tasks(tmp_path, storage)
+    store = SavepointStore(storage)
+    store.save(savepoint, storage, "j", tmp_path / "work")
+    assert store.names() == ["sp"]
+    saved = store.read("sp")
+    assert saved.sources == {"lines": {0: 10, 1: 20}}
+    assert saved.checkpoint_id == 7 and saved.stateful_operators == {"counts", "other"}
+
+    partitions = 3
+    seen: dict[str, int] = {}
+    for p in range(partitions):
+        dest = tmp_path / f"new-{p}" / "db"
+        dest.parent.mkdir()
+        loaded = store.load_partition(saved, ["counts"], p, partitions, dest)
+        with RocksDBStore(dest) as db:
+            items = dict(db.items())
+        assert loaded == len(items)
+        for key, value in items.items():
+            operator, _, text = key.partition(b"\0")
+            assert operator == b"counts"  # "other" was not asked for
+            assert zlib.crc32(text) % partitions == p
+            seen[text.decode()] = int(value)
+    assert seen == {w: len(w) for w in WORDS}
+
+
+def test_a_savepoint_outlives_the_jobs_snapshots_and_is_deleted_whole(tmp_path: Path) -> None:
+    storage = DirectoryStorage(tmp_path / "storage")
+    savepoint = _job_with_two_keyed_tasks(tmp_path, storage)
+    store = SavepointStore(storage)
+    store.save(savepoint, storage, "j", tmp_path / "work")
+    for key in storage.list("j/"):
+        storage.delete(key)  # the job's retention, or the job deleted
+    dest = tmp_path / "new" / "db"
+    dest.parent.mkdir()
+    assert store.load_partition(store.read("sp"), ["counts"], 0, 1, dest) == len(WORDS)
+    with pytest.raises(SavepointError, match="exists already"):
+        store.save(savepoint, storage, "j", tmp_path / "work2")
+    store.delete("sp")
+    assert store.names() == [] and storage.list("savepoints/") == []
+    with pytest.raises(SavepointError, match="no savepoint 'sp'"):
+        store.read("sp")
+
+
+def test_a_corrupt_savepoint_manifest_is_one_line(tmp_path: Path) -> None:
+    storage = DirectoryStorage(tmp_path / "storage")
+    store = SavepointStore(storage)
+    store.save(_job_with_two_keyed_tasks(tmp_path, storage), storage, "j", tmp_path / "w")
+    raw = storage.get_bytes("savepoints/sp/_savepoint.json")
+    storage.put_bytes("savepoints/sp/_savepoint.json", raw.replace(b'"j"', b'"k"'))
+    with pytest.raises(SavepointError, match=r"savepoint 'sp' is corrupt: .*checksum mismatch"):
+        store.read("sp")
+
+
+def test_savepoint_json_round_trips() -> None:
+    savepoint = Savepoint("n", "j", 3, "t", "pipeline-1", {"a": {0: 1}}, {"s-0": "o"}, {"s": []})
+    assert Savepoint.from_json(savepoint.to_json()) == savepoint
+    with pytest.raises(ValueError, match="not a savepoint manifest"):
+        Savepoint.from_json({"name": "n"})
