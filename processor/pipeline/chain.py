@@ -45,6 +45,7 @@ from processor.pipeline.ops import (
 )
 from processor.pipeline.plan import Plan, Stage
 
+_Body = dict[str, Any] | list[list[Any]]  # of a shuffle record: partials by key, or pairs
 # Well below Kafka's default 1 MB record limit, also after the broker's batch overhead.
 MAX_RECORD_BYTES = 512 * 1024
 _DELETED = object()
@@ -80,6 +81,7 @@ class ShuffleOut:
         self.head = head  # the key_by node
         self.partitions = partitions
         self.oversized = 0  # keys too long to ship (counted, skipped)
+        self.dead: list[DeadRecord] = []  # values that JSON cannot encode (taken by the chain)
         self._key_fn = head.fn
         self._max_key_bytes = max_key_bytes
         combiner = target.combiner
@@ -124,7 +126,7 @@ class ShuffleOut:
                 if p >= 0:
                     parts[p][text] = partial
             for p, body in enumerate(parts):
-                out.extend((p, v) for v in _encode_within(channel, body))
+                out.extend((p, v) for v in _encode_within(channel, self._encodable(body)))
         if self._pairs:
             lists: list[list[list[Any]]] = [[] for _ in range(self.partitions)]
             for text, value in self._pairs:
@@ -132,9 +134,28 @@ class ShuffleOut:
                 if p >= 0:
                     lists[p].append([text, value])
             for p, pairs in enumerate(lists):
-                out.extend((p, v) for v in _encode_within(channel, pairs))
+                out.extend((p, v) for v in _encode_within(channel, self._encodable(pairs)))
         self._counts, self._partials, self._pairs = Counter(), {}, []
         return out
+
+    def _encodable(self, body: _Body) -> _Body:
+        """``body`` without the values JSON cannot encode (those are dead records)."""
+        try:
+            json.dumps(body)
+            return body
+        except (TypeError, ValueError):
+            pass
+        items = list(body.items()) if isinstance(body, dict) else [(k, v) for k, v in body]
+        kept = []
+        for key, value in items:
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError) as exc:
+                error = f"value {value!r:.80} is not JSON-encodable: {exc}"
+                self.dead.append(DeadRecord(self.head.name, error, f"{value!r:.200}"))
+                continue
+            kept.append((key, value))
+        return dict(kept) if isinstance(body, dict) else [[k, v] for k, v in kept]
 
     def _partition(self, text: str) -> int:
         p = self._partition_of.get(text)
@@ -278,8 +299,15 @@ class StageChain:
         sinks, self.sinks = self.sinks, {}
         return sinks
 
+    @property
+    def has_dead(self) -> bool:
+        return bool(self.dead) or any(s.dead for s in self.shuffles.values())
+
     def take_dead(self) -> list[DeadRecord]:
         dead, self.dead = self.dead, []
+        for shuffle in self.shuffles.values():
+            dead.extend(shuffle.dead)
+            shuffle.dead = []
         return dead
 
     # -- the operators ----------------------------------------------------------------------
@@ -315,7 +343,7 @@ class StageChain:
                 pairs = self._each(node, values, False, lambda v: [(fn(v), v)], fast=False)
                 keys, values = [k for k, _ in pairs], [v for _, v in pairs]
             if not quiet:
-                self.shuffles[node.name].add(keys, values)
+                self._shuffle(node, keys, values)
             return
         elif node.aggregated:
             self._aggregate(node, batch, quiet, self._folders[node])
@@ -339,6 +367,17 @@ class StageChain:
             except Exception:  # noqa: BLE001 - find the failing records one by one
                 pass
         return self._each(node, batch, keyed, fn)
+
+    def _shuffle(self, node: Node, keys: list[Any], values: list[Any]) -> None:
+        shuffle = self.shuffles[node.name]
+        try:
+            shuffle.add(keys, values)  # all or nothing
+        except RecordError:
+            for key, value in zip(keys, values, strict=True):
+                try:
+                    shuffle.add([key], [value])
+                except RecordError as exc:  # a key that JSON cannot encode
+                    self._dead(node, exc, value)
 
     def _each(
         self,
@@ -463,7 +502,7 @@ def _state_key(node: Node, text: str) -> bytes:
     return f"{node.name}\0{text}".encode()
 
 
-def _encode_within(channel: int, body: dict[str, Any] | list[list[Any]]) -> list[bytes]:
+def _encode_within(channel: int, body: _Body) -> list[bytes]:
     """``body`` as shuffle record values of at most about MAX_RECORD_BYTES each."""
     if not body:
         return []

@@ -350,7 +350,7 @@ class KeyedTask(Task):
                 applied += len(body)
         self._records_in += applied
         self._m_in.inc(applied)
-        if chain.dead:
+        if chain.has_dead:
             self._dead_letter(out)
         # No early flush while replaying: what is in a transaction must not be changed
         # quietly afterwards (checkpoint n+1 can only complete after the replay).
@@ -382,7 +382,7 @@ class KeyedTask(Task):
             if shuffle.oversized:
                 self._m_oversized.inc(shuffle.oversized)
                 shuffle.oversized = 0
-        if chain.dead:
+        if chain.has_dead:
             self._dead_letter(out)
         if not records:
             return

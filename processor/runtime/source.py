@@ -173,7 +173,7 @@ class SourceTask(Task):
         except ValueError:  # UnicodeDecodeError too
             decoded = self._decode_each(msgs, out)
         self.chain.values(decoded)
-        if self.chain.dead:
+        if self.chain.has_dead:
             self._dead_letter(out)
 
     def _decode_each(self, msgs: list[Message], out: TransactionalOutput) -> list[object]:
@@ -227,7 +227,7 @@ class SourceTask(Task):
                 # commit): skipped, counted.
                 self._m_oversized.inc(shuffle.oversized)
                 shuffle.oversized = 0
-        if chain.dead:
+        if chain.has_dead:
             self._dead_letter(out)
         self._records_out += shipped
         self._m_out.inc(shipped)

@@ -272,3 +272,33 @@ def test_keys_of_different_types_stay_apart() -> None:
         (b"True", b"1"),
         (b"[1]", b"1"),
     ]
+
+
+def test_keys_and_values_json_cannot_encode_are_dead_not_a_failed_flush() -> None:
+    p = Pipeline()
+    raw = p.source("b", value="bytes")
+    raw.key_by(lambda v: "k").sink("as-is")  # bytes values: not JSON
+    text = raw.map(bytes.decode, name="text")
+    text.key_by(lambda v: {1, 2} if v == "set" else v, name="odd-keys").count().sink("c")
+    text.key_by(lambda v: "k", name="sets").aggregate(set(), lambda acc, v: acc | {v}).sink("s")
+    compiled = plan(p)
+    partitions = {}.fromkeys(("b.key_by", "odd-keys", "sets"), 1)
+    chain = StageChain(compiled, compiled.stages[0], 0, DictBackend(), partitions)
+    chain.values([b"ab", b"set"])
+    taken = {name: shuffle.take(0) for name, shuffle in chain.shuffles.items()}
+    assert taken["b.key_by"] == []  # both values were bytes
+    assert decode_shuffle(taken["odd-keys"][0][1])[1] == {"ab": 1}  # the set key is dead
+    dead = sorted((d.operator, d.error.split(":")[0]) for d in chain.take_dead())
+    assert dead == [
+        ("b.key_by", "value b'ab' is not JSON-encodable"),
+        ("b.key_by", "value b'set' is not JSON-encodable"),
+        ("odd-keys", "key {1, 2} is not JSON-encodable"),
+    ]
+    assert not chain.has_dead
+
+    downstream = StageChain(compiled, compiled.stage("sets"), 0, DictBackend(), {})
+    for _, value in taken["sets"]:
+        downstream.shuffled(decode_shuffle(value)[1])
+    downstream.flush()  # the accumulator cannot be stored: dead, and the flush goes on
+    assert downstream.take_sinks() == {}
+    assert [d.operator for d in downstream.take_dead()] == ["sets.aggregate"]
