@@ -33,16 +33,12 @@ class JobRun:
         workdir: Path,
         input_partitions: int = 4,
         interval_ms: int = 500,
-        topics_of: JobRun | None = None,
         **settings: str,
     ) -> None:
-        """``topics_of``: another job whose input, output and checkpoint storage this one
-        shares (a job started from its savepoint); its expected counts are this one's."""
         self.job = f"it-{uuid.uuid4().hex[:8]}"
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
-        topics = topics_of.job if topics_of is not None else self.job
-        storage = topics_of.workdir if topics_of is not None else workdir
+        topics, storage = self._shared_with()
         self.env = {
             **os.environ,
             "PROCESSOR_BOOTSTRAP_SERVERS": bootstrap,
@@ -65,15 +61,20 @@ class JobRun:
         clients.ensure_topic(
             clients.admin(self.settings), self.settings.input_topic, input_partitions
         )
-        self.expected: collections.Counter[str] = (
-            topics_of.expected if topics_of is not None else collections.Counter()
-        )
+        self.expected: collections.Counter[str] = self._expected()
         self.coordinator: subprocess.Popen[bytes] | None = None
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
         self._feeder: threading.Thread | None = None
         self._producer = Producer(
             {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10}
         )
+
+    def _shared_with(self) -> tuple[str, Path]:
+        """The job whose topics this one uses, and the directory of its checkpoint storage."""
+        return self.job, self.workdir
+
+    def _expected(self) -> collections.Counter[str]:
+        return collections.Counter()
 
     # --- input ---------------------------------------------------------------------------
 
@@ -274,3 +275,18 @@ def recovery_times(messages: ControlLog, kills: list[tuple[float, str]]) -> list
         if tasks and first.keys() == tasks:
             times.append(max(first.values()) - killed_at)
     return times
+
+
+class SuccessorRun(JobRun):
+    """A job on the input, output and checkpoint storage of ``first`` (a job started from its
+    savepoint): the counts expected of it are ``first``'s plus its own input."""
+
+    def __init__(self, first: JobRun, workdir: Path, interval_ms: int = 500, **settings: str):
+        self.first = first
+        super().__init__(first.settings.bootstrap_servers, workdir, 4, interval_ms, **settings)
+
+    def _shared_with(self) -> tuple[str, Path]:
+        return self.first.job, self.first.workdir
+
+    def _expected(self) -> collections.Counter[str]:
+        return self.first.expected

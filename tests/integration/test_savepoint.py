@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from processor.commands import corpus
-from tests.integration.harness import JobRun
+from tests.integration.harness import JobRun, SuccessorRun
 
 
 def _savepoint(run: JobRun, *args: str) -> subprocess.CompletedProcess[str]:
@@ -44,11 +44,10 @@ def test_restore_a_savepoint_with_another_shuffle_partition_count(
         assert f"sp-{first.job}" in _savepoint(first, "--list").stdout
         first.stop()
 
-        second = JobRun(
-            kafka_bootstrap,
+        second = SuccessorRun(
+            first,
             tmp_path / "second",
             interval_ms=300,
-            topics_of=first,
             shuffle_partitions=str(after),
             from_savepoint=f"sp-{first.job}",
         )

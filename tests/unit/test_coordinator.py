@@ -430,6 +430,7 @@ def test_to_json_exact() -> None:
                 "worker": "w2",
                 "positions": {"0": 55, "1": 66},
                 "snapshot": "chk-000000000007",
+                "owner": None,
                 "state_bytes": 4096,
                 "uploaded_bytes": 1024,
                 "alignment_s": 0.1,
@@ -442,6 +443,7 @@ def test_to_json_exact() -> None:
                 "worker": "w1",
                 "positions": {"0": 11},
                 "snapshot": "chk-000000000007",
+                "owner": None,
                 "state_bytes": 2048,
                 "uploaded_bytes": 2048,
                 "alignment_s": 0.05,
@@ -454,6 +456,7 @@ def test_to_json_exact() -> None:
                 "worker": "w1",
                 "positions": {"0": 1234},
                 "snapshot": None,  # a stateless task has no snapshot
+                "owner": None,
                 "state_bytes": 0,
                 "uploaded_bytes": 0,
                 "alignment_s": 0.0,
