@@ -16,9 +16,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from processor.config import Settings
 from processor.kafka import clients
@@ -79,6 +79,8 @@ class TransactionalOutput:
             except BufferError:
                 # The local queue is full: let librdkafka send, then retry this record.
                 self._producer.poll(0.05)
+            except KafkaException as exc:
+                self._explain(exc)
 
     def produce_many(self, topic: str, items: list[tuple[bytes | None, bytes]]) -> None:
         """Records partitioned by key (the hot path: no per-record keyword dicts)."""
@@ -90,6 +92,8 @@ class TransactionalOutput:
         for key, value in items:
             try:
                 produce(topic, value, key)
+            except KafkaException as exc:
+                self._explain(exc)
             except BufferError:
                 self._producer.poll(0.05)
                 while True:
@@ -99,6 +103,13 @@ class TransactionalOutput:
                     except BufferError:
                         self._producer.poll(0.05)
         self._producer.poll(0)
+
+    def _explain(self, exc: KafkaException) -> NoReturn:
+        """A produce refused because the transaction left its state: a call in flight (the
+        offsets sent into it) failed meanwhile. Raise that failure, which names the cause."""
+        if exc.args and exc.args[0].code() == KafkaError._STATE:
+            self._calls.settle()
+        raise exc
 
     def send_offsets_async(
         self,
