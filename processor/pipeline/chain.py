@@ -76,13 +76,22 @@ def merger(node: Node) -> Callable[[Any, Any], Any]:
 class ShuffleOut:
     """What one stage writes into the shuffle of a stage downstream, until it is flushed."""
 
-    def __init__(self, head: Node, target: Stage, partitions: int, max_key_bytes: int) -> None:
+    def __init__(
+        self,
+        head: Node,
+        target: Stage,
+        partitions: int,
+        max_key_bytes: int,
+        dead: Callable[[Node, Exception, Any], None],
+    ) -> None:
         self.head = head  # the key_by node
         self.partitions = partitions
         self.oversized = 0  # keys too long to ship (counted, skipped)
         self._key_fn = head.fn
         self._max_key_bytes = max_key_bytes
+        self._dead = dead  # a record that cannot be keyed or pre-aggregated: (node, error, value)
         combiner = target.combiner
+        self._combiner = combiner
         self._count = combiner is not None and combiner.kind == "count"
         self._fold = None if combiner is None or self._count else folder(combiner)
         self._counts: Counter[Any] = Counter()  # raw key -> partial count
@@ -97,7 +106,10 @@ class ShuffleOut:
         if self._count and set(map(type, keys)) <= {str}:
             self._counts.update(keys)  # the word count path: one C loop per batch
             return
-        texts = [key_text(k) for k in keys]
+        try:
+            texts = [key_text(k) for k in keys]
+        except RecordError:
+            texts, values = self._keyable(keys, values)
         if self._count:
             partials = self._partials
             for text in texts:
@@ -108,7 +120,25 @@ class ShuffleOut:
             return
         fold, partials = self._fold, self._partials
         for text, value in zip(texts, values, strict=True):
-            partials[text] = fold(partials.get(text, UNSET), value)
+            try:
+                partials[text] = fold(partials.get(text, UNSET), value)
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                assert self._combiner is not None
+                self._dead(self._combiner, exc, value)
+
+    def _keyable(self, keys: list[Any], values: list[Any]) -> tuple[list[str], list[Any]]:
+        """Key texts and values of the records whose key can be shipped; the others are dead
+        at the key_by, as in the reference run."""
+        texts: list[str] = []
+        kept: list[Any] = []
+        for key, value in zip(keys, values, strict=True):
+            try:
+                texts.append(key_text(key))
+            except RecordError as exc:
+                self._dead(self.head, exc, value)
+                continue
+            kept.append(value)
+        return texts, kept
 
     def take(self, channel: int) -> list[tuple[int, bytes]]:
         """(partition, record value) of everything buffered; the buffers are empty after."""
@@ -189,7 +219,9 @@ class StageChain:
         self.sinks: dict[str, list[tuple[bytes | None, bytes]]] = {}
         self.dead: list[DeadRecord] = []
         self.shuffles = {
-            n.name: ShuffleOut(n, plan.stage(n.name), shuffle_partitions[n.name], max_key_bytes)
+            n.name: ShuffleOut(
+                n, plan.stage(n.name), shuffle_partitions[n.name], max_key_bytes, self._dead
+            )
             for n in stage.shuffles
         }
         self._folders = {n: folder(n) for n in stage.nodes if n.aggregated}

@@ -272,3 +272,31 @@ def test_keys_of_different_types_stay_apart() -> None:
         (b"True", b"1"),
         (b"[1]", b"1"),
     ]
+
+
+@pytest.mark.parametrize("combine", ["count", "aggregate", "none"])
+def test_records_that_cannot_be_keyed_or_pre_aggregated_are_dead_not_fatal(combine: str) -> None:
+    """A key that is not JSON, or a combiner's add() raising in the upstream stage: that
+    record is dead at the same operator as in the reference run, the rest flows on."""
+    p = Pipeline()
+    keyed = p.source("n", value="json").key_by(lambda v: {0} if v == 0 else v % 3)
+    if combine == "count":
+        keyed.count().sink("out")
+    elif combine == "aggregate":
+        keyed.aggregate(0, lambda acc, v: acc + 10 // (v - 1), merge=lambda a, b: a + b).sink("out")
+    else:
+        keyed.map(lambda v: v).sink("out")
+    compiled = plan(p)
+    values = [3, 0, 1, 4, 7, 2, 0, 1]
+    expected = run(p, {"n": [json.dumps(v).encode() for v in values]})
+    assert expected.dead, "the case has no dead record"
+    got = simulate(compiled, {"n": [json.dumps(v).encode() for v in values]}, 1, batch=8, seed=0)
+    output = expected.sinks["out"]
+    if output.changelog:
+        assert dict(got["out"]) == output.final()
+    else:
+        assert Counter(got["out"]) == output.multiset()
+    source = StageChain(compiled, compiled.stages[0], 0, DictBackend(), {"n.key_by": 1})
+    source.values(values)
+    dead = [(d.operator, d.error) for d in source.take_dead()]
+    assert sorted(dead) == sorted(expected.dead)
