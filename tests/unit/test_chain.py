@@ -115,6 +115,9 @@ def test_text_examples_match_the_reference(example: str, partitions: int) -> Non
     expected = run(pipeline, inputs)
     got = simulate(compiled, inputs, partitions, batch=7, seed=partitions)
     for topic, output in expected.sinks.items():
+        if not output.changelog:
+            assert Counter(got[topic]) == output.multiset(), topic
+            continue
         assert dict(got[topic]) == output.final(), topic
         values: dict[bytes | None, list[int]] = {}
         for key, value in got[topic]:
