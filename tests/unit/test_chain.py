@@ -303,3 +303,28 @@ def test_records_that_cannot_be_keyed_or_pre_aggregated_are_dead_not_fatal(combi
     source.values(values)
     dead = [(d.operator, d.error) for d in source.take_dead()]
     assert sorted(dead) == sorted(expected.dead)
+
+
+@pytest.mark.parametrize("combined", [True, False])
+def test_sum_refuses_what_is_not_a_number_whatever_the_order(combined: bool) -> None:
+    """A string among the numbers is dead wherever it comes, so the engine's order (shuffles,
+    pre-aggregation) gives the reference's sum and dead records."""
+    p = Pipeline()
+    keyed = p.source("n", value="json").key_by(lambda v: "k")
+    (keyed if combined else keyed.map(lambda v: v)).sum().sink("out")
+    compiled = plan(p)
+    assert (compiled.stages[1].combiner is not None) == combined
+    values = ["2", 1, True, 3, "x", 4.5, None]
+    for seed in range(4):
+        random.Random(seed).shuffle(values)
+        inputs = {"n": [json.dumps(v).encode() for v in values]}
+        expected = run(p, inputs)
+        assert expected.sinks["out"].final() == {b"k": b"8.5"}
+        assert sorted(e for _, e in expected.dead) == [
+            "not a number: sum of '2'",
+            "not a number: sum of 'x'",
+            "not a number: sum of None",
+            "not a number: sum of True",
+        ]
+        got = simulate(compiled, inputs, 2, batch=2, seed=seed)
+        assert dict(got["out"]) == {b"k": b"8.5"}
