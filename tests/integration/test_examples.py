@@ -51,6 +51,7 @@ def _orders() -> list[bytes]:
         + [b"[1, 2]", b'"order"', b"null"]  # JSON, not an object: the filter's .get() raises
         + [b'{"amount": 5, "status": "paid"}'] * 4  # no user: the key_by raises
         + [b'{"user": "u1", "status": "paid"}'] * 5  # no amount: the map after the shuffle
+        + [b'{"user": "u2", "amount": "12", "status": "paid"}'] * 4  # sum() takes numbers
     )
     return _spread([json.dumps(o).encode() for o in orders], bad, seed=2)
 
@@ -103,7 +104,7 @@ EXAMPLE_RUNS = {
         {"orders": "orders", "revenue": "revenue"},
         "orders",
         _orders,
-        {"not JSON": 7, "AttributeError": 3, "KeyError": 9},
+        {"not JSON": 7, "AttributeError": 3, "KeyError": 9, "not a number": 4},
         increasing=("revenue",),
     ),
     "sensor_average": Example(
