@@ -75,6 +75,7 @@ class PipelineRun(JobRun):
         wait_until(self.halfway.is_set, 60, "half of the input")
         wait_until(lambda: _LOADED.search(self.log("coordinator")), 60, "a checkpoint of input")
         wait_until(self._sources_committed, 60, "committed positions in every source partition")
+        assert " started on " in self.log(f"worker-{index}"), f"worker-{index} runs no task"
         self.kill_worker(index)
         self.resume_feed()
         self.start_worker(index)
