@@ -16,11 +16,17 @@ def merge(a, b):
     return [a[0] + b[0], a[1] + b[1]]
 
 
-pipeline = Pipeline()
-(
-    pipeline.source("readings", value="json")
-    .key_by(lambda reading: reading["sensor"])
-    .aggregate([0, 0], add, merge=merge)
-    .map(lambda acc: round(acc[0] / acc[1], 6))
-    .sink("sensor-averages")
-)
+def build(readings="readings", averages="sensor-averages"):
+    """The pipeline over the given topics (the tests run it on topics of their own)."""
+    pipeline = Pipeline()
+    (
+        pipeline.source(readings, value="json")
+        .key_by(lambda reading: reading["sensor"])
+        .aggregate([0, 0], add, merge=merge)
+        .map(lambda acc: round(acc[0] / acc[1], 6))
+        .sink(averages)
+    )
+    return pipeline
+
+
+pipeline = build()

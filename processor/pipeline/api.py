@@ -185,7 +185,7 @@ class KeyedStream(Stream):
         return self._same(self._then("count", name))
 
     def sum(self, name: str | None = None) -> KeyedStream:
-        """Per key, the sum of the values so far."""
+        """Per key, the sum of the values so far; a value that is not a number is dead."""
         return self._same(self._then("sum", name))
 
     def reduce(self, fn: Callable[[Any, Any], Any], name: str | None = None) -> KeyedStream:

@@ -77,14 +77,22 @@ def merger(node: Node) -> Callable[[Any, Any], Any]:
 class ShuffleOut:
     """What one stage writes into the shuffle of a stage downstream, until it is flushed."""
 
-    def __init__(self, head: Node, target: Stage, partitions: int, max_key_bytes: int) -> None:
+    def __init__(
+        self,
+        head: Node,
+        target: Stage,
+        partitions: int,
+        max_key_bytes: int,
+        dead: Callable[[Node, Exception, Any], None],
+    ) -> None:
         self.head = head  # the key_by node
         self.partitions = partitions
         self.oversized = 0  # keys too long to ship (counted, skipped)
-        self.dead: list[DeadRecord] = []  # values that JSON cannot encode (taken by the chain)
         self._key_fn = head.fn
         self._max_key_bytes = max_key_bytes
+        self._dead = dead  # a record that cannot be keyed or pre-aggregated: (node, error, value)
         combiner = target.combiner
+        self._combiner = combiner
         self._count = combiner is not None and combiner.kind == "count"
         self._fold = None if combiner is None or self._count else folder(combiner)
         self._counts: Counter[Any] = Counter()  # raw key -> partial count
@@ -99,7 +107,10 @@ class ShuffleOut:
         if self._count and set(map(type, keys)) <= {str}:
             self._counts.update(keys)  # the word count path: one C loop per batch
             return
-        texts = [key_text(k) for k in keys]
+        try:
+            texts = [key_text(k) for k in keys]
+        except RecordError:
+            texts, values = self._keyable(keys, values)
         if self._count:
             partials = self._partials
             for text in texts:
@@ -110,7 +121,25 @@ class ShuffleOut:
             return
         fold, partials = self._fold, self._partials
         for text, value in zip(texts, values, strict=True):
-            partials[text] = fold(partials.get(text, UNSET), value)
+            try:
+                partials[text] = fold(partials.get(text, UNSET), value)
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                assert self._combiner is not None
+                self._dead(self._combiner, exc, value)
+
+    def _keyable(self, keys: list[Any], values: list[Any]) -> tuple[list[str], list[Any]]:
+        """Key texts and values of the records whose key can be shipped; the others are dead
+        at the key_by, as in the reference run."""
+        texts: list[str] = []
+        kept: list[Any] = []
+        for key, value in zip(keys, values, strict=True):
+            try:
+                texts.append(key_text(key))
+            except RecordError as exc:
+                self._dead(self.head, exc, value)
+                continue
+            kept.append(value)
+        return texts, kept
 
     def take(self, channel: int) -> list[tuple[int, bytes]]:
         """(partition, record value) of everything buffered; the buffers are empty after."""
@@ -151,8 +180,8 @@ class ShuffleOut:
             try:
                 json.dumps(value)
             except (TypeError, ValueError) as exc:
-                error = f"value {value!r:.80} is not JSON-encodable: {exc}"
-                self.dead.append(DeadRecord(self.head.name, error, f"{value!r:.200}"))
+                error = RecordError(f"value {value!r:.80} is not JSON-encodable: {exc}")
+                self._dead(self.head, error, value)
                 continue
             kept.append((key, value))
         return dict(kept) if isinstance(body, dict) else [[k, v] for k, v in kept]
@@ -210,7 +239,9 @@ class StageChain:
         self.sinks: dict[str, list[tuple[bytes | None, bytes]]] = {}
         self.dead: list[DeadRecord] = []
         self.shuffles = {
-            n.name: ShuffleOut(n, plan.stage(n.name), shuffle_partitions[n.name], max_key_bytes)
+            n.name: ShuffleOut(
+                n, plan.stage(n.name), shuffle_partitions[n.name], max_key_bytes, self._dead
+            )
             for n in stage.shuffles
         }
         self._folders = {n: folder(n) for n in stage.nodes if n.aggregated}
@@ -301,13 +332,10 @@ class StageChain:
 
     @property
     def has_dead(self) -> bool:
-        return bool(self.dead) or any(s.dead for s in self.shuffles.values())
+        return bool(self.dead)
 
     def take_dead(self) -> list[DeadRecord]:
         dead, self.dead = self.dead, []
-        for shuffle in self.shuffles.values():
-            dead.extend(shuffle.dead)
-            shuffle.dead = []
         return dead
 
     # -- the operators ----------------------------------------------------------------------
@@ -343,7 +371,7 @@ class StageChain:
                 pairs = self._each(node, values, False, lambda v: [(fn(v), v)], fast=False)
                 keys, values = [k for k, _ in pairs], [v for _, v in pairs]
             if not quiet:
-                self._shuffle(node, keys, values)
+                self.shuffles[node.name].add(keys, values)
             return
         elif node.aggregated:
             self._aggregate(node, batch, quiet, self._folders[node])
@@ -367,17 +395,6 @@ class StageChain:
             except Exception:  # noqa: BLE001 - find the failing records one by one
                 pass
         return self._each(node, batch, keyed, fn)
-
-    def _shuffle(self, node: Node, keys: list[Any], values: list[Any]) -> None:
-        shuffle = self.shuffles[node.name]
-        try:
-            shuffle.add(keys, values)  # all or nothing
-        except RecordError:
-            for key, value in zip(keys, values, strict=True):
-                try:
-                    shuffle.add([key], [value])
-                except RecordError as exc:  # a key that JSON cannot encode
-                    self._dead(node, exc, value)
 
     def _each(
         self,

@@ -93,7 +93,7 @@ def folder(node: Node) -> Callable[[Any, Any], Any]:
     if kind == "count":
         return lambda acc, _value: 1 if acc is _UNSET else acc + 1
     if kind == "sum":
-        return lambda acc, value: value if acc is _UNSET else acc + value
+        return lambda acc, value: _addend(value) if acc is _UNSET else acc + _addend(value)
     fn = node.fn
     assert fn is not None
     if kind == "reduce":
@@ -103,6 +103,15 @@ def folder(node: Node) -> Callable[[Any, Any], Any]:
         # A fresh copy per key: an add() that mutates its accumulator must not share one.
         return lambda acc, value: fn(copy.deepcopy(initial) if acc is _UNSET else acc, value)
     raise ValueError(f"{node!r} is not an aggregation")
+
+
+def _addend(value: Any) -> Any:
+    """A value ``sum()`` adds: a number (not a bool). Anything else is a dead record, whatever
+    came before it: with a string among numbers the sum (``"1" + "2"``) and which records
+    fail would depend on the order the values arrive in, which shuffles do not keep."""
+    if type(value) is int or type(value) is float:
+        return value
+    raise RecordError(f"not a number: sum of {value!r:.80}")
 
 
 UNSET = _UNSET

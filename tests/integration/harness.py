@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
@@ -58,13 +58,16 @@ class JobRun:
             input_topic=f"{topics}.input",
             output_topic=f"{topics}.counts",
         )
-        clients.ensure_topic(
-            clients.admin(self.settings), self.settings.input_topic, input_partitions
-        )
+        if input_partitions:  # 0: a pipeline's run, which has source topics of its own
+            clients.ensure_topic(
+                clients.admin(self.settings), self.settings.input_topic, input_partitions
+            )
         self.expected: collections.Counter[str] = self._expected()
         self.coordinator: subprocess.Popen[bytes] | None = None
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
         self._feeder: threading.Thread | None = None
+        self.halfway = threading.Event()  # a feed that holds half-way has got there
+        self._resume = threading.Event()
         self._producer = Producer(
             {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10}
         )
@@ -84,13 +87,24 @@ class JobRun:
         headers: list[tuple[str, str | bytes | None]] | None = None,
     ) -> None:
         """Append records to the input; valid UTF-8 lines count towards the expected result."""
+        values = list(values)
         for value in values:
             if value:
                 with contextlib.suppress(UnicodeDecodeError):
                     self.expected.update(words([value.decode()]))
+        self.send(self.settings.input_topic, values, headers)
+
+    def send(
+        self,
+        topic: str,
+        values: Iterable[bytes | None],
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> None:
+        """Append records to ``topic``, all flushed on return."""
+        for value in values:
             while True:
                 try:
-                    self._producer.produce(self.settings.input_topic, value, headers=headers)
+                    self._producer.produce(topic, value, headers=headers)
                     break
                 except BufferError:
                     self._producer.poll(0.05)
@@ -99,19 +113,42 @@ class JobRun:
     def feed(self, words: int, seconds: float, seed: int = 11) -> None:
         """Produce a corpus in the background, spread over ``seconds``: kills land mid-stream."""
         lines = [line.encode() for line in corpus.lines(words, seed=seed)]
+        self.feed_values(lines, seconds, self.produce)
+
+    def feed_values(
+        self,
+        values: list[bytes],
+        seconds: float,
+        send: Callable[[list[bytes]], None],
+        hold_halfway: bool = False,
+    ) -> None:
+        """``send`` ``values`` in chunks in the background, spread over ``seconds``. With
+        ``hold_halfway`` the feed sets `halfway` there and waits for `resume_feed`: what a
+        test does then happens while half of the input is still to come."""
         chunks = max(20, int(seconds / 0.5))  # gaps well under the idle detection's 3 checkpoints
-        size = len(lines) // chunks + 1
+        size = len(values) // chunks + 1
 
         def run() -> None:
             for i in range(chunks):
-                self.produce(lines[i * size : (i + 1) * size])
+                if hold_halfway and i == chunks // 2:
+                    self.halfway.set()
+                    self._resume.wait(300)
+                send(values[i * size : (i + 1) * size])
                 time.sleep(seconds / chunks)
 
         self._feeder = threading.Thread(target=run, daemon=True)
         self._feeder.start()
 
+    def resume_feed(self) -> None:
+        self._resume.set()
+
     def finish(self, timeout: float = 400) -> int:
         """Wait for the feed and for the job to be idle; verify; return records verified."""
+        self.drain(timeout)
+        return self.verify_exactly_once()
+
+    def drain(self, timeout: float = 400) -> None:
+        """Wait for the feed to end and for the job to be idle."""
         if self._feeder is not None:
             self._feeder.join(300)
             assert not self._feeder.is_alive(), "the input feed did not finish"
@@ -119,7 +156,6 @@ class JobRun:
             # It saw the job idle during a pause of the feed and left: the rest needs one.
             self.start_coordinator()
         self.wait_idle(timeout)
-        return self.verify_exactly_once()
 
     # --- processes -----------------------------------------------------------------------
 

@@ -47,6 +47,9 @@ def test_two_shuffles() -> None:
     assert len(plan.stages) == 4
     result = run(pipeline, {"lines": [line.encode() for line in LINES]})
     distinct = {w for line in LINES for w in re.findall(r"\w+", line.lower())}
+    assert result.sinks["new-words"].multiset() == Counter(
+        (w.encode(), json.dumps(w, ensure_ascii=False).encode()) for w in distinct
+    )
     assert result.sinks["distinct-words-per-letter"].final() == _encoded(
         dict(Counter(w[0] for w in distinct))
     )
