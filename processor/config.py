@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     # Start a new job from a savepoint (`processor savepoint`): its name in the checkpoint
     # storage, or its location (a directory or s3://bucket/prefix). Applied only while the job
     # has no committed positions of its own, so a restart never goes back to it.
+    # exactly_once: aligned barriers, transactions. at_least_once: no alignment and no
+    # transactions; after a failure some records count (and are written) twice.
+    guarantee: Literal["exactly_once", "at_least_once"] = "exactly_once"
     from_savepoint: str = ""
     # Restore even if the savepoint holds state of operators the pipeline no longer has.
     allow_dropped_state: bool = False

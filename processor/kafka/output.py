@@ -31,18 +31,23 @@ SEND_OFFSETS_TIMEOUT_S = 10.0
 
 
 class TransactionalOutput:
+    transactional = True
+
     def __init__(self, settings: Settings, transactional_id: str) -> None:
         self.transactional_id = transactional_id
-        self._producer: Producer = clients.producer(
-            settings,
-            **{
-                "transactional.id": transactional_id,
-                "transaction.timeout.ms": settings.transaction_timeout_ms,
-            },
-        )
+        self._producer: Producer = self._make_producer(settings)
         self._calls = SerialCalls(f"txn-{transactional_id}")
         self._open = False
         self._commit_s = 0.0
+
+    def _make_producer(self, settings: Settings) -> Producer:
+        return clients.producer(
+            settings,
+            **{
+                "transactional.id": self.transactional_id,
+                "transaction.timeout.ms": settings.transaction_timeout_ms,
+            },
+        )
 
     def init(self, timeout: float = 60) -> None:
         """Fence earlier incarnations and abort whatever they left open."""
@@ -180,3 +185,96 @@ class TransactionalOutput:
             self._producer.flush(0)
         finally:
             self._calls.shutdown()
+
+
+class AtLeastOnceOutput(TransactionalOutput):
+    """``PROCESSOR_GUARANTEE=at_least_once``: no transactions. A checkpoint's "commit" waits
+    until everything produced so far is acknowledged (idempotent producer: no duplicates from
+    its own retries), then commits the input positions through the consumer. Nothing is
+    fenced and nothing can be aborted: after a failure, what was produced since the last
+    commit is produced again."""
+
+    transactional = False
+
+    def __init__(self, settings: Settings, transactional_id: str) -> None:
+        self._failure: str | None = None
+        self._offsets: tuple[list[TopicPartition], Consumer, Callable[[], None] | None] | None
+        self._offsets = None
+        self._committing: tuple[list[TopicPartition], Consumer, Callable[[], None] | None] | None
+        self._committing = None
+        self._flush_started = 0.0
+        super().__init__(settings, transactional_id)
+
+    def _make_producer(self, settings: Settings) -> Producer:
+        return clients.producer(
+            settings,
+            **{
+                "enable.idempotence": True,
+                # Only failed deliveries call back: one Python call per lost record, not per record.
+                "delivery.report.only.error": True,
+                "on_delivery": self._delivered,
+            },
+        )
+
+    def _delivered(self, err: KafkaError | None, msg: object) -> None:
+        if err is not None and self._failure is None:
+            self._failure = f"a record was not delivered: {err}"
+
+    def init(self, timeout: float = 60) -> None:
+        pass  # nothing to fence
+
+    def _begin(self) -> None:
+        self._calls.settle()
+        self._open = True
+
+    def send_offsets_async(
+        self,
+        offsets: list[TopicPartition],
+        consumer: Consumer,
+        then: Callable[[], None] | None = None,
+    ) -> None:
+        if not self._open:
+            self._begin()
+        self._offsets = (offsets, consumer, then)
+
+    def commit_async(self, timeout: float = 60) -> None:
+        self._commit_s = 0.0
+        self._committing = None
+        if not self._open:
+            return
+        self._open = False
+        self._committing, self._offsets = self._offsets, None
+        self._flush_started = time.monotonic()
+
+        def flush() -> None:
+            left = self._producer.flush(timeout)
+            if left or self._failure is not None:
+                raise RuntimeError(self._failure or f"{left} records not delivered in {timeout}s")
+
+        self._calls.submit("flush", timeout, flush)
+
+    def commit_finished(self, block: bool) -> float | None:
+        # The positions go in from the task's own thread: a consumer is not to be shared.
+        if super().commit_finished(block) is None:
+            return None
+        pending, self._committing = self._committing, None
+        if pending is not None:
+            offsets, consumer, then = pending
+            consumer.commit(offsets=offsets, asynchronous=False)
+            if then is not None:
+                then()
+            self._commit_s = time.monotonic() - self._flush_started
+        return self._commit_s
+
+    def abort(self, timeout: float = 30) -> None:
+        # What was produced is out already: it stays (at least once).
+        self._calls.settle()
+        self._open = False
+        self._offsets = self._committing = None
+
+
+def open_output(settings: Settings, transactional_id: str) -> TransactionalOutput:
+    """The task's output for the job's guarantee."""
+    if settings.guarantee == "at_least_once":
+        return AtLeastOnceOutput(settings, transactional_id)
+    return TransactionalOutput(settings, transactional_id)

@@ -40,8 +40,9 @@ from processor.checkpointing.aligner import (
     Channel,
     Verdict,
 )
+from processor.checkpointing.tracker import BarrierTracker
 from processor.kafka import clients
-from processor.kafka.output import TransactionalOutput
+from processor.kafka.output import TransactionalOutput, open_output
 from processor.models.control import Decline
 from processor.models.records import (
     Barrier,
@@ -130,7 +131,7 @@ class KeyedTask(Task):
         self._storage = open_storage(s)
         self._uploader = ThreadPoolExecutor(1, thread_name_prefix=f"upload-{self.ctx.task_id}")
         self._workdir = workdir
-        out = TransactionalOutput(s, self.transactional_id)
+        out = open_output(s, self.transactional_id)
         consumer = clients.task_consumer(s)
         store: RocksDBStore | None = None
         try:
@@ -207,7 +208,9 @@ class KeyedTask(Task):
         )
         self._store = store
         channels = [(self.partition, u) for u in range(self.ctx.input_partitions)]
-        self._aligner = BarrierAligner(channels, positions, self.last_checkpoint)
+        # At least once: never hold a channel back (processed records may count twice).
+        tracker = BarrierTracker if s.guarantee == "at_least_once" else BarrierAligner
+        self._aligner = tracker(channels, positions, self.last_checkpoint)
         start = self._aligner.resume_offsets()[self.partition]
         check_resume(consumer, self.topic, self.partition, start, self.last_checkpoint, STATE_LOST)
         consumer.assign([TopicPartition(self.topic, self.partition, start)])
@@ -600,7 +603,8 @@ class KeyedTask(Task):
                 f"(PROCESSOR_TOLERABLE_CHECKPOINT_FAILURES={tolerated}): {reason}"
             ) from exc
         out.abort()
-        self._resend = self._in_txn + self._resend
+        if out.transactional:  # else they are out already
+            self._resend = self._in_txn + self._resend
         self._in_txn = []
 
     def _lag(self, consumer: Consumer) -> int:

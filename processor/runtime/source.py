@@ -24,7 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from processor import faults, metrics
 from processor.kafka import clients
-from processor.kafka.output import TransactionalOutput
+from processor.kafka.output import TransactionalOutput, open_output
 from processor.models.records import Barrier, encode_barrier
 from processor.pipeline.chain import StageChain
 from processor.runtime import deadletter, gaps
@@ -94,7 +94,7 @@ class SourceTask(Task):
 
     def run(self) -> None:
         s = self.settings
-        out = TransactionalOutput(s, self.transactional_id)
+        out = open_output(s, self.transactional_id)
         consumer = clients.task_consumer(s)
         try:
             out.init()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
 
 from processor.checkpointing.aligner import BarrierAligner, Channel, Verdict
+from processor.checkpointing.tracker import BarrierTracker
 
 A: Channel = (0, 0)
 B: Channel = (0, 1)
@@ -197,3 +199,75 @@ def test_model_every_record_exactly_once_and_snapshots_are_cuts(seed: int) -> No
     scenario = make_scenario(rng, partitions=rng.randint(1, 3), upstreams=rng.randint(1, 4))
     final = run_task(scenario, rng, crash_rate=0.0 if seed % 3 == 0 else 0.02)
     assert final == scenario.records
+
+
+# --- at-least-once: the tracker ----------------------------------------------------------------
+
+
+def run_tracker(scenario: Scenario, rng: random.Random, crash_rate: float) -> Counter[int]:
+    """Like run_task, with the tracker: state is a multiset, since records may count twice."""
+    channels = {e.channel for log in scenario.logs.values() for e in log}
+    tracker = BarrierTracker(channels)
+    state: Counter[int] = Counter()
+    snapshot: tuple[Counter[int], dict[Channel, int], int] = (Counter(), tracker.positions, 0)
+    offsets = dict.fromkeys(scenario.logs, 0)
+    steps = crashes = 0
+    while any(offsets[p] < len(log) for p, log in scenario.logs.items()):
+        steps += 1
+        assert steps < 100_000, "no progress"
+        if crashes < 5 and rng.random() < crash_rate:
+            crashes += 1
+            saved_state, saved_pos, saved_id = snapshot
+            state = Counter(saved_state)
+            tracker = BarrierTracker(channels, saved_pos, saved_id)
+            offsets.update(tracker.resume_offsets())
+            continue
+        p = rng.choice([q for q, log in scenario.logs.items() if offsets[q] < len(log)])
+        offset = offsets[p]
+        entry = scenario.logs[p][offset]
+        offsets[p] = offset + 1
+        if entry.barrier is None:
+            if tracker.admit(entry.channel, offset) is Verdict.PROCESS:
+                state[entry.record] += 1
+            continue
+        outcome = tracker.on_barrier(entry.channel, entry.barrier, offset)
+        assert not outcome.seeks, "the tracker never holds anything back"
+        if outcome.completed is not None:
+            cut = set().union(*(scenario.before[(c, outcome.completed)] for c in channels))
+            assert cut <= set(state), f"snapshot {outcome.completed} misses records of its cut"
+            snapshot = (Counter(state), dict(outcome.positions), outcome.completed)
+    return state
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_tracker_model_every_record_at_least_once_and_once_without_failures(seed: int) -> None:
+    rng = random.Random(seed)
+    scenario = make_scenario(rng, partitions=rng.randint(1, 3), upstreams=rng.randint(1, 4))
+    crashes = seed % 3 != 0
+    final = run_tracker(scenario, rng, crash_rate=0.02 if crashes else 0.0)
+    assert set(final) == scenario.records  # nothing lost
+    if not crashes:
+        assert set(final.values()) <= {1}  # without a failure, nothing counts twice
+
+
+def test_tracker_completes_with_a_channel_ahead_by_several_checkpoints() -> None:
+    a, b = (0, 0), (0, 1)
+    tracker = BarrierTracker([a, b])
+    assert tracker.on_barrier(a, 1, 0).is_noop
+    assert tracker.on_barrier(a, 2, 1).is_noop  # a is two checkpoints ahead: nothing held
+    assert tracker.admit(a, 2) is Verdict.PROCESS
+    assert tracker.pending == 1
+    done = tracker.on_barrier(b, 1, 3)
+    assert done.completed == 1 and done.positions == {a: 0, b: 3}
+    done = tracker.on_barrier(b, 2, 4)
+    assert done.completed == 2 and done.positions == {a: 1, b: 4}
+    assert tracker.pending is None
+
+
+def test_tracker_gives_up_a_checkpoint_a_channel_skipped() -> None:
+    a, b = (0, 0), (0, 1)
+    tracker = BarrierTracker([a, b])
+    tracker.on_barrier(a, 3, 0)
+    outcome = tracker.on_barrier(b, 5, 1)  # b's upstream recovered and skipped 3 and 4
+    assert outcome.aborted == 3 and outcome.completed is None
+    assert tracker.on_barrier(a, 5, 2).completed == 5
