@@ -30,6 +30,9 @@ _ATTEMPTS = 5
 
 
 def take(settings: Settings, name: str, timeout_s: float) -> Savepoint:
+    if settings.guarantee != "exactly_once":
+        # A snapshot of an unaligned task holds records past its barriers: no consistent cut.
+        raise SavepointError("savepoints need PROCESSOR_GUARANTEE=exactly_once")
     graph = load_graph(settings)
     storage = open_storage(settings)
     store = SavepointStore(storage)
