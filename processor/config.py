@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     # exactly_once: aligned barriers, transactions. at_least_once: no alignment and no
     # transactions; after a failure some records count (and are written) twice.
     guarantee: Literal["exactly_once", "at_least_once"] = "exactly_once"
+    # unaligned: a keyed task snapshots at the first barrier and holds no channel back; the
+    # records in flight stay in the shuffle log (checkpointing/unaligned.py). Exactly-once
+    # still; no savepoints, no fallback to an older snapshot.
+    checkpoint_alignment: Literal["aligned", "unaligned"] = "aligned"
     from_savepoint: str = ""
     # Restore even if the savepoint holds state of operators the pipeline no longer has.
     allow_dropped_state: bool = False

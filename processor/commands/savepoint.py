@@ -33,6 +33,9 @@ def take(settings: Settings, name: str, timeout_s: float) -> Savepoint:
     if settings.guarantee != "exactly_once":
         # A snapshot of an unaligned task holds records past its barriers: no consistent cut.
         raise SavepointError("savepoints need PROCESSOR_GUARANTEE=exactly_once")
+    if settings.checkpoint_alignment != "aligned":
+        # Its cut holds records still in the shuffle logs, which a new job does not have.
+        raise SavepointError("savepoints need PROCESSOR_CHECKPOINT_ALIGNMENT=aligned")
     graph = load_graph(settings)
     storage = open_storage(settings)
     store = SavepointStore(storage)

@@ -41,6 +41,8 @@ from processor.checkpointing.aligner import (
     Verdict,
 )
 from processor.checkpointing.tracker import BarrierTracker
+from processor.checkpointing.unaligned import UnalignedTracker
+from processor.config import Settings
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput, open_output
 from processor.models.control import Decline
@@ -208,9 +210,7 @@ class KeyedTask(Task):
         )
         self._store = store
         channels = [(self.partition, u) for u in range(self.ctx.input_partitions)]
-        # At least once: never hold a channel back (processed records may count twice).
-        tracker = BarrierTracker if s.guarantee == "at_least_once" else BarrierAligner
-        self._aligner = tracker(channels, positions, self.last_checkpoint)
+        self._aligner = _barrier_handler(s)(channels, positions, self.last_checkpoint)
         start = self._aligner.resume_offsets()[self.partition]
         check_resume(consumer, self.topic, self.partition, start, self.last_checkpoint, STATE_LOST)
         consumer.assign([TopicPartition(self.topic, self.partition, start)])
@@ -279,6 +279,10 @@ class KeyedTask(Task):
         except SnapshotMissing as exc:
             problem = str(exc)
         log.error("%s: %s", self.ctx.task_id, problem)
+        if self.settings.checkpoint_alignment == "unaligned":
+            # The replay would have to end at the committed snapshot's own positions: the
+            # ones that are lost with it (see checkpointing/unaligned.py).
+            raise SnapshotMissing(f"{problem}; unaligned checkpoints do not fall back")
         for older in reversed(self._snapshots.snapshots()):
             if older.checkpoint_id >= committed.checkpoint_id:
                 continue
@@ -614,3 +618,13 @@ class KeyedTask(Task):
         lag = max(0, high - position) if high >= 0 and position >= 0 else 0
         metrics.consumer_lag.labels(**self.labels, partition=str(self.partition)).set(lag)
         return lag
+
+
+def _barrier_handler(
+    settings: Settings,
+) -> type[BarrierAligner] | type[BarrierTracker] | type[UnalignedTracker]:
+    if settings.guarantee == "at_least_once":
+        return BarrierTracker  # never hold a channel back; records may count twice
+    if settings.checkpoint_alignment == "unaligned":
+        return UnalignedTracker
+    return BarrierAligner

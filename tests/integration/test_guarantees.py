@@ -1,5 +1,8 @@
-"""PROCESSOR_GUARANTEE=at_least_once: no alignment, no transactions; under kills nothing is
-lost, and only what was processed again after a failure counts twice."""
+"""The modes beside aligned exactly-once, under killed workers.
+
+PROCESSOR_GUARANTEE=at_least_once (no alignment, no transactions): nothing is lost, and only
+what was processed again after a failure counts twice. PROCESSOR_CHECKPOINT_ALIGNMENT=unaligned:
+exact, as aligned."""
 
 from __future__ import annotations
 
@@ -40,5 +43,25 @@ def test_at_least_once_without_failures_is_exact(kafka_bootstrap: str, tmp_path:
         run.start(workers=2)
         run.feed(100_000, seconds=3)
         assert run.finish() >= len(run.expected)
+    finally:
+        run.stop()
+
+
+def test_unaligned_checkpoints_stay_exact_when_workers_are_killed(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    run = JobRun(kafka_bootstrap, tmp_path, interval_ms=300, checkpoint_alignment="unaligned")
+    try:
+        run.start(workers=2)
+        run.feed(WORDS, seconds=8)
+        run.wait_for_checkpoints(3)
+        run.kill_worker(0)
+        run.start_worker(0)
+        run.wait_for_checkpoints(3)
+        run.kill_worker(1)
+        run.start_worker(1)
+        assert run.finish() >= len(run.expected)  # per word strictly increasing, last exact
+        logs = run.log("worker-0") + run.log("worker-1")
+        assert "restored checkpoint" in logs, "no keyed task restored: the kills came too early"
     finally:
         run.stop()
