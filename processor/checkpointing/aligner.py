@@ -43,8 +43,9 @@ class BarrierOutcome:
 NOOP = BarrierOutcome()
 
 
-class BarrierAligner:
-    """Aligns barriers across ``channels``: a held channel is never processed early."""
+class BarrierHandler:
+    """What a keyed task asks of its barrier handling: aligned (`BarrierAligner`), at least
+    once (`tracker.BarrierTracker`) or unaligned (`unaligned.UnalignedTracker`)."""
 
     def __init__(
         self,
@@ -53,17 +54,18 @@ class BarrierAligner:
         last_completed: int = 0,
     ) -> None:
         self._channels = frozenset(channels)
-        if not self._channels:
-            raise ValueError("a task needs at least one input channel")
-        self._pos: dict[Channel, int] = dict.fromkeys(self._channels, -1)
-        for channel, offset in (positions or {}).items():
-            if channel in self._pos:
-                self._pos[channel] = offset
+        # Per channel: the restored state holds its records up to here (-1: none).
+        self._pos = restored_positions(self._channels, positions)
         self.last_completed = last_completed
-        self.pending: int | None = None
-        self._barrier_at: dict[Channel, int] = {}  # channels aligned for `pending`
-        self._first_held: dict[int, int] = {}  # partition -> first held-back offset
-        self._last_seen: dict[int, int] = {}  # partition -> last offset seen while aligning
+        self._setup()
+
+    def _setup(self) -> None:
+        """A subclass's own fields, once the restored positions are in."""
+
+    @property
+    def pending(self) -> int | None:
+        """The checkpoint whose barriers are being gathered, if any."""
+        return None
 
     @property
     def positions(self) -> dict[Channel, int]:
@@ -71,10 +73,27 @@ class BarrierAligner:
 
     def resume_offsets(self) -> dict[int, int]:
         """Per partition, where reading must start so that nothing after the positions is lost."""
-        resume: dict[int, int] = {}
-        for (partition, _), offset in self._pos.items():
-            resume[partition] = min(resume.get(partition, offset + 1), offset + 1)
-        return resume
+        return resume_offsets(self._pos)
+
+    def admit(self, channel: Channel, offset: int) -> Verdict:
+        raise NotImplementedError
+
+    def on_barrier(self, channel: Channel, checkpoint_id: int, offset: int) -> BarrierOutcome:
+        raise NotImplementedError
+
+
+class BarrierAligner(BarrierHandler):
+    """Aligns barriers across ``channels``: a held channel is never processed early."""
+
+    def _setup(self) -> None:
+        self._pending: int | None = None
+        self._barrier_at: dict[Channel, int] = {}  # channels aligned for `pending`
+        self._first_held: dict[int, int] = {}  # partition -> first held-back offset
+        self._last_seen: dict[int, int] = {}  # partition -> last offset seen while aligning
+
+    @property
+    def pending(self) -> int | None:
+        return self._pending
 
     def admit(self, channel: Channel, offset: int) -> Verdict:
         """Verdict for a data record (the per-record hot path: keep it cheap)."""
@@ -115,7 +134,7 @@ class BarrierAligner:
             aborted = self.pending
             seeks = self._release(offset_of_current=(partition, offset))
         if self.pending is None:
-            self.pending = checkpoint_id
+            self._pending = checkpoint_id
             self._last_seen = {partition: offset}
         self._barrier_at[channel] = offset
         if len(self._barrier_at) < len(self._channels):
@@ -149,7 +168,28 @@ class BarrierAligner:
 
     def _reset(self, last_completed: int) -> None:
         self.last_completed = last_completed
-        self.pending = None
+        self._pending = None
         self._barrier_at = {}
         self._first_held = {}
         self._last_seen = {}
+
+
+def restored_positions(
+    channels: frozenset[Channel], positions: Mapping[Channel, int] | None
+) -> dict[Channel, int]:
+    """Per channel, the offset up to which a restored state holds its records (-1: none)."""
+    if not channels:
+        raise ValueError("a task needs at least one input channel")
+    restored = dict.fromkeys(channels, -1)
+    for channel, offset in (positions or {}).items():
+        if channel in restored:
+            restored[channel] = offset
+    return restored
+
+
+def resume_offsets(positions: Mapping[Channel, int]) -> dict[int, int]:
+    """Per partition, the first offset after which some channel's records are not held."""
+    resume: dict[int, int] = {}
+    for (partition, _), offset in positions.items():
+        resume[partition] = min(resume.get(partition, offset + 1), offset + 1)
+    return resume

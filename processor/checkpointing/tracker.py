@@ -14,48 +14,23 @@ recovered and skipped n) will never deliver n: n is given up.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-
-from processor.checkpointing.aligner import NOOP, BarrierOutcome, Channel, Verdict
+from processor.checkpointing.aligner import NOOP, BarrierHandler, BarrierOutcome, Channel, Verdict
 
 _PROCESS = Verdict.PROCESS
 _SKIP = Verdict.SKIP
 
 
-class BarrierTracker:
-    def __init__(
-        self,
-        channels: Iterable[Channel],
-        positions: Mapping[Channel, int] | None = None,
-        last_completed: int = 0,
-    ) -> None:
-        self._channels = frozenset(channels)
-        if not self._channels:
-            raise ValueError("a task needs at least one input channel")
-        self._pos: dict[Channel, int] = dict.fromkeys(self._channels, -1)
-        for channel, offset in (positions or {}).items():
-            if channel in self._pos:
-                self._pos[channel] = offset
+class BarrierTracker(BarrierHandler):
+    def _setup(self) -> None:
         # Replayed records at or below these offsets are not processed again: they are in
         # the restored state. Unlike the aligner's, positions move only at completions.
         self._skip_to = dict(self._pos)
-        self.last_completed = last_completed
         self._seen: dict[int, dict[Channel, int]] = {}  # checkpoint -> channel -> barrier offset
 
     @property
     def pending(self) -> int | None:
         """The oldest checkpoint in flight, if any."""
         return min(self._seen, default=None)
-
-    @property
-    def positions(self) -> dict[Channel, int]:
-        return dict(self._pos)
-
-    def resume_offsets(self) -> dict[int, int]:
-        resume: dict[int, int] = {}
-        for (partition, _), offset in self._pos.items():
-            resume[partition] = min(resume.get(partition, offset + 1), offset + 1)
-        return resume
 
     def admit(self, channel: Channel, offset: int) -> Verdict:
         return _SKIP if offset <= self._skip_to[channel] else _PROCESS

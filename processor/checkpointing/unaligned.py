@@ -37,45 +37,25 @@ barrier n": its cut includes records still in the shuffle logs. So
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-
-from processor.checkpointing.aligner import NOOP, BarrierOutcome, Channel, Verdict
+from processor.checkpointing.aligner import NOOP, BarrierHandler, BarrierOutcome, Channel, Verdict
 
 _PROCESS = Verdict.PROCESS
 _SKIP = Verdict.SKIP
 
 
-class UnalignedTracker:
-    def __init__(
-        self,
-        channels: Iterable[Channel],
-        positions: Mapping[Channel, int] | None = None,
-        last_completed: int = 0,
-    ) -> None:
-        self._channels = frozenset(channels)
-        if not self._channels:
-            raise ValueError("a task needs at least one input channel")
-        restored: dict[Channel, int] = dict.fromkeys(self._channels, -1)
-        for channel, offset in (positions or {}).items():
-            if channel in restored:
-                restored[channel] = offset
-        self._skip_to = restored  # in the restored state: never processed again
-        self._cur = dict(restored)  # the state holds each channel's records up to here
-        self.last_completed = last_completed
-        self.pending: int | None = None  # there is never an alignment in progress
+class UnalignedTracker(BarrierHandler):
+    """Never an alignment in progress (``pending`` is None). ``_pos``: the restored positions,
+    records up to which are never processed again; ``_cur``: the state's positions now."""
+
+    def _setup(self) -> None:
+        self._cur = dict(self._pos)
 
     @property
     def positions(self) -> dict[Channel, int]:
         return dict(self._cur)
 
-    def resume_offsets(self) -> dict[int, int]:
-        resume: dict[int, int] = {}
-        for (partition, _), offset in self._skip_to.items():
-            resume[partition] = min(resume.get(partition, offset + 1), offset + 1)
-        return resume
-
     def admit(self, channel: Channel, offset: int) -> Verdict:
-        if offset <= self._skip_to[channel]:
+        if offset <= self._pos[channel]:
             return _SKIP
         self._cur[channel] = offset
         return _PROCESS
@@ -83,7 +63,7 @@ class UnalignedTracker:
     def on_barrier(self, channel: Channel, checkpoint_id: int, offset: int) -> BarrierOutcome:
         if channel not in self._cur:
             raise ValueError(f"barrier from unknown channel {channel}")
-        if offset <= self._skip_to[channel]:
+        if offset <= self._pos[channel]:
             return NOOP  # replayed after a restore: consumed before
         self._cur[channel] = max(self._cur[channel], offset)
         if checkpoint_id <= self.last_completed:

@@ -36,6 +36,7 @@ from processor import faults, metrics
 from processor.checkpointing.aligner import (
     NOOP,
     BarrierAligner,
+    BarrierHandler,
     BarrierOutcome,
     Channel,
     Verdict,
@@ -620,9 +621,7 @@ class KeyedTask(Task):
         return lag
 
 
-def _barrier_handler(
-    settings: Settings,
-) -> type[BarrierAligner] | type[BarrierTracker] | type[UnalignedTracker]:
+def _barrier_handler(settings: Settings) -> type[BarrierHandler]:
     if settings.guarantee == "at_least_once":
         return BarrierTracker  # never hold a channel back; records may count twice
     if settings.checkpoint_alignment == "unaligned":

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
-from processor.checkpointing.aligner import BarrierAligner, Channel, Verdict
+from processor.checkpointing.aligner import (
+    BarrierAligner,
+    BarrierHandler,
+    BarrierOutcome,
+    Channel,
+    Verdict,
+)
 from processor.checkpointing.tracker import BarrierTracker
 from processor.checkpointing.unaligned import UnalignedTracker
 
@@ -156,11 +163,24 @@ def make_scenario(rng: random.Random, partitions: int, upstreams: int) -> Scenar
     return scenario
 
 
-def run_task(scenario: Scenario, rng: random.Random, crash_rate: float) -> set[int]:
+SnapshotCheck = Callable[[Scenario, Counter[int], BarrierOutcome, set[Channel]], None]
+
+
+def run_model(
+    scenario: Scenario,
+    rng: random.Random,
+    crash_rate: float,
+    handler_type: type[BarrierHandler],
+    check: SnapshotCheck,
+    exactly_once: bool = True,
+) -> Counter[int]:
+    """One task reading the scenario's partitions in a random interleaving, crashing now and
+    then (restore the last snapshot, rewind to its resume offsets). Returns how often each
+    record went into the final state; ``check`` judges every snapshot."""
     channels = {e.channel for log in scenario.logs.values() for e in log}
-    aligner = BarrierAligner(channels)
-    state: set[int] = set()
-    snapshot: tuple[set[int], dict[Channel, int], int] = (set(), aligner.positions, 0)
+    handler = handler_type(channels)
+    state: Counter[int] = Counter()
+    snapshot: tuple[Counter[int], dict[Channel, int], int] = (Counter(), handler.positions, 0)
     offsets = dict.fromkeys(scenario.logs, 0)
     steps = crashes = 0
     while any(offsets[p] < len(log) for p, log in scenario.logs.items()):
@@ -169,29 +189,44 @@ def run_task(scenario: Scenario, rng: random.Random, crash_rate: float) -> set[i
         if crashes < 5 and rng.random() < crash_rate:
             crashes += 1
             saved_state, saved_pos, saved_id = snapshot
-            state = set(saved_state)
-            aligner = BarrierAligner(channels, saved_pos, saved_id)
-            offsets.update(aligner.resume_offsets())
+            state = Counter(saved_state)
+            handler = handler_type(channels, saved_pos, saved_id)
+            offsets.update(handler.resume_offsets())
             continue
         p = rng.choice([q for q, log in scenario.logs.items() if offsets[q] < len(log)])
         offset = offsets[p]
         entry = scenario.logs[p][offset]
         offsets[p] = offset + 1
         if entry.barrier is None:
-            verdict = aligner.admit(entry.channel, offset)
-            if verdict is Verdict.PROCESS:
-                assert entry.record not in state, "processed twice"
-                state.add(entry.record)
+            if handler.admit(entry.channel, offset) is Verdict.PROCESS:
+                assert not (exactly_once and state[entry.record]), "processed twice"
+                state[entry.record] += 1
             continue
-        outcome = aligner.on_barrier(entry.channel, entry.barrier, offset)
+        outcome = handler.on_barrier(entry.channel, entry.barrier, offset)
         if outcome.completed is not None:
-            expected = set().union(*(scenario.before[(c, outcome.completed)] for c in channels))
-            assert state == expected, f"snapshot {outcome.completed} is not the cut"
-            snapshot = (set(state), dict(outcome.positions), outcome.completed)
+            check(scenario, state, outcome, channels)
+            snapshot = (Counter(state), dict(outcome.positions), outcome.completed)
         for part, seek_to in outcome.seeks.items():
             assert seek_to < offsets[part]
             offsets[part] = seek_to
     return state
+
+
+def _cut(scenario: Scenario, checkpoint: int, channels: set[Channel]) -> set[int]:
+    """The records every channel sent before barrier ``checkpoint``."""
+    return set().union(*(scenario.before[(c, checkpoint)] for c in channels))
+
+
+def is_the_cut(
+    scenario: Scenario, state: Counter[int], outcome: BarrierOutcome, channels: set[Channel]
+) -> None:
+    assert outcome.completed is not None
+    cut = _cut(scenario, outcome.completed, channels)
+    assert set(state) == cut, f"snapshot {outcome.completed} is not the cut"
+
+
+def run_task(scenario: Scenario, rng: random.Random, crash_rate: float) -> set[int]:
+    return set(run_model(scenario, rng, crash_rate, BarrierAligner, is_the_cut))
 
 
 @pytest.mark.parametrize("seed", range(300))
@@ -205,39 +240,17 @@ def test_model_every_record_exactly_once_and_snapshots_are_cuts(seed: int) -> No
 # --- at-least-once: the tracker ----------------------------------------------------------------
 
 
+def holds_the_cut(
+    scenario: Scenario, state: Counter[int], outcome: BarrierOutcome, channels: set[Channel]
+) -> None:
+    assert not outcome.seeks, "the tracker never holds anything back"
+    assert outcome.completed is not None
+    cut = _cut(scenario, outcome.completed, channels)
+    assert cut <= set(state), f"snapshot {outcome.completed} misses records of its cut"
+
+
 def run_tracker(scenario: Scenario, rng: random.Random, crash_rate: float) -> Counter[int]:
-    """Like run_task, with the tracker: state is a multiset, since records may count twice."""
-    channels = {e.channel for log in scenario.logs.values() for e in log}
-    tracker = BarrierTracker(channels)
-    state: Counter[int] = Counter()
-    snapshot: tuple[Counter[int], dict[Channel, int], int] = (Counter(), tracker.positions, 0)
-    offsets = dict.fromkeys(scenario.logs, 0)
-    steps = crashes = 0
-    while any(offsets[p] < len(log) for p, log in scenario.logs.items()):
-        steps += 1
-        assert steps < 100_000, "no progress"
-        if crashes < 5 and rng.random() < crash_rate:
-            crashes += 1
-            saved_state, saved_pos, saved_id = snapshot
-            state = Counter(saved_state)
-            tracker = BarrierTracker(channels, saved_pos, saved_id)
-            offsets.update(tracker.resume_offsets())
-            continue
-        p = rng.choice([q for q, log in scenario.logs.items() if offsets[q] < len(log)])
-        offset = offsets[p]
-        entry = scenario.logs[p][offset]
-        offsets[p] = offset + 1
-        if entry.barrier is None:
-            if tracker.admit(entry.channel, offset) is Verdict.PROCESS:
-                state[entry.record] += 1
-            continue
-        outcome = tracker.on_barrier(entry.channel, entry.barrier, offset)
-        assert not outcome.seeks, "the tracker never holds anything back"
-        if outcome.completed is not None:
-            cut = set().union(*(scenario.before[(c, outcome.completed)] for c in channels))
-            assert cut <= set(state), f"snapshot {outcome.completed} misses records of its cut"
-            snapshot = (Counter(state), dict(outcome.positions), outcome.completed)
-    return state
+    return run_model(scenario, rng, crash_rate, BarrierTracker, holds_the_cut, exactly_once=False)
 
 
 @pytest.mark.parametrize("seed", range(300))
@@ -277,45 +290,22 @@ def test_tracker_gives_up_a_checkpoint_a_channel_skipped() -> None:
 # --- unaligned checkpoints -----------------------------------------------------------------------
 
 
+def is_its_positions_cut(
+    scenario: Scenario, state: Counter[int], outcome: BarrierOutcome, channels: set[Channel]
+) -> None:
+    """Per channel, exactly its records up to the snapshot's position."""
+    assert not outcome.seeks and outcome.aborted is None
+    held = {
+        e.record
+        for log in scenario.logs.values()
+        for o, e in enumerate(log)
+        if e.barrier is None and o <= outcome.positions[e.channel]
+    }
+    assert set(state) == held, f"snapshot {outcome.completed} is not its positions' cut"
+
+
 def run_unaligned(scenario: Scenario, rng: random.Random, crash_rate: float) -> set[int]:
-    channels = {e.channel for log in scenario.logs.values() for e in log}
-    tracker = UnalignedTracker(channels)
-    state: set[int] = set()
-    snapshot: tuple[set[int], dict[Channel, int], int] = (set(), tracker.positions, 0)
-    offsets = dict.fromkeys(scenario.logs, 0)
-    steps = crashes = 0
-    while any(offsets[p] < len(log) for p, log in scenario.logs.items()):
-        steps += 1
-        assert steps < 100_000, "no progress"
-        if crashes < 5 and rng.random() < crash_rate:
-            crashes += 1
-            saved_state, saved_pos, saved_id = snapshot
-            state = set(saved_state)
-            tracker = UnalignedTracker(channels, saved_pos, saved_id)
-            offsets.update(tracker.resume_offsets())
-            continue
-        p = rng.choice([q for q, log in scenario.logs.items() if offsets[q] < len(log)])
-        offset = offsets[p]
-        entry = scenario.logs[p][offset]
-        offsets[p] = offset + 1
-        if entry.barrier is None:
-            if tracker.admit(entry.channel, offset) is Verdict.PROCESS:
-                assert entry.record not in state, "processed twice"
-                state.add(entry.record)
-            continue
-        outcome = tracker.on_barrier(entry.channel, entry.barrier, offset)
-        assert not outcome.seeks and outcome.aborted is None
-        if outcome.completed is not None:
-            # The cut: per channel, exactly its records up to the snapshot's position.
-            held = {
-                e.record
-                for log in scenario.logs.values()
-                for o, e in enumerate(log)
-                if e.barrier is None and o <= outcome.positions[e.channel]
-            }
-            assert state == held, f"snapshot {outcome.completed} is not its positions' cut"
-            snapshot = (set(state), dict(outcome.positions), outcome.completed)
-    return state
+    return set(run_model(scenario, rng, crash_rate, UnalignedTracker, is_its_positions_cut))
 
 
 @pytest.mark.parametrize("seed", range(300))
