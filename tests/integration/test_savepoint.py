@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 
 from processor.commands import corpus
+from processor.runtime.keyed import STATE_FORMAT
+from processor.state.rocksdb.snapshots import seal_manifest
+from processor.state.savepoints import MANIFEST_NAME, Savepoint
+from processor.state.storage import DirectoryStorage
 from tests.integration.harness import JobRun, SuccessorRun
 
 
@@ -73,4 +77,25 @@ def test_a_savepoint_of_a_job_that_never_ran_is_one_line(
     assert taken.returncode == 1
     assert taken.stderr.strip().splitlines() == [
         f"processor: job {run.job} has no {run.job}.checkpoints topic: no coordinator ever ran it"
+    ]
+
+
+def test_state_the_pipeline_dropped_is_refused_in_one_line(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    run = JobRun(kafka_bootstrap, tmp_path)
+    location = tmp_path / "sp"
+    saved = Savepoint("", "old", 5, "t", STATE_FORMAT, {}, {}, {"count": ["counts", "gone"]})
+    DirectoryStorage(location).put_bytes(MANIFEST_NAME, seal_manifest(saved.to_json()))
+    result = subprocess.run(
+        [sys.executable, "-m", "processor", "coordinator", "--from-savepoint", str(location)],
+        env=run.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"processor: savepoint {str(location)!r} has state of operators the pipeline does not "
+        "have: gone (PROCESSOR_ALLOW_DROPPED_STATE=true drops it)"
     ]
