@@ -37,11 +37,13 @@ class JobRun:
     ) -> None:
         self.job = f"it-{uuid.uuid4().hex[:8]}"
         self.workdir = workdir
+        # A pipeline (settings["pipeline"]) reads its own source topic: pass it as input_topic.
+        input_topic = settings.get("input_topic", f"{self.job}.input")
         self.env = {
             **os.environ,
             "PROCESSOR_BOOTSTRAP_SERVERS": bootstrap,
             "PROCESSOR_JOB_NAME": self.job,
-            "PROCESSOR_INPUT_TOPIC": f"{self.job}.input",
+            "PROCESSOR_INPUT_TOPIC": input_topic,
             "PROCESSOR_OUTPUT_TOPIC": f"{self.job}.counts",
             "PROCESSOR_STATE_DIR": str(workdir / "state"),
             "PROCESSOR_CHECKPOINT_DIR": str(workdir / "checkpoints"),
@@ -53,7 +55,7 @@ class JobRun:
         self.settings: Settings = load_settings(
             bootstrap_servers=bootstrap,
             job_name=self.job,
-            input_topic=f"{self.job}.input",
+            input_topic=input_topic,
             output_topic=f"{self.job}.counts",
         )
         clients.ensure_topic(
@@ -103,6 +105,11 @@ class JobRun:
 
     def finish(self, timeout: float = 400) -> int:
         """Wait for the feed and for the job to be idle; verify; return records verified."""
+        self.drain(timeout)
+        return self.verify_exactly_once()
+
+    def drain(self, timeout: float = 400) -> None:
+        """Wait for the feed and for the job to be idle (every input committed)."""
         if self._feeder is not None:
             self._feeder.join(300)
             assert not self._feeder.is_alive(), "the input feed did not finish"
@@ -110,7 +117,6 @@ class JobRun:
             # It saw the job idle during a pause of the feed and left: the rest needs one.
             self.start_coordinator()
         self.wait_idle(timeout)
-        return self.verify_exactly_once()
 
     # --- processes -----------------------------------------------------------------------
 
