@@ -257,10 +257,13 @@ def main() -> int:
     )
     parser.add_argument("--port", type=int, default=PORT, help="the broker's (controller: +1)")
     parser.add_argument("--s3-port", type=int, default=S3_PORT)
+    parser.add_argument("--keep", default="", help="a directory for the logs, kept afterwards")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
+        workdir = Path(args.keep or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
         summary = run_chaos(
-            Path(tmp),
+            workdir,
             args.words,
             args.faults,
             args.seed,
