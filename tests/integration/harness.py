@@ -65,6 +65,7 @@ class JobRun:
         self.coordinator: subprocess.Popen[bytes] | None = None
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
         self._feeder: threading.Thread | None = None
+        self._feed_error: BaseException | None = None
         self._producer = Producer(
             {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10}
         )
@@ -87,7 +88,9 @@ class JobRun:
                     break
                 except BufferError:
                     self._producer.poll(0.05)
-        assert self._producer.flush(30) == 0
+        # Long enough to outlast a broker restart (a chaos fault): the queued records wait
+        # in the idempotent producer and go out, once each, when it is back.
+        assert self._producer.flush(180) == 0, "input records still unsent after 180 s"
 
     def feed(self, words: int, seconds: float, seed: int = 11) -> None:
         """Produce a corpus in the background, spread over ``seconds``: kills land mid-stream."""
@@ -96,9 +99,12 @@ class JobRun:
         size = len(lines) // chunks + 1
 
         def run() -> None:
-            for i in range(chunks):
-                self.produce(lines[i * size : (i + 1) * size])
-                time.sleep(seconds / chunks)
+            try:
+                for i in range(chunks):
+                    self.produce(lines[i * size : (i + 1) * size])
+                    time.sleep(seconds / chunks)
+            except BaseException as exc:  # noqa: BLE001 - raised again by drain()
+                self._feed_error = exc
 
         self._feeder = threading.Thread(target=run, daemon=True)
         self._feeder.start()
@@ -113,6 +119,9 @@ class JobRun:
         if self._feeder is not None:
             self._feeder.join(300)
             assert not self._feeder.is_alive(), "the input feed did not finish"
+            if self._feed_error is not None:
+                # Verifying against input that was never written would report it lost.
+                raise AssertionError(f"the input feed failed: {self._feed_error!r}")
         if self.coordinator is not None and self.coordinator.poll() == 0:
             # It saw the job idle during a pause of the feed and left: the rest needs one.
             self.start_coordinator()
