@@ -20,7 +20,20 @@ def read_updates(
     settings: Settings, topic: str, timeout: float = 60
 ) -> tuple[dict[str, int], dict[str, list[int]]]:
     """Final counts and, per key, every value in log order (for exactly-once checks)."""
+    updates: dict[str, list[int]] = {}
+    for key, value in read_records(settings, topic, timeout):
+        if key is not None:
+            updates.setdefault(key.decode(), []).append(int(value))
+    return {k: v[-1] for k, v in updates.items()}, updates
+
+
+def read_records(
+    settings: Settings, topic: str, timeout: float = 60
+) -> list[tuple[bytes | None, bytes]]:
+    """Every committed record of ``topic`` (read_committed, up to its end): (key, value), each
+    partition in log order. TimeoutError if a partition does not reach its end in time."""
     consumer = clients.consumer(settings, **{"group.id": f"{settings.job_name}.reader"})
+    records: list[tuple[bytes | None, bytes]] = []
     try:
         partitions = clients.topic_partitions(consumer, topic) or 0
         ends: dict[int, int] = {}
@@ -29,15 +42,14 @@ def read_updates(
             if high > 0:
                 ends[p] = high
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        updates: dict[str, list[int]] = {}
 
         deadline = time.monotonic() + timeout
         while ends and time.monotonic() < deadline:
             for msg in consumer.consume(10_000, 0.2):
-                key, value = msg.key(), msg.value()
-                if msg.error() is not None or key is None or value is None:
+                value = msg.value()
+                if msg.error() is not None or value is None:
                     continue
-                updates.setdefault(key.decode(), []).append(int(value))
+                records.append((msg.key(), value))
             # read_committed stops at the last stable offset: compare positions with the ends.
             for tp in consumer.position([TopicPartition(topic, p) for p in list(ends)]):
                 if tp.offset >= ends[tp.partition]:
@@ -49,7 +61,7 @@ def read_updates(
             )
     finally:
         consumer.close()
-    return {k: v[-1] for k, v in updates.items()}, updates
+    return records
 
 
 def top(counts: dict[str, int], k: int) -> list[tuple[str, int]]:

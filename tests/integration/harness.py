@@ -39,11 +39,13 @@ class JobRun:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         topics, storage = self._shared_with()
+        # A pipeline (settings["pipeline"]) reads its own source topic: pass it as input_topic.
+        input_topic = settings.get("input_topic", f"{topics}.input")
         self.env = {
             **os.environ,
             "PROCESSOR_BOOTSTRAP_SERVERS": bootstrap,
             "PROCESSOR_JOB_NAME": self.job,
-            "PROCESSOR_INPUT_TOPIC": f"{topics}.input",
+            "PROCESSOR_INPUT_TOPIC": input_topic,
             "PROCESSOR_OUTPUT_TOPIC": f"{topics}.counts",
             "PROCESSOR_STATE_DIR": str(workdir / "state"),
             "PROCESSOR_CHECKPOINT_DIR": str(storage / "checkpoints"),
@@ -55,7 +57,7 @@ class JobRun:
         self.settings: Settings = load_settings(
             bootstrap_servers=bootstrap,
             job_name=self.job,
-            input_topic=f"{topics}.input",
+            input_topic=input_topic,
             output_topic=f"{topics}.counts",
         )
         if input_partitions:  # 0: a pipeline's run, which has source topics of its own
@@ -68,6 +70,7 @@ class JobRun:
         self._feeder: threading.Thread | None = None
         self.halfway = threading.Event()  # a feed that holds half-way has got there
         self._resume = threading.Event()
+        self._feed_error: BaseException | None = None
         self._producer = Producer(
             {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10}
         )
@@ -108,7 +111,9 @@ class JobRun:
                     break
                 except BufferError:
                     self._producer.poll(0.05)
-        assert self._producer.flush(30) == 0
+        # Long enough to outlast a broker restart (a chaos fault): the queued records wait
+        # in the idempotent producer and go out, once each, when it is back.
+        assert self._producer.flush(180) == 0, "input records still unsent after 180 s"
 
     def feed(self, words: int, seconds: float, seed: int = 11) -> None:
         """Produce a corpus in the background, spread over ``seconds``: kills land mid-stream."""
@@ -129,12 +134,15 @@ class JobRun:
         size = len(values) // chunks + 1
 
         def run() -> None:
-            for i in range(chunks):
-                if hold_halfway and i == chunks // 2:
-                    self.halfway.set()
-                    self._resume.wait(300)
-                send(values[i * size : (i + 1) * size])
-                time.sleep(seconds / chunks)
+            try:
+                for i in range(chunks):
+                    if hold_halfway and i == chunks // 2:
+                        self.halfway.set()
+                        self._resume.wait(300)
+                    send(values[i * size : (i + 1) * size])
+                    time.sleep(seconds / chunks)
+            except BaseException as exc:  # noqa: BLE001 - raised again by drain()
+                self._feed_error = exc
 
         self._feeder = threading.Thread(target=run, daemon=True)
         self._feeder.start()
@@ -148,10 +156,13 @@ class JobRun:
         return self.verify_exactly_once()
 
     def drain(self, timeout: float = 400) -> None:
-        """Wait for the feed to end and for the job to be idle."""
+        """Wait for the feed and for the job to be idle (every input committed)."""
         if self._feeder is not None:
             self._feeder.join(300)
             assert not self._feeder.is_alive(), "the input feed did not finish"
+            if self._feed_error is not None:
+                # Verifying against input that was never written would report it lost.
+                raise AssertionError(f"the input feed failed: {self._feed_error!r}")
         if self.coordinator is not None and self.coordinator.poll() == 0:
             # It saw the job idle during a pause of the feed and left: the rest needs one.
             self.start_coordinator()

@@ -1,4 +1,7 @@
-"""The chaos run in its short CI mode (the long run: python -m tests.chaos)."""
+"""The chaos run in its short CI mode (the long run: python -m tests.chaos).
+
+PROCESSOR_TEST_CHAOS_PORT (default 19292) and PROCESSOR_TEST_CHAOS_S3_PORT (19392) move the
+ports of the broker and the S3 server each test starts."""
 
 from __future__ import annotations
 
@@ -25,3 +28,27 @@ def test_chaos_short_with_s3_storage_and_an_outage(tmp_path: Path) -> None:
     assert summary.faults["S3 outage"] == 1
     assert summary.records_verified > 0
     assert (summary.lost, summary.duplicated, summary.unknown) == (0, 0, 0), report
+
+
+def test_chaos_short_on_the_two_shuffle_pipeline(tmp_path: Path) -> None:
+    """Every sink of examples/two_shuffles.py exact after worker and coordinator SIGKILLs and
+    a zombie (seed 4: kill, kill, coordinator, kill, stop)."""
+    example = Path(__file__).parents[2] / "examples" / "two_shuffles.py"
+    summary = run_chaos(
+        tmp_path,
+        words=60_000,
+        faults=5,
+        seed=4,
+        broker_restart=False,
+        pipeline=f"{example}:pipeline",
+    )
+    report = summary.to_json()
+    print(json.dumps(report))
+    assert set(summary.faults) == {
+        "worker SIGKILL",
+        "coordinator SIGKILL",
+        "worker SIGSTOP (zombie)",
+    }
+    assert set(summary.sinks) == {"word-counts", "distinct-words-per-letter"}
+    assert all(check.records > 0 for check in summary.sinks.values()), report
+    assert summary.exact, report
