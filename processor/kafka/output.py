@@ -28,6 +28,8 @@ from processor.models.records import Headers
 # A loopback or LAN broker answers in milliseconds; a coordinator that moved answers within
 # seconds. Longer than this, the call is one of librdkafka's hangs: restart the task.
 SEND_OFFSETS_TIMEOUT_S = 10.0
+# Marks the (aborted, empty) records of `abort_leftovers` for read_uncommitted readers.
+_LEFTOVERS: list[tuple[str, str | bytes | None]] = [("processor.leftovers", b"")]
 
 
 class TransactionalOutput:
@@ -54,6 +56,40 @@ class TransactionalOutput:
         self._calls.submit(
             "init_transactions", timeout, lambda: self._producer.init_transactions(timeout)
         )
+        self._calls.settle()
+
+    def abort_leftovers(
+        self, outputs: list[TopicPartition], consumer: Consumer, inputs: list[TopicPartition]
+    ) -> None:
+        """Abort whatever an earlier incarnation left *unmarked* in the task's partitions.
+
+        ``init_transactions`` completes every earlier transaction of this id, but completing
+        one does not always mean its markers were written: on a graceful restart of a
+        single-broker cluster the transaction coordinator can complete a commit while the
+        partitions have no leader, skip their markers, and leave the data and the offset
+        commit of that transaction open in the logs (seen in the chaos run). The next marker
+        this producer writes into such a partition closes them: a commit would commit them
+        too, after the task has replayed that very epoch from its older stable offsets
+        (duplicates). So, before anything else, one transaction touches every partition the
+        task writes to and the group's offsets of its inputs, and is aborted: whatever was
+        left open there is aborted with it, consistent with the offsets the task resumes from.
+        Its records are empty, aborted, and never seen by read_committed readers.
+        """
+
+        def abort() -> None:
+            producer = self._producer
+            producer.begin_transaction()
+            for tp in outputs:
+                producer.produce(tp.topic, b"", partition=tp.partition, headers=_LEFTOVERS)
+            if inputs:
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(tp.topic, tp.partition, 0) for tp in inputs],
+                    consumer.consumer_group_metadata(),
+                    SEND_OFFSETS_TIMEOUT_S,
+                )
+            producer.abort_transaction(60)
+
+        self._calls.submit("abort_leftovers", 60 + SEND_OFFSETS_TIMEOUT_S, abort)
         self._calls.settle()
 
     def _begin(self) -> None:
@@ -222,6 +258,11 @@ class AtLeastOnceOutput(TransactionalOutput):
 
     def init(self, timeout: float = 60) -> None:
         pass  # nothing to fence
+
+    def abort_leftovers(
+        self, outputs: list[TopicPartition], consumer: Consumer, inputs: list[TopicPartition]
+    ) -> None:
+        pass  # no transactions, nothing left open
 
     def _begin(self) -> None:
         self._calls.settle()

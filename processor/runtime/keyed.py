@@ -65,6 +65,7 @@ from processor.runtime.task import (
     commit_metadata,
     committed_after_fencing,
     local_dir,
+    output_partitions,
 )
 from processor.state.factory import open_storage
 from processor.state.rocksdb.snapshots import SnapshotInfo, SnapshotRef, SnapshotStore
@@ -139,6 +140,8 @@ class KeyedTask(Task):
         store: RocksDBStore | None = None
         try:
             out.init()
+            inputs = [TopicPartition(self.topic, self.partition)]
+            out.abort_leftovers(output_partitions(consumer, self.output_topics()), consumer, inputs)
             store = self._restore(consumer)
             self.state = "running"
             while not self.ctx.stop.is_set():

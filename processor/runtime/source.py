@@ -35,6 +35,7 @@ from processor.runtime.task import (
     check,
     commit_metadata,
     committed_after_fencing,
+    output_partitions,
 )
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ class SourceTask(Task):
         consumer = clients.task_consumer(s)
         try:
             out.init()
+            inputs = [TopicPartition(self.topic, p) for p in self.partitions]
+            out.abort_leftovers(output_partitions(consumer, self.output_topics()), consumer, inputs)
             self._restore(consumer)
             self.state = "running"
             chain = self.chain

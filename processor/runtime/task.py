@@ -9,12 +9,13 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
+    Consumer,
     ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
@@ -106,6 +107,15 @@ class Task:
         self._records_in = 0  # in the current epoch
         self._records_out = 0
 
+    def output_topics(self) -> list[str]:
+        """Every topic the task writes to: downstream shuffles, sinks, the DLQ."""
+        graph, stage = self.ctx.graph, self.ctx.stage
+        return [
+            *(graph.shuffle_topic(n.name) for n in stage.shuffles),
+            *(n.topic for n in stage.sinks),
+            self.settings.dlq_topic,
+        ]
+
     @property
     def transactional_id(self) -> str:
         # Stable per task, whichever worker runs it: that is what fences a zombie.
@@ -172,6 +182,15 @@ def committed_after_fencing(
         if tp.error is not None:
             raise KafkaException(tp.error)
     return result
+
+
+def output_partitions(consumer: Consumer, topics: Iterable[str]) -> list[TopicPartition]:
+    """Every partition of ``topics`` (those that exist)."""
+    found: list[TopicPartition] = []
+    for topic in sorted(set(topics)):
+        partitions = clients.topic_partitions(consumer, topic) or 0
+        found.extend(TopicPartition(topic, p) for p in range(partitions))
+    return found
 
 
 def commit_metadata(tp: TopicPartition) -> dict[str, Any]:
