@@ -47,9 +47,7 @@ def run_demo(settings: Settings, words: int, workers: int, k: int, env: dict[str
         path = Path(tmp) / "corpus.txt"
         print(f"writing a corpus of {words:,} words to {path} ...", flush=True)
         corpus.write(path, words)
-        expected = collections.Counter(
-            extract_words(path.read_text(encoding="utf-8").splitlines())
-        )
+        expected = collections.Counter(extract_words(path.read_text(encoding="utf-8").splitlines()))
         produce_lines(demo_settings, demo_settings.input_topic, [path], partitions=4)
         print(
             f"running job {job} with {workers} workers until all input is committed ...", flush=True

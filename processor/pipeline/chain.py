@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from processor.models.records import encode_shuffle
 from processor.pipeline.api import Node
 from processor.pipeline.ops import (
+    TAGGED,
     UNSET,
     RecordError,
     folder,
@@ -93,8 +94,9 @@ class ShuffleOut:
     def __len__(self) -> int:
         return len(self._counts) + len(self._partials) + len(self._pairs)
 
-    def add(self, keys: list[Any], values: list[Any]) -> None:
-        if self._count and set(map(type, keys)) <= {str}:
+    def add(self, keys: list[Any], values: list[Any], all_str: bool = False) -> None:
+        """``all_str``: the caller knows every key is a plain ``str`` (skips that check)."""
+        if self._count and (all_str or set(map(type, keys)) <= {str}):
             self._counts.update(keys)  # the word count path: one C loop per batch
             return
         texts = [key_text(k) for k in keys]
@@ -113,14 +115,22 @@ class ShuffleOut:
     def take(self, channel: int) -> list[tuple[int, bytes]]:
         """(partition, record value) of everything buffered; the buffers are empty after."""
         combined: dict[str, Any] = self._partials
-        for key, n in self._counts.items():  # plain strings: mostly their own key text
-            text = key_text(key)
-            combined[text] = combined.get(text, 0) + n
+        counts = self._counts  # plain strings: their own key text unless tagged-looking
+        if counts and not combined:
+            # Distinct strings have distinct key texts: one comprehension, no merging.
+            combined = {(k if k[:1] != TAGGED else key_text(k)): n for k, n in counts.items()}
+        else:
+            for key, n in counts.items():
+                text = key_text(key)
+                combined[text] = combined.get(text, 0) + n
         out: list[tuple[int, bytes]] = []
         if combined:
             parts: list[dict[str, Any]] = [{} for _ in range(self.partitions)]
+            partition_of = self._partition_of
             for text, partial in combined.items():
-                p = self._partition(text)
+                p = partition_of.get(text)
+                if p is None:
+                    p = self._partition(text)
                 if p >= 0:
                     parts[p][text] = partial
             for p, body in enumerate(parts):
@@ -193,6 +203,8 @@ class StageChain:
             for n in stage.shuffles
         }
         self._folders = {n: folder(n) for n in stage.nodes if n.aggregated}
+        # count and sum fold inline (no call per value): the word count path.
+        self._adds = {n: n.kind for n in self._folders if n.kind in ("count", "sum")}
         # Per aggregation: key text -> latest value this epoch (emitted at flush) / set quietly.
         self._dirty: dict[Node, dict[str, Any]] = {n: {} for n in self._folders}
         self._quiet: dict[Node, dict[str, Any]] = {n: {} for n in self._folders}
@@ -213,7 +225,9 @@ class StageChain:
         if isinstance(body, dict):
             assert self._merge is not None, "combined records for a stage that has no combiner"
             node, merge = self._merge
-            self._aggregate(node, list(body.items()), quiet, merge)
+            # Partial counts and sums merge by addition, like a sum's values.
+            add = "sum" if node in self._adds else None
+            self._aggregate(node, list(body.items()), quiet, merge, add, unique=True)
         else:
             self._push(self.stage.head, [(text, value) for text, value in body], quiet)
 
@@ -243,8 +257,11 @@ class StageChain:
                 continue
             items = list(dirty.items())
             dirty.clear()
-            for text, value in items:
-                writes[_state_key(node, text)] = json.dumps(value).encode()
+            prefix = _state_prefix(node)
+            writes.update(
+                (prefix + text.encode(), b"%d" % v if type(v) is int else json.dumps(v).encode())
+                for text, v in items
+            )
             self._push(node, items, quiet=False)
         for node, cache in self._process.items():
             for text, value in cache.items():
@@ -290,16 +307,18 @@ class StageChain:
         elif kind == "key_by":
             assert fn is not None
             values = [v for _, v in batch] if keyed else batch
+            # key_by(str) of plain strings (word count's words) keys each by itself.
+            all_str = fn is str and set(map(type, values)) <= {str}
             try:
-                keys = list(map(fn, values))
+                keys = values if all_str else list(map(fn, values))
             except Exception:  # noqa: BLE001 - keep the records it could key
                 pairs = self._each(node, values, False, lambda v: [(fn(v), v)], fast=False)
                 keys, values = [k for k, _ in pairs], [v for _, v in pairs]
             if not quiet:
-                self.shuffles[node.name].add(keys, values)
+                self.shuffles[node.name].add(keys, values, all_str)
             return
         elif node.aggregated:
-            self._aggregate(node, batch, quiet, self._folders[node])
+            self._aggregate(node, batch, quiet, self._folders[node], self._adds.get(node))
             return
         elif kind == "process":
             out = self._process_batch(node, batch, quiet)
@@ -316,7 +335,8 @@ class StageChain:
     ) -> list[Any]:
         if node.batch_fn is not None and not keyed:
             try:
-                return list(node.batch_fn(batch))
+                out = node.batch_fn(batch)
+                return out if type(out) is list else list(out)
             except Exception:  # noqa: BLE001 - find the failing records one by one
                 pass
         return self._each(node, batch, keyed, fn)
@@ -357,31 +377,61 @@ class StageChain:
         batch: list[tuple[str, Any]],
         quiet: bool,
         fold: Callable[[Any, Any], Any],
+        add: str | None = None,
+        unique: bool = False,
     ) -> None:
+        """``add``: "count" or "sum" when ``fold`` is that (folded inline, the same
+        arithmetic); ``unique``: the batch's keys are distinct (a combined record)."""
         # Loud updates go to the dirty map (emitted at flush). Quiet ones go to the quiet map
         # (stored, not emitted), except for a key already dirty: its output is pending anyway
         # and carries the sum. A key updated quietly, then loudly, moves to the dirty map.
         dirty, quiet_map = self._dirty[node], self._quiet[node]
-        missing = []
-        for text in {t for t, _ in batch}:
-            if text in dirty:
-                continue
-            if text in quiet_map:
-                if not quiet:
-                    dirty[text] = quiet_map.pop(text)
-                continue
-            missing.append(text)
+        if not quiet_map:  # the common case: a key is either dirty already or missing
+            if unique:
+                missing = [t for t, _ in batch if t not in dirty]
+            else:
+                missing = [t for t in {t for t, _ in batch} if t not in dirty]
+        else:
+            missing = []
+            for text in [t for t, _ in batch] if unique else {t for t, _ in batch}:
+                if text in dirty:
+                    continue
+                if text in quiet_map:
+                    if not quiet:
+                        dirty[text] = quiet_map.pop(text)
+                    continue
+                missing.append(text)
         if missing:
             fresh = quiet_map if quiet else dirty
-            raws = self._state.get_many([_state_key(node, t) for t in missing])
+            prefix = _state_prefix(node)
+            raws = self._state.get_many([prefix + t.encode() for t in missing])
+            loads = json.loads
             for text, raw in zip(missing, raws, strict=True):
-                fresh[text] = UNSET if raw is None else json.loads(raw)
-        for text, value in batch:
-            target = dirty if text in dirty else quiet_map
-            try:
-                target[text] = fold(target[text], value)
-            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-                self._dead(node, exc, value)
+                # A count's JSON is its digits: int() reads it without the JSON decoder.
+                fresh[text] = UNSET if raw is None else int(raw) if raw.isdigit() else loads(raw)
+        failed = False
+        if add == "count" and not quiet_map:  # loud only: every key is in the dirty map
+            for text, _ in batch:
+                acc = dirty[text]
+                dirty[text] = 1 if acc is UNSET else acc + 1
+        elif add == "sum" and not quiet_map:
+            for text, value in batch:
+                acc = dirty[text]
+                try:
+                    dirty[text] = value if acc is UNSET else acc + value
+                except Exception as exc:  # noqa: BLE001 - a sum of what does not add: dead
+                    failed = True
+                    self._dead(node, exc, value)
+        else:
+            for text, value in batch:
+                target = dirty if text in dirty else quiet_map
+                try:
+                    target[text] = fold(target[text], value)
+                except Exception as exc:  # noqa: BLE001 - a user function's failure: dead
+                    failed = True
+                    self._dead(node, exc, value)
+        if not failed:
+            return  # every key that was missing now has a value
         for text in missing:
             for target in (dirty, quiet_map):
                 if target.get(text, None) is UNSET:
@@ -404,13 +454,20 @@ class StageChain:
 
     def _load(self, node: Node, text: str) -> Any:
         (raw,) = self._state.get_many([_state_key(node, text)])
-        return UNSET if raw is None else json.loads(raw)
+        return UNSET if raw is None else _decode_state(raw)
 
     def _sink(self, node: Node, batch: list[Any], keyed: bool) -> None:
         records = self.sinks.setdefault(node.topic, [])
         try:
             if keyed:
-                records.extend((sink_key(key_of(t)), sink_value(v)) for t, v in batch)
+                # A plain string key's text is itself; an int's JSON its digits.
+                records.extend(
+                    (
+                        t.encode() if t[:1] != TAGGED else sink_key(key_of(t)),
+                        b"%d" % v if type(v) is int else sink_value(v),
+                    )
+                    for t, v in batch
+                )
             else:
                 records.extend((None, sink_value(v)) for v in batch)
             return
@@ -431,6 +488,16 @@ class StageChain:
 
 def _state_key(node: Node, text: str) -> bytes:
     return f"{node.name}\0{text}".encode()
+
+
+def _state_prefix(node: Node) -> bytes:
+    """``_state_key(node, text) == _state_prefix(node) + text.encode()``."""
+    return f"{node.name}\0".encode()
+
+
+def _decode_state(raw: bytes) -> Any:
+    # A count's JSON is its digits: int() reads it without the JSON decoder.
+    return int(raw) if raw.isdigit() else json.loads(raw)
 
 
 def _encode_within(channel: int, body: dict[str, Any] | list[list[Any]]) -> list[bytes]:
