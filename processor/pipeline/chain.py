@@ -29,6 +29,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain
 from typing import Any, Protocol
 
@@ -99,7 +100,8 @@ class ShuffleOut:
         if self._count and (all_str or set(map(type, keys)) <= {str}):
             self._counts.update(keys)  # the word count path: one C loop per batch
             return
-        texts = [key_text(k) for k in keys]
+        # key_text inline for plain strings (their own text): no call per key.
+        texts = [k if type(k) is str and k[:1] != TAGGED else key_text(k) for k in keys]
         if self._count:
             partials = self._partials
             for text in texts:
@@ -137,8 +139,11 @@ class ShuffleOut:
                 out.extend((p, v) for v in _encode_within(channel, body))
         if self._pairs:
             lists: list[list[list[Any]]] = [[] for _ in range(self.partitions)]
+            partition_of = self._partition_of
             for text, value in self._pairs:
-                p = self._partition(text)
+                p = partition_of.get(text)
+                if p is None:
+                    p = self._partition(text)
                 if p >= 0:
                     lists[p].append([text, value])
             for p, pairs in enumerate(lists):
@@ -442,14 +447,17 @@ class StageChain:
         assert fn is not None
         cache = self._process[node]
         out: list[tuple[str, Any]] = []
+        append = out.append
+        load = partial(self._load, node)
         for text, value in batch:
-            handle = _KeyState(cache, text, lambda t: self._load(node, t))
+            handle = _KeyState(cache, text, load)
             try:
                 emitted = list(fn(value, handle))
             except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
                 self._dead(node, exc, value)
                 continue
-            out.extend((text, e) for e in emitted)
+            for e in emitted:
+                append((text, e))
         return out
 
     def _load(self, node: Node, text: str) -> Any:
