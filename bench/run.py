@@ -166,7 +166,10 @@ def _throughput(
     lines: int,
     timeout: float,
     on_start: Callable[[Running], object] | None = None,
+    also: Sequence[OutputWatcher] = (),
 ) -> dict[str, Any]:
+    """``also``: more output topics that must be exact too (a pipeline with more than one
+    sink, bench/compare.py); the window ends when the last of them is."""
     name, bootstrap = peer.name, job.bootstrap
     broker_pid = int(broker.pid_file.read_text().strip())
     broker_log_offset = broker.log_file.stat().st_size
@@ -185,6 +188,10 @@ def _throughput(
         if on_start is not None:
             on_start(running)
         exact_at = watcher.wait_exact(timeout, alive=lambda: _both_alive(running, broker))
+        for other in also:
+            exact_at = max(
+                exact_at, other.wait_exact(timeout, alive=lambda: _both_alive(running, broker))
+            )
         cpu_at_exact = sampler.sample()
         broker_cpu = process_cpu_s(broker_pid) - broker_cpu_before
         bench_cpu = _own_cpu_s() - bench_cpu_before
@@ -219,7 +226,13 @@ def _throughput(
         "not_increasing_updates": verdict.not_increasing,
         "examples": verdict.examples,
     }
+    others = {other.topic: other.finish() for other in also}
+    result["verification_also"] = {
+        topic: {"exact": v.exact, "output_records": v.records, "examples": v.examples}
+        for topic, v in others.items()
+    }
     ok = error is None and verdict.exact and exact_at is not None
+    ok = ok and all(v.exact for v in others.values())
     if isinstance(peer, ProcessorPeer) and verdict.not_increasing:
         ok = False
         error = f"{verdict.not_increasing} updates not strictly increasing"
@@ -750,6 +763,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (broker, logs)")
     parser.add_argument(
+        "--port",
+        type=int,
+        default=PORT,
+        help=f"the bench's broker port, its controller's the next one (default {PORT})",
+    )
+    parser.add_argument(
         "--results-dir",
         type=Path,
         default=RESULTS,
@@ -803,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
     del text
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-run-"))
-    broker = LocalBroker(port=PORT, controller_port=CONTROLLER_PORT, data_dir=tmp / "kafka")
+    broker = LocalBroker(port=args.port, controller_port=args.port + 1, data_dir=tmp / "kafka")
     report: dict[str, Any] = {
         "timestamp": stamp,
         "mode": mode.__dict__,

@@ -92,7 +92,7 @@ class Running:
 
 
 def spawn(
-    cmd: Sequence[str], log: Path, env: dict[str, str] | None = None
+    cmd: Sequence[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.Popen[bytes]:
     """A process in a new session (its own process group), stdout and stderr into ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +100,7 @@ def spawn(
         return subprocess.Popen(
             list(cmd),
             env=env,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -8,6 +8,7 @@ import re
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -30,9 +31,25 @@ class ProcessorPeer(Peer):
     name: ClassVar[str] = "processor"
     title: ClassVar[str] = "processor (this project)"
 
+    def __init__(
+        self,
+        checkout: Path | None = None,
+        pipeline: str = "",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``checkout``: run the engine of another checkout of the project (its ``.venv``, from
+        its directory, so that ``-m processor`` imports that checkout's code), e.g. an older
+        commit to compare with; default this interpreter. ``pipeline``: ``--pipeline`` (a file
+        in ``checkout``'s terms); default the built-in word count on the job's topics. ``env``:
+        more environment for every process (what the pipeline file reads)."""
+        self.checkout = checkout
+        self.pipeline = pipeline
+        self.extra_env = dict(env or {})
+
     def start(self, job: Job) -> Running:
         env = {
             **os.environ,
+            **self.extra_env,
             "PROCESSOR_BOOTSTRAP_SERVERS": job.bootstrap,
             "PROCESSOR_JOB_NAME": job.name,
             "PROCESSOR_INPUT_TOPIC": job.input_topic,
@@ -51,11 +68,16 @@ class ProcessorPeer(Peer):
             "PROCESSOR_LOG_FORMAT": "text",
             "PROCESSOR_LOG_LEVEL": "INFO",
         }
-        cmd = [sys.executable, "-m", "processor", "local", "--workers", str(job.parallelism)]
+        python = sys.executable
+        if self.checkout is not None:
+            python = str(self.checkout / ".venv" / "bin" / "python")
+        cmd = [python, "-m", "processor", "local", "--workers", str(job.parallelism)]
+        if self.pipeline:
+            cmd += ["--pipeline", self.pipeline]
         if job.until_idle:
             cmd.append("--until-idle")
         log = job.workdir / "processor.log"
-        return Running([spawn(cmd, log, env)], [log])
+        return Running([spawn(cmd, log, env, cwd=self.checkout)], [log])
 
     def first_consumed_at(self, running: Running) -> float | None:
         # asctime is local time with milliseconds; the earliest source task to start wins.
@@ -68,7 +90,9 @@ class ProcessorPeer(Peer):
 
     def settings(self) -> dict[str, object]:
         return {
-            "command": "processor local --workers 2 --until-idle (metrics port off)",
+            "command": "processor local --workers 2 --until-idle (metrics port off)"
+            + (f" --pipeline {self.pipeline}" if self.pipeline else ""),
+            "checkout": str(self.checkout) if self.checkout else "this one",
             "checkpoint_interval_ms": 1000,
             "shuffle_partitions": SHUFFLE_PARTITIONS,
             "state": "RocksDB (rocksdict), snapshots to a local checkpoint dir",

@@ -29,12 +29,14 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain
 from typing import Any, Protocol
 
 from processor.models.records import encode_shuffle
 from processor.pipeline.api import Node
 from processor.pipeline.ops import (
+    TAGGED,
     UNSET,
     RecordError,
     folder,
@@ -103,12 +105,14 @@ class ShuffleOut:
     def __len__(self) -> int:
         return len(self._counts) + len(self._partials) + len(self._pairs)
 
-    def add(self, keys: list[Any], values: list[Any]) -> None:
-        if self._count and set(map(type, keys)) <= {str}:
+    def add(self, keys: list[Any], values: list[Any], all_str: bool = False) -> None:
+        """``all_str``: the caller knows every key is a plain ``str`` (skips that check)."""
+        if self._count and (all_str or set(map(type, keys)) <= {str}):
             self._counts.update(keys)  # the word count path: one C loop per batch
             return
         try:
-            texts = [key_text(k) for k in keys]
+            # key_text inline for plain strings (their own text): no call per key.
+            texts = [k if type(k) is str and k[:1] != TAGGED else key_text(k) for k in keys]
         except RecordError:
             texts, values = self._keyable(keys, values)
         if self._count:
@@ -144,36 +148,48 @@ class ShuffleOut:
     def take(self, channel: int) -> list[tuple[int, bytes]]:
         """(partition, record value) of everything buffered; the buffers are empty after."""
         combined: dict[str, Any] = self._partials
-        for key, n in self._counts.items():  # plain strings: mostly their own key text
-            text = key_text(key)
-            combined[text] = combined.get(text, 0) + n
+        counts = self._counts  # plain strings: their own key text unless tagged-looking
+        if counts and not combined:
+            # Distinct strings have distinct key texts: one comprehension, no merging.
+            combined = {(k if k[:1] != TAGGED else key_text(k)): n for k, n in counts.items()}
+        else:
+            for key, n in counts.items():
+                text = key_text(key)
+                combined[text] = combined.get(text, 0) + n
         out: list[tuple[int, bytes]] = []
         if combined:
             parts: list[dict[str, Any]] = [{} for _ in range(self.partitions)]
+            partition_of = self._partition_of
             for text, partial in combined.items():
-                p = self._partition(text)
+                p = partition_of.get(text)
+                if p is None:
+                    p = self._partition(text)
                 if p >= 0:
                     parts[p][text] = partial
             for p, body in enumerate(parts):
-                out.extend((p, v) for v in _encode_within(channel, self._encodable(body)))
+                out.extend((p, v) for v in self._encode(channel, body))
         if self._pairs:
             lists: list[list[list[Any]]] = [[] for _ in range(self.partitions)]
+            partition_of = self._partition_of
             for text, value in self._pairs:
-                p = self._partition(text)
+                p = partition_of.get(text)
+                if p is None:
+                    p = self._partition(text)
                 if p >= 0:
                     lists[p].append([text, value])
             for p, pairs in enumerate(lists):
-                out.extend((p, v) for v in _encode_within(channel, self._encodable(pairs)))
+                out.extend((p, v) for v in self._encode(channel, pairs))
         self._counts, self._partials, self._pairs = Counter(), {}, []
         return out
 
+    def _encode(self, channel: int, body: _Body) -> list[bytes]:
+        try:
+            return _encode_within(channel, body)
+        except (TypeError, ValueError):  # a value JSON cannot encode: find it, ship the rest
+            return _encode_within(channel, self._encodable(body))
+
     def _encodable(self, body: _Body) -> _Body:
         """``body`` without the values JSON cannot encode (those are dead records)."""
-        try:
-            json.dumps(body)
-            return body
-        except (TypeError, ValueError):
-            pass
         items = list(body.items()) if isinstance(body, dict) else [(k, v) for k, v in body]
         kept = []
         for key, value in items:
@@ -245,6 +261,8 @@ class StageChain:
             for n in stage.shuffles
         }
         self._folders = {n: folder(n) for n in stage.nodes if n.aggregated}
+        # count and sum fold inline (no call per value): the word count path.
+        self._adds = {n: n.kind for n in self._folders if n.kind in ("count", "sum")}
         # Per aggregation: key text -> latest value this epoch (emitted at flush) / set quietly.
         self._dirty: dict[Node, dict[str, Any]] = {n: {} for n in self._folders}
         self._quiet: dict[Node, dict[str, Any]] = {n: {} for n in self._folders}
@@ -265,8 +283,9 @@ class StageChain:
         if isinstance(body, dict):
             assert self._merge is not None, "combined records for a stage that has no combiner"
             node, merge = self._merge
-            additive = node.kind in ("count", "sum")
-            self._aggregate(node, list(body.items()), quiet, None if additive else merge)
+            # Partial counts and sums merge by addition, like a sum's values.
+            add = "sum" if node in self._adds else None
+            self._aggregate(node, list(body.items()), quiet, merge, add, unique=True)
         else:
             self._push(self.stage.head, [(text, value) for text, value in body], quiet)
 
@@ -287,34 +306,38 @@ class StageChain:
         into state. Sink records and shuffle buffers are then ready to take."""
         writes: dict[bytes, bytes | None] = {}
         for node, dirty in self._dirty.items():
-            prefix = node.name + "\0"
+            prefix = _state_prefix(node)
             quiet = self._quiet[node]
             for text, value in quiet.items():
                 if text not in dirty:
                     raw = self._encode(node, value)
                     if raw is not None:
-                        writes[(prefix + text).encode()] = raw
+                        writes[prefix + text.encode()] = raw
             quiet.clear()
             if not dirty:
                 continue
             items = list(dirty.items())
             dirty.clear()
+            sink = node.children[0] if len(node.children) == 1 else None
+            if sink is not None and sink.kind == "sink":
+                self._flush_into_sink(node, prefix, items, sink, writes)
+                continue
             emitted = []
             for text, value in items:
-                raw = self._encode(node, value)
+                raw = b"%d" % value if type(value) is int else self._encode(node, value)
                 if raw is not None:  # else dead: neither stored nor emitted
-                    writes[(prefix + text).encode()] = raw
+                    writes[prefix + text.encode()] = raw
                     emitted.append((text, value))
             self._push(node, emitted, quiet=False)
         for node, cache in self._process.items():
-            prefix = node.name + "\0"
+            prefix = _state_prefix(node)
             for text, value in cache.items():
                 if value is _DELETED:
-                    writes[(prefix + text).encode()] = None
+                    writes[prefix + text.encode()] = None
                 elif value is not UNSET:
                     raw = self._encode(node, value)
                     if raw is not None:
-                        writes[(prefix + text).encode()] = raw
+                        writes[prefix + text.encode()] = raw
             cache.clear()
         self._state.write(writes)
 
@@ -325,6 +348,35 @@ class StageChain:
         except RecordError as exc:
             self._dead(node, exc, value)
             return None
+
+    def _flush_into_sink(
+        self,
+        node: Node,
+        prefix: bytes,
+        items: list[tuple[str, Any]],
+        sink: Node,
+        writes: dict[bytes, bytes | None],
+    ) -> None:
+        """An aggregation's changelog whose only child is a sink (word count's counts): a
+        plain-string key with an int value is encoded once for its state and its record, what
+        the general path (state, then `_sink`) gives in two passes."""
+        records: list[tuple[bytes | None, bytes]] = []
+        append = records.append
+        rest: list[tuple[str, Any]] = []
+        for text, value in items:
+            if type(value) is int and text[:1] != TAGGED:
+                raw, encoded = text.encode(), b"%d" % value
+                writes[prefix + raw] = encoded
+                append((raw, encoded))
+                continue
+            stored = self._encode(node, value)
+            if stored is not None:  # else dead: neither stored nor emitted
+                writes[prefix + text.encode()] = stored
+                rest.append((text, value))
+        if records:
+            self.sinks.setdefault(sink.topic, []).extend(records)
+        if rest:
+            self._sink(sink, rest, keyed=True)
 
     def take_sinks(self) -> dict[str, list[tuple[bytes | None, bytes]]]:
         sinks, self.sinks = self.sinks, {}
@@ -365,16 +417,18 @@ class StageChain:
         elif kind == "key_by":
             assert fn is not None
             values = [v for _, v in batch] if keyed else batch
+            # key_by(str) of plain strings (word count's words) keys each by itself.
+            all_str = fn is str and set(map(type, values)) <= {str}
             try:
-                keys = list(map(fn, values))
+                keys = values if all_str else list(map(fn, values))
             except Exception:  # noqa: BLE001 - keep the records it could key
                 pairs = self._each(node, values, False, lambda v: [(fn(v), v)], fast=False)
                 keys, values = [k for k, _ in pairs], [v for _, v in pairs]
             if not quiet:
-                self.shuffles[node.name].add(keys, values)
+                self.shuffles[node.name].add(keys, values, all_str)
             return
         elif node.aggregated:
-            self._aggregate(node, batch, quiet, self._folders[node])
+            self._aggregate(node, batch, quiet, self._folders[node], self._adds.get(node))
             return
         elif kind == "process":
             out = self._process_batch(node, batch, quiet)
@@ -391,7 +445,8 @@ class StageChain:
     ) -> list[Any]:
         if node.batch_fn is not None and not keyed:
             try:
-                return list(node.batch_fn(batch))
+                out = node.batch_fn(batch)
+                return out if type(out) is list else list(out)
             except Exception:  # noqa: BLE001 - find the failing records one by one
                 pass
         return self._each(node, batch, keyed, fn)
@@ -431,43 +486,60 @@ class StageChain:
         node: Node,
         batch: list[tuple[str, Any]],
         quiet: bool,
-        fold: Callable[[Any, Any], Any] | None,
+        fold: Callable[[Any, Any], Any],
+        add: str | None = None,
+        unique: bool = False,
     ) -> None:
-        """``fold(acc, value)`` over the batch per key; ``fold=None``: ``acc + value``."""
+        """``add``: "count" or "sum" when ``fold`` is that (folded inline, the same
+        arithmetic); ``unique``: the batch's keys are distinct (a combined record)."""
         # Loud updates go to the dirty map (emitted at flush). Quiet ones go to the quiet map
         # (stored, not emitted), except for a key already dirty: its output is pending anyway
         # and carries the sum. A key updated quietly, then loudly, moves to the dirty map.
         dirty, quiet_map = self._dirty[node], self._quiet[node]
-        missing = []
-        for text in {t for t, _ in batch}:
-            if text in dirty:
-                continue
-            if text in quiet_map:
-                if not quiet:
-                    dirty[text] = quiet_map.pop(text)
-                continue
-            missing.append(text)
+        if not quiet_map:  # the common case: a key is either dirty already or missing
+            if unique:
+                missing = [t for t, _ in batch if t not in dirty]
+            else:
+                missing = [t for t in {t for t, _ in batch} if t not in dirty]
+        else:
+            missing = []
+            for text in [t for t, _ in batch] if unique else {t for t, _ in batch}:
+                if text in dirty:
+                    continue
+                if text in quiet_map:
+                    if not quiet:
+                        dirty[text] = quiet_map.pop(text)
+                    continue
+                missing.append(text)
         if missing:
             fresh = quiet_map if quiet else dirty
-            prefix = node.name + "\0"
-            raws = self._state.get_many([(prefix + t).encode() for t in missing])
+            prefix = _state_prefix(node)
+            raws = self._state.get_many([prefix + t.encode() for t in missing])
             for text, raw in zip(missing, raws, strict=True):
                 fresh[text] = UNSET if raw is None else load_value(raw)
-        if fold is None:  # partial counts or sums: added inline, no call per key
+        failed = False
+        if add == "count" and not quiet_map:  # loud only: every key is in the dirty map
+            for text, _ in batch:
+                acc = dirty[text]
+                dirty[text] = 1 if acc is UNSET else acc + 1
+        elif add == "sum" and not quiet_map:
             for text, value in batch:
-                target = dirty if text in dirty else quiet_map
-                old = target[text]
-                try:
-                    target[text] = value if old is UNSET else old + value
-                except TypeError as exc:
-                    self._dead(node, exc, value)
+                acc = dirty[text]
+                if type(value) is not int and type(value) is not float:
+                    failed = True  # a sum of numbers only: see ops._addend
+                    self._dead(node, RecordError(f"not a number: sum of {value!r:.80}"), value)
+                    continue
+                dirty[text] = value if acc is UNSET else acc + value
         else:
             for text, value in batch:
                 target = dirty if text in dirty else quiet_map
                 try:
                     target[text] = fold(target[text], value)
-                except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                except Exception as exc:  # noqa: BLE001 - a user function's failure: dead
+                    failed = True
                     self._dead(node, exc, value)
+        if not failed:
+            return  # every key that was missing now has a value
         for text in missing:
             for target in (dirty, quiet_map):
                 if target.get(text, None) is UNSET:
@@ -478,14 +550,17 @@ class StageChain:
         assert fn is not None
         cache = self._process[node]
         out: list[tuple[str, Any]] = []
+        append = out.append
+        load = partial(self._load, node)
         for text, value in batch:
-            handle = _KeyState(cache, text, lambda t: self._load(node, t))
+            handle = _KeyState(cache, text, load)
             try:
                 emitted = list(fn(value, handle))
             except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
                 self._dead(node, exc, value)
                 continue
-            out.extend((text, e) for e in emitted)
+            for e in emitted:
+                append((text, e))
         return out
 
     def _load(self, node: Node, text: str) -> Any:
@@ -496,7 +571,14 @@ class StageChain:
         records = self.sinks.setdefault(node.topic, [])
         try:
             if keyed:
-                records.extend((sink_key_of(t), sink_value(v)) for t, v in batch)
+                # A plain string key's text is itself; an int's JSON its digits.
+                records.extend(
+                    (
+                        t.encode() if t[:1] != TAGGED else sink_key_of(t),
+                        b"%d" % v if type(v) is int else sink_value(v),
+                    )
+                    for t, v in batch
+                )
             else:
                 records.extend((None, sink_value(v)) for v in batch)
             return
@@ -517,6 +599,11 @@ class StageChain:
 
 def _state_key(node: Node, text: str) -> bytes:
     return f"{node.name}\0{text}".encode()
+
+
+def _state_prefix(node: Node) -> bytes:
+    """``_state_key(node, text) == _state_prefix(node) + text.encode()``."""
+    return f"{node.name}\0".encode()
 
 
 def _encode_within(channel: int, body: _Body) -> list[bytes]:

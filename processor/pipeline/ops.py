@@ -37,6 +37,7 @@ def decode(value_format: ValueFormat, raw: bytes) -> Any:
 
 
 _TAGGED = "\0"  # starts the text of a key that is not a plain string
+TAGGED = _TAGGED
 
 
 def key_text(key: Any) -> str:
@@ -67,6 +68,10 @@ def sink_key_of(text: str) -> bytes:
     return sink_key(key_of(text))
 
 
+# What json.dumps(value, separators=(",", ":"), ensure_ascii=False) builds on every call.
+_SINK_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def sink_value(value: Any) -> bytes:
     """A sink record's value: the value as JSON text (so a count is decimal text)."""
     if type(value) is int:
@@ -74,7 +79,7 @@ def sink_value(value: Any) -> bytes:
     if isinstance(value, bytes):
         raise RecordError("bytes are not JSON-encodable: decode them or map them to text")
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        return _SINK_JSON.encode(value).encode()
     except (TypeError, ValueError) as exc:
         raise RecordError(f"value {value!r:.80} is not JSON-encodable: {exc}") from None
 

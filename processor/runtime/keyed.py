@@ -73,6 +73,9 @@ from processor.state.rocksdb.store import RocksDBStore
 from processor.state.savepoints import open_savepoint
 from processor.state.storage import SnapshotMissing
 
+# Records for one topic: by key (partition None, a sink) or into one partition (a shuffle).
+_Segment = tuple[str, int | None, list[tuple[bytes | None, bytes]]]
+
 log = logging.getLogger(__name__)
 
 _PROCESS = Verdict.PROCESS
@@ -111,8 +114,8 @@ class KeyedTask(Task):
         self.chain: StageChain | None = None  # once the state is restored
         # Records written into the open transaction (barriers aside): if its snapshot fails
         # it is aborted, and these go out again with the next epoch (see _snapshot_failed).
-        self._in_txn: list[tuple[str, int | None, bytes | None, bytes]] = []
-        self._resend: list[tuple[str, int | None, bytes | None, bytes]] = []
+        self._in_txn: list[_Segment] = []
+        self._resend: list[_Segment] = []
         self._snapshot_failures = 0  # in a row
         # After a fallback restore: upstream channels whose records up to the committed
         # checkpoint's barrier go into the state without output (see _restore_snapshot).
@@ -383,26 +386,31 @@ class KeyedTask(Task):
         self._finish_checkpoint(out, block=True)
         self._waited_s += time.monotonic() - waiting
         chain.flush()
-        records = self._resend
+        segments = self._resend
         self._resend = []
         for topic, items in chain.take_sinks().items():
-            records.extend((topic, None, key, value) for key, value in items)
+            segments.append((topic, None, items))
         for name, topic, _ in self._shuffles:
             shuffle = chain.shuffles[name]
-            records.extend((topic, p, None, value) for p, value in shuffle.take(self.partition))
+            segments.extend((topic, p, [(None, v)]) for p, v in shuffle.take(self.partition))
             if shuffle.oversized:
                 self._m_oversized.inc(shuffle.oversized)
                 shuffle.oversized = 0
         if chain.has_dead:
             self._dead_letter(out)
-        if not records:
+        if not segments:
             return
-        produce = out.produce
-        for topic, p, key, value in records:
-            produce(topic, value, key=key, partition=p)
-        self._records_out += len(records)
-        self._m_out.inc(len(records))
-        self._in_txn.extend(records)
+        shipped = 0
+        for topic, partition, items in segments:
+            if partition is None:
+                out.produce_many(topic, items)  # sink records: no per-record keyword dicts
+            else:
+                for key, value in items:
+                    out.produce(topic, value, key=key, partition=partition)
+            shipped += len(items)
+        self._records_out += shipped
+        self._m_out.inc(shipped)
+        self._in_txn.extend(segments)
 
     def _on_barrier(
         self, msg: Message, out: TransactionalOutput, consumer: Consumer
