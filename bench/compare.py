@@ -79,7 +79,9 @@ def run_one(
     workdir: Path,
     label: str,
     timeout: float,
+    settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """``settings``: PROCESSOR_* variables of a variant of this checkout's engine."""
     bootstrap = broker.bootstrap
     job_name = f"cmp-{label}"
     counts_topic = f"{job_name}.counts"
@@ -93,7 +95,7 @@ def run_one(
             "BENCH_COUNTS_TOPIC": counts_topic,
             "BENCH_LETTERS_TOPIC": letters_topic,
         }
-    peer = ProcessorPeer(checkout, spec, env)
+    peer = ProcessorPeer(checkout, spec, {**env, **(settings or {})})
     job = Job(
         bootstrap=bootstrap,
         name=job_name,
@@ -228,6 +230,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=DIR",
         help="another checkout's engine (DIR has its .venv), run as NAME",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=VAR=VALUE[,VAR=VALUE]",
+        help="this checkout's engine with settings, run as NAME "
+        "(e.g. unaligned=PROCESSOR_CHECKPOINT_ALIGNMENT=unaligned)",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="per run, to exact output")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -237,6 +247,14 @@ def main(argv: list[str] | None = None) -> int:
         if not name or not (Path(path) / ".venv").is_dir():
             parser.error(f"--engine {spec}: want NAME=DIR, DIR a checkout with its .venv")
         checkouts[name] = Path(path).resolve()
+    variants: dict[str, dict[str, str]] = {}
+    for spec in args.variant:
+        name, _, assignments = spec.partition("=")
+        pairs = [a.split("=", 1) for a in assignments.split(",") if a]
+        if not name or not pairs or any(len(p) != 2 for p in pairs):
+            parser.error(f"--variant {spec}: want NAME=VAR=VALUE[,VAR=VALUE]")
+        checkouts[name] = None
+        variants[name] = dict((k, v) for k, v in pairs)
     runs = [tuple(r.strip().split(":", 1)) for r in args.runs.split(",") if r.strip()]
     for run in runs:
         if len(run) != 2 or run[0] not in checkouts or run[1] not in PIPELINES:
@@ -254,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python bench/compare.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "source": _source_version(),
         "engines": {name: str(path) if path else str(ROOT) for name, path in checkouts.items()},
+        "variants": variants,
         "corpus": {},
         "runs": [],
     }
@@ -288,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                     tmp,
                     label,
                     args.timeout,
+                    variants.get(engine),
                 )
                 report["runs"].append(result)
                 time.sleep(2)  # let the stopped job's processes and the broker settle
