@@ -140,6 +140,7 @@ class KeyedTask(Task):
         self._workdir = workdir
         out = open_output(s, self.transactional_id)
         consumer = clients.task_consumer(s)
+        self._consumer = consumer
         store: RocksDBStore | None = None
         try:
             out.init()
@@ -544,6 +545,10 @@ class KeyedTask(Task):
         metrics.snapshot_upload_seconds.labels(**self.labels).observe(info.duration_s)
         metrics.transaction_commit_seconds.labels(**self.labels).observe(commit_s)
         metrics.state_size_bytes.labels(**self.labels).set(info.full_bytes)
+        if self.settings.checkpoint_alignment == "unaligned":
+            # Snapshotted at the first barrier, the lag then counted the other channels'
+            # barriers of the same checkpoint, still unread: an idle job never looked idle.
+            pending.epoch.lag = self._lag(self._consumer)
         self.ctx.report(
             pending.epoch.ack(
                 self.ctx,
