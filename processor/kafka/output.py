@@ -87,9 +87,16 @@ class TransactionalOutput:
                     consumer.consumer_group_metadata(),
                     SEND_OFFSETS_TIMEOUT_S,
                 )
+            # Delivered before the abort: only a partition that got a record of this
+            # transaction gets its abort marker, and a record purged unsent would leave a gap
+            # in the idempotent producer's sequence numbers (OUT_OF_ORDER_SEQUENCE_NUMBER on
+            # the next transaction).
+            left = producer.flush(60)
+            if left:
+                raise RuntimeError(f"{left} records of the leftovers' abort not delivered in 60s")
             producer.abort_transaction(60)
 
-        self._calls.submit("abort_leftovers", 60 + SEND_OFFSETS_TIMEOUT_S, abort)
+        self._calls.submit("abort_leftovers", 120 + SEND_OFFSETS_TIMEOUT_S, abort)
         self._calls.settle()
 
     def _begin(self) -> None:

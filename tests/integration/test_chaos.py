@@ -49,6 +49,6 @@ def test_chaos_short_on_the_two_shuffle_pipeline(tmp_path: Path) -> None:
         "coordinator SIGKILL",
         "worker SIGSTOP (zombie)",
     }
-    assert set(summary.sinks) == {"word-counts", "distinct-words-per-letter"}
+    assert set(summary.sinks) == {"word-counts", "new-words", "distinct-words-per-letter"}
     assert all(check.records > 0 for check in summary.sinks.values()), report
     assert summary.exact, report
