@@ -28,6 +28,21 @@ records_skipped = Counter(
 consumer_lag = Gauge(
     "processor_consumer_lag_records", "Records left in an input partition", [*_TASK, "partition"]
 )
+watermark_ms = Gauge(
+    "processor_watermark_ms",
+    "A task's event-time watermark (ms since the epoch): records older than it are late",
+    _TASK,
+)
+event_time_lag_seconds = Gauge(
+    "processor_event_time_lag_seconds",
+    "Wall time minus a task's watermark, at its last checkpoint",
+    _TASK,
+)
+late_records = Counter(
+    "processor_late_records",
+    "Records a window or join got after the watermark passed them (written to <job>.late)",
+    [*_TASK, "operator"],
+)
 alignment_seconds = Histogram(
     "processor_checkpoint_alignment_seconds",
     "First to last barrier of a checkpoint at a task",

@@ -42,10 +42,17 @@ class JobGraph:
 
     def shuffle_topic(self, stage: Stage | str) -> str:
         """The internal topic feeding a keyed stage: ``<job>.<stage>`` unless the pipeline
-        named it (the built-in word count keeps ``<job>.shuffle``)."""
+        named it (the built-in word count keeps ``<job>.shuffle``). By name: a stage's, or a
+        key_by's that writes into it."""
         if isinstance(stage, str):
-            stage = self.plan.stage(stage)
+            names = {s.name for s in self.plan.stages}
+            stage = self.plan.stage(stage) if stage in names else self.plan.target(stage)
         return stage.head.topic or f"{self.job_name}.{stage.name}"
+
+    @property
+    def late_topic(self) -> str:
+        """Where windows and joins write the records that came after their watermark."""
+        return f"{self.job_name}.late"
 
     @property
     def shuffle_topics(self) -> list[str]:
@@ -67,6 +74,26 @@ class JobGraph:
         return [str(TaskId(s.name, i)) for s in self.stages for i in range(parallelism[s.name])]
 
     def channels(self, stage: Stage, parallelism: Mapping[str, int]) -> int:
-        """Input channels of a keyed stage's task: the tasks of the stage upstream."""
-        assert stage.upstream is not None, "a source stage has no channels"
-        return parallelism[stage.upstream.name]
+        """Input channels of a keyed stage's task: the tasks of the stages upstream (both
+        inputs' of a join)."""
+        assert stage.upstreams, "a source stage has no channels"
+        return sum(parallelism[u.name] for u in stage.upstreams)
+
+    def channel_base(self, key_by: str, parallelism: Mapping[str, int]) -> int:
+        """The channel of task 0 of the stage running ``key_by``, in the stage it writes to:
+        a join's right input comes after its left input's channels."""
+        target = self.plan.target(key_by)
+        base = 0
+        for node, upstream in zip(target.inputs, target.upstreams, strict=True):
+            if node.name == key_by:
+                return base
+            base += parallelism[upstream.name]
+        raise KeyError(key_by)
+
+    def side_of(self, stage: Stage, channel: int, parallelism: Mapping[str, int]) -> int:
+        """Which input of ``stage`` (0, or 1 for a join's right) ``channel`` belongs to."""
+        for side, upstream in enumerate(stage.upstreams):
+            channel -= parallelism[upstream.name]
+            if channel < 0:
+                return side
+        raise ValueError(f"channel beyond the stage's {len(stage.upstreams)} inputs")

@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 BARRIER_HEADER = "processor.barrier"
+WATERMARK_HEADER = "processor.watermark"
 
 _CHANNEL = struct.Struct(">H")
 _BARRIER = struct.Struct(">Hqq")
+_WATERMARK = struct.Struct(">Hq?")
 
 MAX_CHANNELS = 1 << 16
 
@@ -62,6 +64,39 @@ def is_barrier(headers: list[tuple[str, Any]] | dict[str, Any] | None) -> bool:
     return any(name == BARRIER_HEADER for name, _ in headers)
 
 
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """Upstream task ``channel`` will send no record older than ``time_ms`` any more; or, if
+    ``idle``, sends nothing for now and must not hold its readers' watermark back."""
+
+    channel: int
+    time_ms: int
+    idle: bool = False
+
+
+def encode_watermark(mark: Watermark) -> tuple[bytes, Headers]:
+    """Value and headers of a watermark control record (a barrier's sibling)."""
+    value = _WATERMARK.pack(mark.channel, mark.time_ms, mark.idle)
+    return value, [(WATERMARK_HEADER, b"")]
+
+
+def decode_watermark(value: bytes) -> Watermark:
+    channel, time_ms, idle = _WATERMARK.unpack(value)
+    return Watermark(channel, time_ms, idle)
+
+
+def control_kind(headers: list[tuple[str, Any]] | dict[str, Any] | None) -> str | None:
+    """The kind of a control record ("barrier", "watermark"); None for a data record."""
+    if not headers:
+        return None
+    for name in headers if isinstance(headers, dict) else (h[0] for h in headers):
+        if name == BARRIER_HEADER:
+            return "barrier"
+        if name == WATERMARK_HEADER:
+            return "watermark"
+    return None
+
+
 def shuffle_partition(key: bytes, partitions: int) -> int:
     """The shuffle partition of ``key``: CRC-32, stable across processes and versions."""
     return zlib.crc32(key) % partitions
@@ -88,7 +123,8 @@ def channel_of(value: bytes) -> int:
 
 def encode_shuffle(channel: int, body: dict[str, Any] | list[list[Any]]) -> bytes:
     """A pipeline's shuffle record: the channel, then JSON: an object of partial aggregates
-    by key (a combined shuffle; word count's format) or a list of ``[key, value]`` pairs."""
+    by key (a combined shuffle; word count's format) or a list of ``[key, value]`` pairs
+    (``[key, value, event time ms]`` in a timed pipeline)."""
     text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
     return _CHANNEL.pack(channel) + text.encode()
 
@@ -100,7 +136,11 @@ def decode_shuffle(value: bytes) -> tuple[int, dict[str, Any] | list[list[Any]]]
     if isinstance(body, dict):
         return channel, body
     if isinstance(body, list) and all(
-        type(p) is list and len(p) == 2 and type(p[0]) is str for p in body
+        type(p) is list
+        and len(p) in (2, 3)
+        and type(p[0]) is str
+        and (len(p) == 2 or type(p[2]) is int)
+        for p in body
     ):
         return channel, body
-    raise ValueError("not a JSON object or a list of [key, value] pairs")
+    raise ValueError("not a JSON object or a list of [key, value(, time)] pairs")

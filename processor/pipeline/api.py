@@ -18,9 +18,14 @@ ValueFormat = Literal["text", "json", "bytes"]
 VALUE_FORMATS: tuple[ValueFormat, ...] = ("text", "json", "bytes")
 
 # Kinds of node. An aggregation ("count", "sum", "reduce", "aggregate") and "process" keep
-# state per key; "key_by" is where a stage ends and a shuffle begins.
-STATEFUL = frozenset({"count", "sum", "reduce", "aggregate", "process"})
+# state per key; "key_by" is where a stage ends and a shuffle begins. "window" marks the
+# operators under it as per-window (it runs none itself); "join" begins a stage with two
+# inputs.
+STATEFUL = frozenset({"count", "sum", "reduce", "aggregate", "process", "join"})
 AGGREGATIONS = frozenset({"count", "sum", "reduce", "aggregate"})
+
+# A source channel with no records for this long does not hold the watermark back.
+DEFAULT_IDLE_MS = 10_000
 
 # A stage's shuffle topic is named after its key_by: only characters Kafka allows in topics.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -47,11 +52,29 @@ class Node:
     # for functions that are much faster once per batch than once per value (a regex).
     batch_fn: Callable[[list[Any]], Iterable[Any]] | None = None
     children: list[Node] = field(default_factory=list)
+    # Event time. source: the timestamp function (None: the Kafka record's timestamp), the
+    # out-of-orderness bound, the idle timeout. window: its shape. join: its bound.
+    timestamp_fn: Callable[[Any], Any] | None = None
+    out_of_orderness_ms: int = 0
+    idle_ms: int = DEFAULT_IDLE_MS
+    size_ms: int = 0
+    slide_ms: int = 0  # hopping (0: tumbling, or a session window when gap_ms is set)
+    gap_ms: int = 0  # session windows
+    lateness_ms: int = 0
+    within_ms: int = 0  # join
+    other: Node | None = None  # join: the right input's key_by
+    # Set by the planner: records leaving this node carry their event time.
+    timed: bool = False
 
     @property
     def aggregated(self) -> bool:
         """Its output is a changelog of per-key values (one update per key and checkpoint)."""
-        return self.kind in AGGREGATIONS
+        return self.kind in AGGREGATIONS and not self.windowed
+
+    @property
+    def windowed(self) -> bool:
+        """An aggregation or process per window: its result is emitted once per window."""
+        return self.parent is not None and self.parent.kind == "window"
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.name}>"
@@ -64,16 +87,35 @@ class Pipeline:
         self.nodes: list[Node] = []
         self._names: set[str] = set()
 
-    def source(self, topic: str, value: ValueFormat = "text", name: str | None = None) -> Stream:
-        """Records of an existing topic; one source task per partition."""
+    def source(
+        self,
+        topic: str,
+        value: ValueFormat = "text",
+        name: str | None = None,
+        timestamp: Callable[[Any], Any] | None = None,
+        out_of_orderness_ms: int = 0,
+        idle_ms: int = DEFAULT_IDLE_MS,
+    ) -> Stream:
+        """Records of an existing topic; one source task per partition.
+
+        Event time (used by windows and joins): ``timestamp(value)`` in milliseconds, by
+        default the Kafka record's timestamp. The source's watermark is the highest timestamp
+        seen minus ``out_of_orderness_ms``; a partition with no records for ``idle_ms`` does
+        not hold it back.
+        """
         if not isinstance(topic, str) or not topic:
             raise PipelineError("source(topic): the topic must be a non-empty string")
         if value not in VALUE_FORMATS:
             raise PipelineError(
                 f"source({topic!r}, value={value!r}): value must be one of {VALUE_FORMATS}"
             )
+        where = f"source({topic!r})"
         node = Node("source", self._name(name, topic), None, keyed=False, topic=topic)
         node.value_format = value
+        if timestamp is not None:
+            node.timestamp_fn = _callable(timestamp, f"{where} timestamp")
+        node.out_of_orderness_ms = _ms(out_of_orderness_ms, f"{where} out_of_orderness_ms")
+        node.idle_ms = _ms(idle_ms, f"{where} idle_ms", positive=True)
         self._add(node)
         return Stream(self, node)
 
@@ -216,6 +258,112 @@ class KeyedStream(Stream):
         key's value in the operator's state: ``get(default=None)``, ``set(value)``,
         ``delete()``."""
         return self._same(self._then("process", name, fn=_callable(fn, "process")))
+
+    def window(
+        self,
+        size_ms: int | None = None,
+        slide_ms: int | None = None,
+        gap_ms: int | None = None,
+        lateness_ms: int = 0,
+        name: str | None = None,
+    ) -> WindowedStream:
+        """Event-time windows per key: tumbling (``size_ms``), hopping (``size_ms`` and
+        ``slide_ms``) or session (``gap_ms``: a window closes after that long without a
+        record of its key). The aggregation that follows emits once per window, when the
+        watermark passes the window's end plus ``lateness_ms``, under the key
+        ``"<key>@<window start ms>"``; records for windows emitted already are late."""
+        where = f"window(size_ms={size_ms}, slide_ms={slide_ms}, gap_ms={gap_ms})"
+        node = self._then("window", name)
+        if gap_ms is not None:
+            if size_ms is not None or slide_ms is not None:
+                raise PipelineError(f"{where}: a session window takes gap_ms alone")
+            node.gap_ms = _ms(gap_ms, f"{where} gap_ms", positive=True)
+        else:
+            if size_ms is None:
+                raise PipelineError(f"{where}: give size_ms (or gap_ms for session windows)")
+            node.size_ms = _ms(size_ms, f"{where} size_ms", positive=True)
+            if slide_ms is not None:
+                node.slide_ms = _ms(slide_ms, f"{where} slide_ms", positive=True)
+                if node.slide_ms > node.size_ms:
+                    raise PipelineError(f"{where}: slide_ms larger than size_ms skips records")
+        node.lateness_ms = _ms(lateness_ms, f"{where} lateness_ms")
+        return WindowedStream(self.pipeline, node)
+
+    def join(self, other: KeyedStream, within_ms: int, name: str | None = None) -> KeyedStream:
+        """Pairs ``[left, right]`` of records with equal keys whose event times differ by at
+        most ``within_ms``, each emitted once, under the same key. Both streams must come
+        straight from a ``key_by`` used for nothing else."""
+        if not isinstance(other, KeyedStream) or other.pipeline is not self.pipeline:
+            raise PipelineError("join(other): other must be a keyed stream of the same pipeline")
+        for side in (self.node, other.node):
+            if side.kind != "key_by" or side.children:
+                raise PipelineError(
+                    f"join: {side.name!r} must be a key_by with no other use (join right "
+                    "after key_by; key_by again for another branch)"
+                )
+        if self.node is other.node:
+            raise PipelineError("join: a stream cannot join itself")
+        node = self._then("join", name)
+        node.within_ms = _ms(within_ms, "join within_ms")
+        node.other = other.node
+        other.node.children.append(node)
+        return self._same(node)
+
+
+class WindowedStream:
+    """A keyed stream cut into windows: one aggregation (or process) per window and key."""
+
+    def __init__(self, pipeline: Pipeline, node: Node) -> None:
+        self.pipeline = pipeline
+        self.node = node
+
+    def _agg(self, kind: str, name: str | None, **attrs: Any) -> KeyedStream:
+        node = self.pipeline._child(self.node, kind, name, keyed=True, **attrs)
+        return KeyedStream(self.pipeline, node)
+
+    def count(self, name: str | None = None) -> KeyedStream:
+        return self._agg("count", name)
+
+    def sum(self, name: str | None = None) -> KeyedStream:
+        return self._agg("sum", name)
+
+    def reduce(self, fn: Callable[[Any, Any], Any], name: str | None = None) -> KeyedStream:
+        return self._agg("reduce", name, fn=_callable(fn, "reduce"))
+
+    def aggregate(
+        self,
+        initial: Any,
+        add: Callable[[Any, Any], Any],
+        merge: Callable[[Any, Any], Any] | None = None,
+        name: str | None = None,
+    ) -> KeyedStream:
+        """As ``KeyedStream.aggregate``; session windows need ``merge`` (sessions merge)."""
+        if self.node.gap_ms and merge is None:
+            raise PipelineError("aggregate on session windows needs merge= (sessions merge)")
+        fn2 = None if merge is None else _callable(merge, "aggregate merge")
+        node = self.pipeline._child(
+            self.node, "aggregate", name, keyed=True, fn=_callable(add, "aggregate"), fn2=fn2
+        )
+        node.initial = initial
+        return KeyedStream(self.pipeline, node)
+
+    def process(
+        self, fn: Callable[[Any, Any], Iterable[Any]], name: str | None = None
+    ) -> KeyedStream:
+        """``fn(value, state)`` per record and window, ``state`` that window's (deleted when
+        the window closes); what it returns is emitted at once under ``"<key>@<start>"``."""
+        if self.node.gap_ms:
+            raise PipelineError("process on session windows: sessions merge, their state cannot")
+        return self._agg("process", name, fn=_callable(fn, "process"))
+
+
+def _ms(value: Any, what: str, positive: bool = False) -> int:
+    if type(value) is not int or value < (1 if positive else 0):
+        raise PipelineError(
+            f"{what}: expected a {'positive' if positive else 'non-negative'} "
+            f"number of milliseconds, got {value!r}"
+        )
+    return value
 
 
 def _callable(fn: Any, what: str) -> Callable[..., Any]:

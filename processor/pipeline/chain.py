@@ -20,6 +20,12 @@ a list of ``(key text, value)`` pairs (`ops.key_text`: a string key is itself). 
 
 *Quiet* batches (the replay after a fallback restore) update state but emit nothing: their
 output is committed already.
+
+In a timed pipeline (windows, joins) items carry their event time: an unkeyed item is
+``(time, value)``, a keyed one ``((key text, time), value)``, so map, filter and flat_map
+keep the time as they keep a key. Windowed operators and joins (`processor.pipeline.windows`)
+act on records at once and again when the task's watermark rises (`advance`); other
+aggregations, ``process`` and sinks drop the time.
 """
 
 from __future__ import annotations
@@ -42,10 +48,14 @@ from processor.pipeline.ops import (
     folder,
     key_text,
     load_value,
+    merger,
     sink_key_of,
     sink_value,
 )
 from processor.pipeline.plan import Plan, Stage
+from processor.pipeline.time import NO_WATERMARK
+from processor.pipeline.windows import DELETED as _STATE_DELETED
+from processor.pipeline.windows import Item, JoinOperator, WindowOperator
 
 _Body = dict[str, Any] | list[list[Any]]  # of a shuffle record: partials by key, or pairs
 # Well below Kafka's default 1 MB record limit, also after the broker's batch overhead.
@@ -64,16 +74,6 @@ class DeadRecord:
     operator: str
     error: str
     value: str  # a short repr, for the DLQ record
-
-
-def merger(node: Node) -> Callable[[Any, Any], Any]:
-    """``acc, partial -> acc`` for the combiner node of a combinable stage."""
-    kind = node.kind
-    if kind in ("count", "sum"):
-        return lambda acc, partial: partial if acc is UNSET else acc + partial
-    fn = node.fn if kind == "reduce" else node.fn2
-    assert fn is not None
-    return lambda acc, partial: partial if acc is UNSET else fn(acc, partial)
 
 
 class ShuffleOut:
@@ -99,14 +99,25 @@ class ShuffleOut:
         self._fold = None if combiner is None or self._count else folder(combiner)
         self._counts: Counter[Any] = Counter()  # raw key -> partial count
         self._partials: dict[str, Any] = {}  # key text -> partial aggregate
-        self._pairs: list[tuple[str, Any]] = []  # uncombined: every (key text, value)
+        # uncombined: every (key text, value), or (key text, value, time) in a timed pipeline
+        self._pairs: list[tuple[str, Any]] = []
         self._partition_of: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._counts) + len(self._partials) + len(self._pairs)
 
-    def add(self, keys: list[Any], values: list[Any], all_str: bool = False) -> None:
-        """``all_str``: the caller knows every key is a plain ``str`` (skips that check)."""
+    def add(
+        self,
+        keys: list[Any],
+        values: list[Any],
+        all_str: bool = False,
+        times: list[int] | None = None,
+    ) -> None:
+        """``all_str``: the caller knows every key is a plain ``str`` (skips that check);
+        ``times``: event times, shipped with uncombined records of a timed pipeline."""
+        if times is not None and self._combiner is None:
+            self._add_timed(keys, values, times)
+            return
         if self._count and (all_str or set(map(type, keys)) <= {str}):
             self._counts.update(keys)  # the word count path: one C loop per batch
             return
@@ -130,6 +141,15 @@ class ShuffleOut:
             except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
                 assert self._combiner is not None
                 self._dead(self._combiner, exc, value)
+
+    def _add_timed(self, keys: list[Any], values: list[Any], times: list[int]) -> None:
+        for key, value, ts in zip(keys, values, times, strict=True):
+            try:
+                text = key if type(key) is str and key[:1] != TAGGED else key_text(key)
+            except RecordError as exc:
+                self._dead(self.head, exc, value)
+                continue
+            self._pairs.append((text, value, ts))  # type: ignore[arg-type]
 
     def _keyable(self, keys: list[Any], values: list[Any]) -> tuple[list[str], list[Any]]:
         """Key texts and values of the records whose key can be shipped; the others are dead
@@ -171,12 +191,12 @@ class ShuffleOut:
         if self._pairs:
             lists: list[list[list[Any]]] = [[] for _ in range(self.partitions)]
             partition_of = self._partition_of
-            for text, value in self._pairs:
+            for text, *rest in self._pairs:
                 p = partition_of.get(text)
                 if p is None:
                     p = self._partition(text)
                 if p >= 0:
-                    lists[p].append([text, value])
+                    lists[p].append([text, *rest])
             for p, pairs in enumerate(lists):
                 out.extend((p, v) for v in self._encode(channel, pairs))
         self._counts, self._partials, self._pairs = Counter(), {}, []
@@ -190,17 +210,18 @@ class ShuffleOut:
 
     def _encodable(self, body: _Body) -> _Body:
         """``body`` without the values JSON cannot encode (those are dead records)."""
-        items = list(body.items()) if isinstance(body, dict) else [(k, v) for k, v in body]
+        items = list(body.items()) if isinstance(body, dict) else [(p[0], p[1:]) for p in body]
         kept = []
         for key, value in items:
             try:
                 json.dumps(value)
             except (TypeError, ValueError) as exc:
-                error = RecordError(f"value {value!r:.80} is not JSON-encodable: {exc}")
-                self._dead(self.head, error, value)
+                shown = value[0] if isinstance(body, list) else value
+                error = RecordError(f"value {shown!r:.80} is not JSON-encodable: {exc}")
+                self._dead(self.head, error, shown)
                 continue
             kept.append((key, value))
-        return dict(kept) if isinstance(body, dict) else [[k, v] for k, v in kept]
+        return dict(kept) if isinstance(body, dict) else [[k, *v] for k, v in kept]
 
     def _partition(self, text: str) -> int:
         p = self._partition_of.get(text)
@@ -248,18 +269,30 @@ class StageChain:
         state: StateBackend,
         shuffle_partitions: Mapping[str, int],
         max_key_bytes: int = 32768,
+        late_topic: str = "",
     ) -> None:
         self.stage = stage
         self.channel = channel
         self._state = state
+        self._late_topic = late_topic
+        self.watermark = NO_WATERMARK  # the task's: windows close and joins expire by it
+        self.late: Counter[str] = Counter()  # late records by operator (not yet counted)
         self.sinks: dict[str, list[tuple[bytes | None, bytes]]] = {}
         self.dead: list[DeadRecord] = []
         self.shuffles = {
             n.name: ShuffleOut(
-                n, plan.stage(n.name), shuffle_partitions[n.name], max_key_bytes, self._dead
+                n, plan.target(n), shuffle_partitions[n.name], max_key_bytes, self._dead
             )
             for n in stage.shuffles
         }
+        self._windows = {
+            n: WindowOperator(n, partial(self._load, n), self._dead)
+            for n in stage.nodes
+            if n.windowed
+        }
+        self._join = (
+            JoinOperator(stage.head, partial(self._load, stage.head)) if stage.is_join else None
+        )
         self._folders = {n: folder(n) for n in stage.nodes if n.aggregated}
         # count and sum fold inline (no call per value): the word count path.
         self._adds = {n: n.kind for n in self._folders if n.kind in ("count", "sum")}
@@ -267,19 +300,65 @@ class StageChain:
         self._dirty: dict[Node, dict[str, Any]] = {n: {} for n in self._folders}
         self._quiet: dict[Node, dict[str, Any]] = {n: {} for n in self._folders}
         self._process: dict[Node, dict[str, Any]] = {
-            n: {} for n in stage.nodes if n.kind == "process"
+            n: {} for n in stage.nodes if n.kind == "process" and not n.windowed
         }
         combiner = stage.combiner
         self._merge = (combiner, merger(combiner)) if combiner is not None else None
 
     # -- input ------------------------------------------------------------------------------
 
-    def values(self, values: list[Any], quiet: bool = False) -> None:
-        """Decoded values of a source stage's input."""
-        self._push(self.stage.head, values, quiet)
+    def values(
+        self, values: list[Any], quiet: bool = False, times: list[int] | None = None
+    ) -> int | None:
+        """Decoded values of a source stage's input; in a timed pipeline with their Kafka
+        timestamps (``times``), used unless the source has a timestamp function. Returns the
+        highest event time among them (None if untimed or none)."""
+        head = self.stage.head
+        if not head.timed:
+            self._push(head, values, quiet)
+            return None
+        if head.timestamp_fn is not None:
+            items = self._stamped(head, values)
+        else:
+            assert times is not None, "a timed source needs the records' timestamps"
+            items = list(zip(times, values, strict=True))
+        self._push(head, items, quiet)
+        return max(t for t, _ in items) if items else None
 
-    def shuffled(self, body: dict[str, Any] | list[list[Any]], quiet: bool = False) -> None:
-        """One decoded shuffle record of a keyed stage's input."""
+    def _stamped(self, head: Node, values: list[Any]) -> list[tuple[int, Any]]:
+        """(event time, value) by the source's timestamp function; a failure is dead."""
+        fn = head.timestamp_fn
+        assert fn is not None
+        items = []
+        for value in values:
+            try:
+                ts = fn(value)
+                if type(ts) is not int:
+                    if type(ts) is not float or ts != ts:
+                        raise RecordError(f"timestamp {ts!r:.40} is not a number of ms")
+                    ts = int(ts)
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                self._dead(head, exc, value)
+                continue
+            items.append((ts, value))
+        return items
+
+    def shuffled(
+        self, body: dict[str, Any] | list[list[Any]], quiet: bool = False, side: int = 0
+    ) -> None:
+        """One decoded shuffle record of a keyed stage's input (``side``: of a join, 1 for
+        a record of its right input)."""
+        if self.stage.timed and not isinstance(body, dict):
+            items: list[Item] = [((t, ts), v) for t, v, ts in body]
+            if self._join is None:
+                self._push(self.stage.head, items, quiet)
+                return
+            late: list[Item] = []
+            out = self._join.add(side, items, self.watermark, late)
+            self._late(self._join.node, late, quiet)
+            if not quiet:
+                self._push(self.stage.head, out, quiet)
+            return
         if isinstance(body, dict):
             assert self._merge is not None, "combined records for a stage that has no combiner"
             node, merge = self._merge
@@ -299,6 +378,41 @@ class StageChain:
             + sum(map(len, self.shuffles.values()))
             + sum(map(len, self.sinks.values()))
         )
+
+    def advance(self, watermark: int, quiet: bool = False) -> None:
+        """The task's watermark rose: close the windows it passed (their results flow on, in
+        graph order) and drop join records that can meet nothing any more."""
+        self.watermark = watermark
+        if self._join is not None:
+            self._join.fire(watermark, quiet)
+        for node, op in self._windows.items():
+            out = op.fire(watermark, quiet)
+            if out:
+                self._push(node, out, quiet)
+
+    def timed_operators(self) -> dict[bytes, WindowOperator | JoinOperator]:
+        """State prefix -> operator, for the timers to rebuild after a restore."""
+        ops: list[WindowOperator | JoinOperator] = list(self._windows.values())
+        if self._join is not None:
+            ops.append(self._join)
+        return {_state_prefix(op.node): op for op in ops}
+
+    def restore_timers(self, prefix: bytes, items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Timers of the operator at ``prefix`` from its stored state (key, value)."""
+        op = self.timed_operators()[prefix]
+        op.restore_timers((k[len(prefix) :].decode(), load_value(v)) for k, v in items)
+
+    def _late(self, node: Node, late: list[Item], quiet: bool) -> None:
+        """Records a window or join got after its watermark: to ``<job>.late``, counted."""
+        if not late or quiet:
+            return
+        self.late[node.name] += len(late)
+        records = self.sinks.setdefault(self._late_topic, [])
+        for (text, _), value in late:
+            try:
+                records.append((sink_key_of(text), sink_value(value)))
+            except RecordError as exc:
+                self._dead(node, exc, value)
 
     def flush(self) -> None:
         """Aggregations' latest values into state and on to their children (in graph order:
@@ -339,6 +453,19 @@ class StageChain:
                     if raw is not None:
                         writes[prefix + text.encode()] = raw
             cache.clear()
+        timed: list[WindowOperator | JoinOperator] = list(self._windows.values())
+        if self._join is not None:
+            timed.append(self._join)
+        for op in timed:
+            prefix = _state_prefix(op.node)
+            for text, state in op.take_writes().items():
+                key = prefix + text.encode()
+                if state is _STATE_DELETED:
+                    writes[key] = None
+                else:
+                    raw = self._encode(op.node, state)
+                    if raw is not None:
+                        writes[key] = raw
         self._state.write(writes)
 
     def _encode(self, node: Node, value: Any) -> bytes | None:
@@ -398,7 +525,27 @@ class StageChain:
                 self._apply(child, batch, quiet)
 
     def _apply(self, node: Node, batch: list[Any], quiet: bool) -> None:
-        kind, fn, keyed = node.kind, node.fn, node.parent is not None and node.parent.keyed
+        kind, fn, parent = node.kind, node.fn, node.parent
+        assert parent is not None
+        keyed = parent.keyed
+        if parent.timed:
+            if kind in ("map", "filter", "flat_map"):
+                keyed = True  # the time rides along like a key
+            elif kind == "key_by":
+                self._key_by_timed(node, batch, quiet)
+                return
+            elif kind == "window":
+                self._push(node, batch, quiet)
+                return
+            elif node.windowed:
+                late: list[Item] = []
+                out = self._windows[node].add(batch, self.watermark, late)
+                self._late(node, late, quiet)
+                if not quiet:
+                    self._push(node, out, quiet)
+                return
+            else:  # aggregations, process, sinks: without the time
+                batch = [(k[0], v) for k, v in batch] if keyed else [v for _, v in batch]
         if kind == "map":
             assert fn is not None
             try:
@@ -439,6 +586,27 @@ class StageChain:
         else:
             raise ValueError(f"unknown operator {node!r}")
         self._push(node, out, quiet)
+
+    def _key_by_timed(self, node: Node, batch: list[Any], quiet: bool) -> None:
+        """key_by of items with event time: shipped uncombined with it (or combined, into a
+        stage that drops it)."""
+        fn = node.fn
+        assert fn is not None and node.parent is not None
+        keyed = node.parent.keyed
+        keys: list[Any] = []
+        values: list[Any] = []
+        times: list[int] = []
+        for first, value in batch:
+            try:
+                key = fn(value)
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                self._dead(node, exc, value)
+                continue
+            keys.append(key)
+            values.append(value)
+            times.append(first[1] if keyed else first)
+        if not quiet:
+            self.shuffles[node.name].add(keys, values, times=times)
 
     def _flat_map(
         self, node: Node, fn: Callable[[Any], Iterable[Any]], batch: list[Any], keyed: bool

@@ -110,6 +110,17 @@ def folder(node: Node) -> Callable[[Any, Any], Any]:
     raise ValueError(f"{node!r} is not an aggregation")
 
 
+def merger(node: Node) -> Callable[[Any, Any], Any]:
+    """``acc, partial -> acc`` merging two partial aggregates of ``node`` (a combiner's, or
+    two session windows')."""
+    kind = node.kind
+    if kind in ("count", "sum"):
+        return lambda acc, partial: partial if acc is _UNSET else acc + partial
+    fn = node.fn if kind == "reduce" else node.fn2
+    assert fn is not None
+    return lambda acc, partial: partial if acc is _UNSET else fn(acc, partial)
+
+
 def _addend(value: Any) -> Any:
     """A value ``sum()`` adds: a number (not a bool). Anything else is a dead record, whatever
     came before it: with a string among numbers the sum (``"1" + "2"``) and which records

@@ -26,13 +26,29 @@ MAX_TOPIC_CHARS = 249
 @dataclass(eq=False)
 class Stage:
     name: str
-    head: Node  # the source or key_by node whose records enter the stage
+    head: Node  # the source, key_by or join node whose records enter the stage
     nodes: list[Node] = field(default_factory=list)  # operators after the head, graph order
-    upstream: Stage | None = None
+    # The key_by nodes writing into this stage's shuffle (one, two for a join; none for a
+    # source stage) and the stages that run them, in channel order.
+    inputs: list[Node] = field(default_factory=list)
+    upstreams: list[Stage] = field(default_factory=list)
 
     @property
     def is_source(self) -> bool:
         return self.head.kind == "source"
+
+    @property
+    def upstream(self) -> Stage | None:
+        """The stage upstream (the left one of a join)."""
+        return self.upstreams[0] if self.upstreams else None
+
+    @property
+    def is_join(self) -> bool:
+        return self.head.kind == "join"
+
+    @property
+    def timed(self) -> bool:
+        return self.head.timed
 
     @property
     def sinks(self) -> list[Node]:
@@ -57,9 +73,8 @@ class Stage:
 
     @property
     def stateful(self) -> list[Node]:
-        return [
-            n for n in self.nodes if n.kind in ("count", "sum", "reduce", "aggregate", "process")
-        ]
+        kinds = ("count", "sum", "reduce", "aggregate", "process")
+        return [n for n in [self.head, *self.nodes] if n.kind in kinds or n.kind == "join"]
 
     def shuffle_topic(self, job: str) -> str:
         """The internal topic feeding this stage (only for a stage headed by key_by)."""
@@ -75,6 +90,18 @@ class Plan:
             if stage.name == name:
                 return stage
         raise KeyError(name)
+
+    def target(self, key_by: Node | str) -> Stage:
+        """The stage a key_by node writes into."""
+        name = key_by if isinstance(key_by, str) else key_by.name
+        for stage in self.stages:
+            if any(n.name == name for n in stage.inputs):
+                return stage
+        raise KeyError(name)
+
+    @property
+    def timed(self) -> bool:
+        return any(s.timed for s in self.stages)
 
     @property
     def sink_topics(self) -> list[str]:
@@ -101,26 +128,82 @@ def plan(pipeline: Pipeline) -> Plan:
         raise PipelineError("the pipeline has no source")
     if not pipeline.sinks:
         raise PipelineError("the pipeline has no sink: nothing would ever be written")
+    _check_time(pipeline)
     stages: list[Stage] = []
-    heads = [n for n in pipeline.nodes if n.kind in ("source", "key_by")]
+    heads = [n for n in pipeline.nodes if _is_head(n)]
     by_head: dict[Node, Stage] = {}
-    for head in heads:  # creation order: a key_by's upstream stage always exists already
+    for head in heads:  # creation order: a head's upstream stages always exist already
         stage = Stage(head.name, head)
-        if head.parent is not None:
-            stage.upstream = by_head[_stage_head(head.parent)]
+        if head.kind == "join":
+            assert head.parent is not None and head.other is not None
+            stage.inputs = [head.parent, head.other]
+        elif head.kind == "key_by":
+            stage.inputs = [head]
+        for key_by in stage.inputs:
+            assert key_by.parent is not None
+            stage.upstreams.append(by_head[_stage_head(key_by.parent)])
         by_head[head] = stage
         stages.append(stage)
     for node in pipeline.nodes:
-        if node.kind == "source":
+        if _is_head(node) and node.kind != "key_by":
             continue
         assert node.parent is not None
         by_head[_stage_head(node.parent)].nodes.append(node)
     return Plan(stages)
 
 
+def _is_head(node: Node) -> bool:
+    """A source, a join, or a key_by that does not feed a join (that one is the join's)."""
+    if node.kind == "key_by":
+        return not any(c.kind == "join" for c in node.children)
+    return node.kind in ("source", "join")
+
+
 def _stage_head(node: Node) -> Node:
-    """The source or key_by whose stage runs ``node``'s output."""
-    while node.kind not in ("source", "key_by"):
+    """The source, key_by or join whose stage runs ``node``'s output."""
+    while not _is_head(node):
         assert node.parent is not None
         node = node.parent
     return node
+
+
+# Nodes whose output keeps the event time of their input; windows and joins make their own.
+_KEEPS_TIME = frozenset({"source", "map", "filter", "flat_map", "key_by", "window"})
+
+
+def _check_time(pipeline: Pipeline) -> None:
+    """Mark the nodes whose records carry event time; refuse windows and joins without it.
+
+    A pipeline with a window or a join is timed from every source on (watermarks need every
+    channel). Aggregations other than windowed ones, ``process`` and sinks drop the time.
+    """
+    for node in pipeline.nodes:
+        node.timed = False
+        if node.kind == "join":
+            for side in (node.parent, node.other):
+                assert side is not None
+                if len(side.children) != 1:
+                    raise PipelineError(
+                        f"join {node.name!r}: its input {side.name!r} has other uses; "
+                        "key_by again for another branch"
+                    )
+        if node.kind == "window" and not node.children:
+            raise PipelineError(f"window {node.name!r}: follow it with an aggregation")
+    if not any(n.kind in ("window", "join") for n in pipeline.nodes):
+        return
+    for node in pipeline.nodes:  # creation order: parents first
+        parent = node.parent
+        if node.kind == "source":
+            node.timed = True
+        elif node.kind == "join" or node.windowed:
+            if parent is None or not parent.timed:
+                raise PipelineError(
+                    f"{node.name!r}: windows and joins need event time, which "
+                    f"{parent.name if parent else 'its input'!r} does not carry (an "
+                    "aggregation or process before it drops it)"
+                )
+            if node.kind == "join" and (node.other is None or not node.other.timed):
+                raise PipelineError(f"join {node.name!r}: its right input has no event time")
+            node.timed = True
+        elif node.kind in _KEEPS_TIME and parent is not None:
+            node.timed = parent.timed

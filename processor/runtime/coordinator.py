@@ -111,6 +111,8 @@ class CoordinatorService:
             },
         )
         clients.ensure_topic(self._admin, s.dlq_topic, 1)
+        if graph.plan.timed:
+            clients.ensure_topic(self._admin, graph.late_topic, 1)
         for topic in graph.plan.sink_topics:
             clients.ensure_topic(self._admin, topic, s.shuffle_partitions)
         if s.from_savepoint:

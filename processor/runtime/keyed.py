@@ -14,6 +14,11 @@ state cache and emits at once. When barrier n is aligned, in order:
 4. only when the copy is durable is transaction n committed (in the background too), then
    acknowledged.
 
+In a timed pipeline watermark records arrive beside the barriers: the task's watermark (the
+minimum over its channels, `processor.pipeline.time`) closes windows and expires join
+records as it rises, is forwarded downstream at each checkpoint, and its per-channel values
+are part of the snapshot.
+
 Transaction n+1 begins after n commits, so output of epoch n+1 waits in the chain: an
 aggregation writes every key once per epoch with its latest value (last = exact).
 """
@@ -49,12 +54,16 @@ from processor.kafka.output import TransactionalOutput, open_output
 from processor.models.control import Decline
 from processor.models.records import (
     Barrier,
+    Watermark,
+    control_kind,
     decode_barrier,
     decode_shuffle,
+    decode_watermark,
     encode_barrier,
-    is_barrier,
+    encode_watermark,
 )
 from processor.pipeline.chain import StageChain
+from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks
 from processor.runtime import deadletter
 from processor.runtime.gaps import STATE_LOST, check_resume
 from processor.runtime.task import (
@@ -106,11 +115,16 @@ class KeyedTask(Task):
         stage = ctx.stage
         self.stage = stage
         self.topic = ctx.graph.shuffle_topic(stage)
-        s = ctx.settings
-        # Downstream shuffles: (stage name, topic, partitions), for records and barriers.
-        self._shuffles = [
-            (n.name, ctx.graph.shuffle_topic(n.name), s.shuffle_partitions) for n in stage.shuffles
-        ]
+        # Downstream shuffles: (key_by name, topic, partitions, this task's channel in it).
+        self._shuffles = self.shuffle_outputs()
+        self._watermarks = ChannelWatermarks(ctx.input_partitions)
+        self._sent_mark: tuple[int, bool] | None = None  # the last watermark forwarded
+        # A join's channels: which input (0 left, 1 right) each belongs to.
+        self._sides = (
+            [ctx.graph.side_of(stage, u, ctx.parallelism) for u in range(ctx.input_partitions)]
+            if stage.is_join
+            else []
+        )
         self.chain: StageChain | None = None  # once the state is restored
         # Records written into the open transaction (barriers aside): if its snapshot fails
         # it is aborted, and these go out again with the next epoch (see _snapshot_failed).
@@ -185,6 +199,7 @@ class KeyedTask(Task):
             self._storage, f"{self.settings.job_name}/{self.ctx.task_id}", committed
         )
         positions: dict[Channel, int] = {}
+        info_meta: dict[str, Any] = {}
         db_path = self._workdir / "db"
         if committed is not None:
             started = time.monotonic()
@@ -193,6 +208,7 @@ class KeyedTask(Task):
             )
             info = self._restore_snapshot(committed, db_path, low)
             positions = self._positions(info)
+            info_meta = info.meta
             took = time.monotonic() - started
             metrics.restores_total.labels(**self.labels).inc()
             metrics.last_restore_seconds.labels(**self.labels).set(took)
@@ -215,8 +231,11 @@ class KeyedTask(Task):
             store,
             {n.name: s.shuffle_partitions for n in self.stage.shuffles},
             s.max_key_bytes,
+            self.ctx.graph.late_topic,
         )
         self._store = store
+        if self.stage.timed:
+            self._restore_time(store, info_meta)
         channels = [(self.partition, u) for u in range(self.ctx.input_partitions)]
         self._aligner = _barrier_handler(s)(channels, positions, self.last_checkpoint)
         start = self._aligner.resume_offsets()[self.partition]
@@ -224,6 +243,18 @@ class KeyedTask(Task):
         consumer.assign([TopicPartition(self.topic, self.partition, start)])
         log.info("%s: resuming %s[%d] at %d", self.ctx.task_id, self.topic, self.partition, start)
         return store
+
+    def _restore_time(self, store: RocksDBStore, meta: dict[str, Any]) -> None:
+        """The channels' watermarks from the snapshot, the timers from the state."""
+        marks = meta.get("watermarks")
+        if isinstance(marks, dict):
+            self._watermarks.restore(marks)
+        assert self.chain is not None
+        self.chain.watermark = self._watermarks.current
+        if self._watermarks.current > NO_WATERMARK:
+            self._sent_mark = (self._watermarks.current, False)
+        for prefix in self.chain.timed_operators():
+            self.chain.restore_timers(prefix, store.items(prefix))
 
     def _load_savepoint(self, db_path: Path) -> None:
         """A job's first start from a savepoint: this partition's keys of the stage's
@@ -327,12 +358,17 @@ class KeyedTask(Task):
         partition = self.partition
         channels = self.ctx.input_partitions
         combined = self.stage.combiner is not None
+        timed, sides = self.stage.timed, self._sides
         replaying = self._replaying  # empty but right after a fallback restore
         applied = 0
         for msg in msgs:
             if not check(msg):
                 continue
-            if is_barrier(msg.headers()):
+            control = control_kind(msg.headers())
+            if control == "watermark":
+                self._on_watermark(msg, admit)
+                continue
+            if control == "barrier":
                 self._records_in += applied
                 self._m_in.inc(applied)
                 applied = 0
@@ -355,22 +391,71 @@ class KeyedTask(Task):
                 # Not written by an upstream task: skip rather than crash-loop.
                 self._m_bad.inc()
                 continue
-            if channel >= channels or (type(body) is dict and not combined):
+            if (
+                channel >= channels
+                or (type(body) is dict and not combined)
+                or (timed and type(body) is list and body and len(body[0]) != 3)
+            ):
                 self._m_bad.inc()  # no such upstream task, or not its format: not written by one
                 continue
             offset: int = msg.offset()  # type: ignore[assignment]  # set on data messages
             if admit((partition, channel), offset) is _PROCESS:
                 # A replayed record's output is committed already: into the state only.
-                chain.shuffled(body, quiet=bool(replaying) and channel in replaying)
+                quiet = bool(replaying) and channel in replaying
+                chain.shuffled(body, quiet, sides[channel] if sides else 0)
                 applied += len(body)
         self._records_in += applied
         self._m_in.inc(applied)
+        if chain.late:
+            self._count_late()
         if chain.has_dead:
             self._dead_letter(out)
         # No early flush while replaying: what is in a transaction must not be changed
         # quietly afterwards (checkpoint n+1 can only complete after the replay).
         if chain.buffered >= self.settings.flush_keys and not self._replaying:
             self._flush(out)
+
+    def _on_watermark(self, msg: Message, admit: Any) -> None:
+        try:
+            mark = decode_watermark(msg.value() or b"")
+        except struct.error:
+            mark = None
+        if mark is None or mark.channel >= self.ctx.input_partitions or not self.stage.timed:
+            self._m_bad.inc()  # not written by an upstream task: skip rather than crash-loop
+            return
+        if admit((self.partition, mark.channel), msg.offset() or 0) is not _PROCESS:
+            return  # held back with its channel: it is read again after the alignment
+        risen = self._watermarks.on_mark(mark.channel, mark.time_ms, mark.idle)
+        if risen is not None:
+            assert self.chain is not None
+            self.chain.advance(risen, quiet=bool(self._replaying))
+            metrics.watermark_ms.labels(**self.labels).set(risen)
+
+    def _count_late(self) -> None:
+        assert self.chain is not None
+        for operator, n in self.chain.late.items():
+            metrics.late_records.labels(**self.labels, operator=operator).inc(n)
+        self.chain.late.clear()
+
+    def _send_watermark(self, out: TransactionalOutput) -> None:
+        """The task's watermark (or an idle mark, when all its channels are idle) into every
+        downstream shuffle partition, if it changed: after the epoch's records, before the
+        barrier."""
+        current = self._watermarks.current
+        idle = self._watermarks.all_idle
+        if current <= NO_WATERMARK and not idle:
+            return
+        mark = (current, idle)
+        if mark == self._sent_mark:
+            return
+        self._sent_mark = mark
+        if current > NO_WATERMARK:
+            lag = max(0.0, time.time() - current / 1000)
+            metrics.event_time_lag_seconds.labels(**self.labels).set(lag)
+        for _, topic, partitions, channel in self._shuffles:
+            value, headers = encode_watermark(Watermark(channel, current, idle))
+            for p in range(partitions):
+                out.produce(topic, value, partition=p, headers=headers)
 
     def _dead_letter(self, out: TransactionalOutput) -> None:
         assert self.chain is not None
@@ -391,9 +476,11 @@ class KeyedTask(Task):
         self._resend = []
         for topic, items in chain.take_sinks().items():
             segments.append((topic, None, items))
-        for name, topic, _ in self._shuffles:
+        if chain.late:
+            self._count_late()
+        for name, topic, _, channel in self._shuffles:
             shuffle = chain.shuffles[name]
-            segments.extend((topic, p, [(None, v)]) for p, v in shuffle.take(self.partition))
+            segments.extend((topic, p, [(None, v)]) for p, v in shuffle.take(channel))
             if shuffle.oversized:
                 self._m_oversized.inc(shuffle.oversized)
                 shuffle.oversized = 0
@@ -488,8 +575,10 @@ class KeyedTask(Task):
         )
         flush_started_cpu = time.thread_time()
         self._flush(out)
-        value, headers = encode_barrier(Barrier(checkpoint_id, self.partition, triggered_at_ms))
-        for _, topic, partitions in self._shuffles:
+        if self.stage.timed:
+            self._send_watermark(out)
+        for _, topic, partitions, channel in self._shuffles:
+            value, headers = encode_barrier(Barrier(checkpoint_id, channel, triggered_at_ms))
             for p in range(partitions):
                 out.produce(topic, value, partition=p, headers=headers)
         flush_cpu_s = time.thread_time() - flush_started_cpu
@@ -503,7 +592,7 @@ class KeyedTask(Task):
             self._snapshots.upload,
             checkpoint_id,
             local,
-            {"positions": positions, "state": STATE_FORMAT},
+            {"positions": positions, "state": STATE_FORMAT, **self._time_meta()},
         )
         lag = self._lag(consumer)
         self._waited_s = 0.0
@@ -512,6 +601,10 @@ class KeyedTask(Task):
         )
         self._pending = _Pending(epoch, future, alignment_s)
         metrics.state_keys.labels(**self.labels).set(store.approximate_keys())
+
+    def _time_meta(self) -> dict[str, Any]:
+        """The channels' watermarks, for the snapshot (timed stages only)."""
+        return {"watermarks": self._watermarks.snapshot()} if self.stage.timed else {}
 
     def _finish_checkpoint(self, out: TransactionalOutput, block: bool) -> None:
         """Commit the checkpoint whose snapshot is durable; acknowledge it once committed.

@@ -9,6 +9,10 @@ in the background while the source reads and combines epoch n+1 (whose records o
 at trigger n+1, or earlier if the buffers outgrow ``flush_keys``: that write waits for
 commit n).
 
+In a timed pipeline the source also tracks its watermark (`processor.pipeline.time`) and
+writes it into every downstream shuffle partition at each checkpoint, after the epoch's
+records and before the barrier, when it changed.
+
 Pre-aggregation (the combiner) is exact: partial aggregates of one epoch are committed
 together with the input offsets they cover, so a replay recomputes exactly the same ones.
 """
@@ -25,8 +29,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from processor import faults, metrics
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput, open_output
-from processor.models.records import Barrier, encode_barrier
+from processor.models.records import Barrier, Watermark, encode_barrier, encode_watermark
 from processor.pipeline.chain import StageChain
+from processor.pipeline.time import NO_WATERMARK, SourceWatermarks
 from processor.runtime import deadletter, gaps
 from processor.runtime.task import (
     ClosedEpoch,
@@ -67,11 +72,17 @@ class SourceTask(Task):
             _Stateless(),
             {n.name: s.shuffle_partitions for n in stage.shuffles},
             s.max_key_bytes,
+            ctx.graph.late_topic,
         )
-        # Downstream shuffles: (stage name, topic, partitions), for records and barriers.
-        self._shuffles = [
-            (n.name, ctx.graph.shuffle_topic(n.name), s.shuffle_partitions) for n in stage.shuffles
-        ]
+        # Downstream shuffles: (key_by name, topic, partitions, this task's channel in it).
+        self._shuffles = self.shuffle_outputs()
+        head = stage.head
+        self._timed = head.timed
+        self._kafka_times = head.timed and head.timestamp_fn is None
+        self._watermarks = SourceWatermarks(
+            partitions, head.out_of_orderness_ms, head.idle_ms, time.monotonic()
+        )
+        self._sent_mark: tuple[int, bool] | None = None  # the last watermark written
         self._requested = 0
         self._requested_at = 0.0  # wall-clock time the coordinator triggered it
         self._positions: dict[int, int] = {}  # input partition -> next offset to read
@@ -152,6 +163,7 @@ class SourceTask(Task):
     def _process(self, msgs: list[Message], out: TransactionalOutput) -> None:
         values: list[bytes] = []
         positions = self._positions
+        times: list[int] | None = [] if self._kafka_times else None
         for msg in msgs:
             if not check(msg):
                 continue
@@ -159,6 +171,8 @@ class SourceTask(Task):
             value = msg.value()
             if value:
                 values.append(value)
+                if times is not None:
+                    times.append(msg.timestamp()[1])
             elif value is None:
                 self._m_null.inc()
             else:
@@ -174,18 +188,30 @@ class SourceTask(Task):
             else:
                 decoded = list(values)
         except ValueError:  # UnicodeDecodeError too
-            decoded = self._decode_each(msgs, out)
-        self.chain.values(decoded)
+            decoded = self._decode_each(msgs, out, times)
+        newest = self.chain.values(decoded, times=times)
+        if newest is not None:
+            now = time.monotonic()
+            for p in {m.partition() for m in msgs}:
+                # One partition per task: the batch's newest event time is the partition's.
+                self._watermarks.observe(p or 0, newest, now)
         if self.chain.has_dead:
             self._dead_letter(out)
 
-    def _decode_each(self, msgs: list[Message], out: TransactionalOutput) -> list[object]:
-        """The slow path of a batch with an undecodable record: dead-letter the bad ones."""
+    def _decode_each(
+        self, msgs: list[Message], out: TransactionalOutput, times: list[int] | None
+    ) -> list[object]:
+        """The slow path of a batch with an undecodable record: dead-letter the bad ones
+        (``times``, if given, is rebuilt for the ones kept)."""
         decoded: list[object] = []
+        if times is not None:
+            times.clear()
         for msg in msgs:
             value = msg.value()
             if msg.error() is not None or not value:
                 continue
+            if times is not None:
+                times.append(msg.timestamp()[1])
             try:
                 text = value.decode()
             except UnicodeDecodeError as exc:
@@ -201,6 +227,8 @@ class SourceTask(Task):
                 except ValueError as exc:
                     self._m_json.inc()
                     error = f"not JSON: {exc}"
+            if times is not None:
+                times.pop()
             where = (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
             deadletter.undecodable(out, self.settings.dlq_topic, value, msg.key(), where, error)
         return decoded
@@ -219,8 +247,7 @@ class SourceTask(Task):
         for topic, records in chain.take_sinks().items():
             out.produce_many(topic, records)
             shipped += len(records)
-        channel = self.channel
-        for name, topic, _ in self._shuffles:
+        for name, topic, _, channel in self._shuffles:
             shuffle = chain.shuffles[name]
             shipped += len(shuffle)
             for p, value in shuffle.take(channel):
@@ -258,10 +285,12 @@ class SourceTask(Task):
         flush_started_cpu = time.thread_time()
         self._flush(out)
         flush_cpu_s = time.thread_time() - flush_started_cpu
-        value, headers = encode_barrier(
-            Barrier(checkpoint_id, self.channel, int(triggered_at * 1000))
-        )
-        for _, topic, partitions in self._shuffles:
+        if self._timed:
+            self._send_watermark(out)
+        for _, topic, partitions, channel in self._shuffles:
+            value, headers = encode_barrier(
+                Barrier(checkpoint_id, channel, int(triggered_at * 1000))
+            )
             for p in range(partitions):
                 out.produce(topic, value, partition=p, headers=headers)
         out.commit_async()
@@ -275,6 +304,28 @@ class SourceTask(Task):
             lag,
             {str(p): o for p, o in self._positions.items()},
         )
+
+    def _send_watermark(self, out: TransactionalOutput) -> None:
+        """This task's watermark (or idle mark) into every downstream shuffle partition, if
+        it changed since the last one: after the epoch's records, before its barrier."""
+        current = self._watermarks.current(time.monotonic())
+        if current is None:  # idle: the last time sent stays, marked idle
+            mark = ((self._sent_mark or (NO_WATERMARK, True))[0], True)
+        elif current <= NO_WATERMARK // 2:
+            return  # a partition has had no record yet: nothing to say
+        else:
+            mark = (current, False)
+        if mark == self._sent_mark:
+            return
+        self._sent_mark = mark
+        if not mark[1]:
+            metrics.watermark_ms.labels(**self.labels).set(mark[0])
+            lag = max(0.0, time.time() - mark[0] / 1000)
+            metrics.event_time_lag_seconds.labels(**self.labels).set(lag)
+        for _, topic, partitions, channel in self._shuffles:
+            value, headers = encode_watermark(Watermark(channel, mark[0], mark[1]))
+            for p in range(partitions):
+                out.produce(topic, value, partition=p, headers=headers)
 
     def _finish_commit(self, out: TransactionalOutput, block: bool) -> None:
         """Acknowledge the checkpoint whose commit is done (``block``: wait for it)."""

@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ class TaskContext:
     report: Callable[[ControlMessage], None]
     stop: threading.Event
     purger: ShufflePurger | None = None  # the worker's for the task's shuffle topic
+    # Tasks per stage (the assignment's): where a task's channels begin in a join's input.
+    parallelism: dict[str, int] = field(default_factory=dict)
 
     @property
     def stage(self) -> Stage:
@@ -114,6 +116,22 @@ class Task:
             *(graph.shuffle_topic(n.name) for n in stage.shuffles),
             *(n.topic for n in stage.sinks),
             self.settings.dlq_topic,
+            *([graph.late_topic] if stage.timed else []),
+        ]
+
+    def shuffle_outputs(self) -> list[tuple[str, str, int, int]]:
+        """Per downstream shuffle: (key_by name, topic, partitions, this task's channel in
+        it), for records and barriers."""
+        graph, stage, index = self.ctx.graph, self.ctx.stage, TaskId.parse(self.ctx.task_id).index
+        partitions = self.settings.shuffle_partitions
+        return [
+            (
+                n.name,
+                graph.shuffle_topic(n.name),
+                partitions,
+                graph.channel_base(n.name, self.ctx.parallelism) + index,
+            )
+            for n in stage.shuffles
         ]
 
     @property

@@ -196,9 +196,12 @@ class Worker:
         tid = TaskId.parse(task_id)
         stage = self.graph.stage(tid.stage)
         channels = 0
-        if stage.upstream is not None:
+        parallelism = dict(assignment.stages)
+        for s in self.graph.stages:
             # An assignment of a coordinator before pipelines only knew the sources' count.
-            channels = assignment.stages.get(stage.upstream.name, assignment.input_partitions)
+            parallelism.setdefault(s.name, assignment.input_partitions)
+        if stage.upstreams:
+            channels = self.graph.channels(stage, parallelism)
         ctx = TaskContext(
             settings=self.settings,
             graph=self.graph,
@@ -208,6 +211,7 @@ class Worker:
             report=self.send,
             stop=threading.Event(),
             purger=None if stage.is_source else self._purgers.get(self.graph.shuffle_topic(stage)),
+            parallelism=parallelism,
         )
         if stage.is_source:
             return SourceTask(ctx, tid.index, [tid.index])

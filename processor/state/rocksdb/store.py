@@ -49,10 +49,17 @@ class RocksDBStore:
                 batch.put(key, value)
         self._db.write(batch, self._write_options)
 
-    def items(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every key and value, in key order."""
+    def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """Every key (starting with ``prefix``) and value, in key order."""
         # raw_mode: bytes both (the stub types keys as any Rdict key).
-        yield from cast("Iterator[tuple[bytes, bytes]]", self._db.items())
+        found = cast(
+            "Iterator[tuple[bytes, bytes]]",
+            self._db.items(from_key=prefix) if prefix else self._db.items(),
+        )
+        for key, value in found:
+            if not key.startswith(prefix):
+                return
+            yield key, value
 
     def checkpoint(self, dest: Path) -> None:
         """Create a consistent copy of the DB in `dest`, which must not exist yet.

@@ -1,0 +1,97 @@
+"""Watermarks: how far event time has progressed, at a source and at a task with channels.
+
+A watermark W says "no record with an event time below W will come any more". Records below
+the watermark that do come are *late*: windows and joins write them to ``<job>.late``.
+
+- A source task's watermark is, over its partitions, the minimum of (highest timestamp seen
+  minus ``out_of_orderness_ms``); a partition with no record for ``idle_ms`` of wall time
+  does not hold it back, and a task whose partitions are all idle says so (an *idle* mark).
+- A keyed task's watermark is the minimum over its input channels' latest watermarks,
+  ignoring idle channels. It never goes back. A channel that has sent no watermark yet holds
+  it back (until its task sends one, or an idle mark).
+
+Watermarks are control records written into the shuffle after the records of the same flush
+and before the barrier, so a channel's watermark sits at a fixed place in the log: a replay
+sees the same ones at the same places. The per-channel watermarks a keyed task has seen are
+part of its snapshot, taken at the barrier, so a restored task decides lateness exactly as
+the first run did. Sources need no such state: what they send is only ever a new, higher
+bound, and a keyed task ignores a channel's watermark that would go back.
+
+Pure: no Kafka, no clock (the caller passes the time).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# No watermark yet: below every event time.
+NO_WATERMARK = -(1 << 62)
+
+
+class SourceWatermarks:
+    """A source task's watermark over its partitions."""
+
+    def __init__(
+        self, partitions: list[int], out_of_orderness_ms: int, idle_ms: int, now: float
+    ) -> None:
+        self._bound = out_of_orderness_ms
+        self._idle_s = idle_ms / 1000
+        self._max: dict[int, int] = {}  # partition -> highest event time seen
+        # partition -> wall time of its last record (of the start for one with none yet)
+        self._seen_at = {p: now for p in partitions}
+
+    def observe(self, partition: int, max_time_ms: int, now: float) -> None:
+        """Records of ``partition`` up to ``max_time_ms`` were read at ``now``."""
+        if max_time_ms > self._max.get(partition, NO_WATERMARK):
+            self._max[partition] = max_time_ms
+        self._seen_at[partition] = now
+
+    def current(self, now: float) -> int | None:
+        """The watermark, or None if every partition is idle."""
+        active = [p for p, at in self._seen_at.items() if now - at < self._idle_s]
+        if not active:
+            return None
+        return min(self._max.get(p, NO_WATERMARK) for p in active) - self._bound
+
+
+class ChannelWatermarks:
+    """A task's watermark over its input channels (see the module's docstring)."""
+
+    def __init__(self, channels: int) -> None:
+        self._marks: list[int] = [NO_WATERMARK] * channels
+        self._idle: list[bool] = [False] * channels
+        self.current = NO_WATERMARK
+
+    def on_mark(self, channel: int, time_ms: int, idle: bool) -> int | None:
+        """A watermark (or idle mark) of ``channel``; the task's new watermark if it rose."""
+        self._idle[channel] = idle
+        if not idle and time_ms > self._marks[channel]:
+            self._marks[channel] = time_ms
+        return self._recompute()
+
+    def _recompute(self) -> int | None:
+        active = [m for m, idle in zip(self._marks, self._idle, strict=True) if not idle]
+        if not active:
+            return None  # every channel idle: nothing holds it back, nothing moves it either
+        low = min(active)
+        if low > self.current:
+            self.current = low
+            return low
+        return None
+
+    @property
+    def all_idle(self) -> bool:
+        return all(self._idle)
+
+    def snapshot(self) -> dict[str, Any]:
+        """For the snapshot's metadata: JSON."""
+        return {"channels": list(self._marks), "idle": list(self._idle), "current": self.current}
+
+    def restore(self, meta: dict[str, Any]) -> None:
+        """From ``snapshot()``; a snapshot without watermarks starts from none."""
+        marks, idle = meta.get("channels"), meta.get("idle")
+        if isinstance(marks, list) and len(marks) == len(self._marks):
+            self._marks = [int(m) for m in marks]
+        if isinstance(idle, list) and len(idle) == len(self._idle):
+            self._idle = [bool(i) for i in idle]
+        self.current = int(meta.get("current", NO_WATERMARK))

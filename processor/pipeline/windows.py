@@ -1,0 +1,303 @@
+"""Event-time operators with timers: windowed aggregations and the stream-stream join.
+
+Both keep one state value per key and operator (``<operator>\\0<key>`` like every other
+operator, so savepoints redistribute them by key): a window operator the open windows of the
+key, a join the records of both sides still young enough to match. Both act when the task's
+watermark rises (`fire`): a window whose end plus lateness the watermark passed emits its
+result once and is deleted; join records that can match nothing any more are dropped.
+
+Timers are an in-memory heap of (time, key): rebuilt from the state on restore, never stored.
+An entry may be stale (the window merged or fired already); firing looks at the state, so a
+stale entry does nothing.
+
+Pure: state through a load function and the `writes` of each epoch, as in `StageChain`.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from processor.pipeline.api import Node
+from processor.pipeline.ops import UNSET, RecordError, folder, key_text, merger, sink_key_of
+
+# A timed keyed item: ((key text, event time ms), value).
+Item = tuple[tuple[str, int], Any]
+DELETED = object()
+
+
+class _Timed:
+    """Per-key state cached for the epoch, and timers."""
+
+    def __init__(self, node: Node, load: Callable[[str], Any]) -> None:
+        self.node = node
+        self._load = load
+        self._cache: dict[str, Any] = {}  # key text -> state (a dict), or DELETED
+        self._timers: list[tuple[int, str]] = []
+
+    def _get(self, text: str) -> dict[str, Any]:
+        state = self._cache.get(text, UNSET)
+        if state is UNSET:
+            state = self._cache[text] = self._load(text)
+        if state is UNSET or state is DELETED:
+            state = self._cache[text] = {}
+        return state  # type: ignore[no-any-return]
+
+    def _store(self, text: str, state: dict[str, Any]) -> None:
+        self._cache[text] = state if state else DELETED
+
+    def _timer(self, at: int, text: str) -> None:
+        heapq.heappush(self._timers, (at, text))
+
+    def due(self, watermark: int) -> list[str]:
+        """Keys with a timer at or below ``watermark`` (each once; the timers are gone)."""
+        timers, keys = self._timers, dict[str, None]()
+        while timers and timers[0][0] <= watermark:
+            keys[heapq.heappop(timers)[1]] = None
+        return list(keys)
+
+    def take_writes(self) -> dict[str, Any]:
+        """The epoch's changed state by key text (DELETED: delete it); the cache is empty
+        after."""
+        cache, self._cache = self._cache, {}
+        return cache
+
+    def restore_timers(self, items: Iterable[tuple[str, Any]]) -> None:
+        """Timers for stored state (key text, decoded value) after a restore."""
+        for text, state in items:
+            if isinstance(state, dict):
+                at = self._next_timer(state)
+                if at is not None:
+                    self._timer(at, text)
+
+    def _next_timer(self, state: dict[str, Any]) -> int | None:
+        raise NotImplementedError
+
+
+class WindowOperator(_Timed):
+    """An aggregation or ``process`` per window (``node.parent`` is the window node).
+
+    State per key: ``{"<start>": acc}`` (tumbling, hopping), ``{"<start>": [end, acc]}``
+    (sessions), ``{"<start>": state}`` (process).
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        load: Callable[[str], Any],
+        dead: Callable[[Node, Exception, Any], None],
+    ) -> None:
+        super().__init__(node, load)
+        window = node.parent
+        assert window is not None and window.kind == "window"
+        self.size, self.slide = window.size_ms, window.slide_ms or window.size_ms
+        self.gap, self.lateness = window.gap_ms, window.lateness_ms
+        self._dead = dead
+        self._process = node.kind == "process"
+        self._fold = None if self._process else folder(node)
+        self._merge = merger(node) if self.gap and not self._process else None
+
+    def _starts(self, ts: int) -> list[int]:
+        """Starts of the tumbling or hopping windows ``[start, start + size)`` holding ``ts``."""
+        last = ts - ts % self.slide
+        return list(range(last, ts - self.size, -self.slide))
+
+    def _next_timer(self, state: dict[str, Any]) -> int | None:
+        if not state:
+            return None
+        if self.gap:
+            return min(int(v[0]) for v in state.values()) + self.lateness
+        return min(int(s) for s in state) + self.size + self.lateness
+
+    def add(self, batch: list[Item], watermark: int, late: list[Item]) -> list[Item]:
+        """Records into their windows; those only for windows closed already into ``late``.
+        Returns what ``process`` emits at once (aggregations emit at `fire`)."""
+        if self.gap:
+            for item in batch:
+                self._session(item, watermark, late)
+            return []
+        out: list[Item] = []
+        fold, lateness, size = self._fold, self.lateness, self.size
+        for item in batch:
+            (text, ts), value = item
+            starts = [s for s in self._starts(ts) if s + size + lateness > watermark]
+            if not starts:
+                late.append(item)
+                continue
+            state = self._get(text)
+            for start in starts:
+                slot = str(start)
+                fresh = slot not in state
+                try:
+                    if fold is not None:
+                        state[slot] = fold(state.get(slot, UNSET), value)
+                    else:
+                        out.extend(self._call(text, state, slot, start, value))
+                except Exception as exc:  # noqa: BLE001 - a user function's failure: dead
+                    self._dead(self.node, exc, value)
+                    if fresh:
+                        state.pop(slot, None)
+                    break
+                if fresh:
+                    self._timer(start + size + lateness, text)
+            self._store(text, state)
+        return out
+
+    def _call(
+        self, text: str, state: dict[str, Any], slot: str, start: int, value: Any
+    ) -> list[Item]:
+        """``process`` on one window: its state is ``state[slot]`` (None: not set)."""
+        assert self.node.fn is not None
+        handle = _WindowState(state, slot)
+        emitted = list(self.node.fn(value, handle))
+        if slot not in state:
+            state[slot] = None  # the window is open (a timer closes it) even without state
+        if not emitted:
+            return []
+        result, at = self._result_key(text, start), start + self.size - 1
+        return [((result, at), e) for e in emitted]
+
+    def _session(self, item: Item, watermark: int, late: list[Item]) -> None:
+        (text, ts), value = item
+        assert self._fold is not None and self._merge is not None
+        state = self._get(text)
+        start, end = ts, ts + self.gap
+        merged: list[str] = []
+        for slot, (other_end, _) in state.items():
+            if int(slot) < end and start < other_end:  # they overlap: one session
+                merged.append(slot)
+                start, end = min(start, int(slot)), max(end, int(other_end))
+        if end + self.lateness <= watermark:
+            late.append(item)  # even merged, its session closed already
+            return
+        try:
+            acc = self._fold(UNSET, value)
+            for slot in merged:
+                acc = self._merge(acc, state[slot][1])
+        except Exception as exc:  # noqa: BLE001 - a user function's failure: dead
+            self._dead(self.node, exc, value)
+            return
+        for slot in merged:
+            del state[slot]
+        state[str(start)] = [end, acc]
+        self._timer(end + self.lateness, text)
+        self._store(text, state)
+
+    def fire(self, watermark: int, quiet: bool) -> list[Item]:
+        """Close the windows the watermark passed: their results (none if ``quiet``)."""
+        out: list[Item] = []
+        for text in self.due(watermark):
+            state = self._get(text)
+            closed = []
+            for slot, held in state.items():
+                end = int(held[0]) if self.gap else int(slot) + self.size
+                if end + self.lateness <= watermark:
+                    closed.append((int(slot), end, held))
+            if not closed:
+                continue
+            for start, end, held in sorted(closed, key=lambda c: c[0]):
+                del state[str(start)]
+                if not quiet and not self._process:
+                    acc = held[1] if self.gap else held
+                    out.append(((self._result_key(text, start), end - 1), acc))
+            self._store(text, state)
+            nxt = self._next_timer(state)
+            if nxt is not None:
+                self._timer(nxt, text)
+        return out
+
+    @staticmethod
+    def _result_key(text: str, start: int) -> str:
+        return key_text(f"{sink_key_of(text).decode()}@{start}")
+
+
+class _WindowState:
+    """``process``'s state handle for one key and window."""
+
+    __slots__ = ("_slot", "_state")
+
+    def __init__(self, state: dict[str, Any], slot: str) -> None:
+        self._state, self._slot = state, slot
+
+    def get(self, default: Any = None) -> Any:
+        value = self._state.get(self._slot)
+        return default if value is None else value
+
+    def set(self, value: Any) -> None:
+        json.dumps(value)  # refuse what cannot be stored, on the record that tried
+        self._state[self._slot] = value
+
+    def delete(self) -> None:
+        self._state[self._slot] = None
+
+
+class JoinOperator(_Timed):
+    """Records of both sides per key, ``{"l": [[ts, value], ...], "r": [...]}``, until the
+    watermark passes them by more than ``within_ms``.
+
+    A record arriving below the watermark is late: a partner it should meet may be gone
+    already (so it meets none, as in Flink's interval join). Any other record meets every
+    partner within the bound that came before it, and the ones after it meet it: each pair
+    is emitted exactly once, by the later of its two records, ``[left, right]``, with the
+    later event time.
+    """
+
+    SIDES = ("l", "r")
+
+    def __init__(self, node: Node, load: Callable[[str], Any]) -> None:
+        super().__init__(node, load)
+        self.within = node.within_ms
+
+    def _next_timer(self, state: dict[str, Any]) -> int | None:
+        times = [int(e[0]) for side in self.SIDES for e in state.get(side, ())]
+        return min(times) + self.within + 1 if times else None
+
+    def add(self, side: int, batch: list[Item], watermark: int, late: list[Item]) -> list[Item]:
+        mine, theirs = self.SIDES[side], self.SIDES[1 - side]
+        within = self.within
+        out: list[Item] = []
+        for item in batch:
+            (text, ts), value = item
+            if ts < watermark:
+                late.append(item)
+                continue
+            state = self._get(text)
+            for other_ts, other in state.get(theirs, ()):
+                if abs(ts - other_ts) <= within:
+                    # A copy: what the user's functions do to the pair must not reach state.
+                    other = copy.deepcopy(other)
+                    pair = [value, other] if side == 0 else [other, value]
+                    out.append(((text, max(ts, other_ts)), pair))
+            state.setdefault(mine, []).append([ts, copy.deepcopy(value)])
+            self._timer(ts + within + 1, text)
+            self._store(text, state)
+        return out
+
+    def fire(self, watermark: int, quiet: bool) -> list[Item]:
+        """Drop the records no future record can meet (older than watermark - within)."""
+        del quiet  # expiry emits nothing
+        horizon = watermark - self.within
+        for text in self.due(watermark):
+            state = self._get(text)
+            for side in self.SIDES:
+                kept = [e for e in state.get(side, ()) if e[0] >= horizon]
+                if kept:
+                    state[side] = kept
+                else:
+                    state.pop(side, None)
+            self._store(text, state)
+            nxt = self._next_timer(state)
+            if nxt is not None:
+                self._timer(nxt, text)
+        return []
+
+
+def check_storable(value: Any) -> None:
+    """RecordError if ``value`` cannot be stored as JSON."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise RecordError(f"value {value!r:.80} is not JSON-encodable: {exc}") from None

@@ -1,0 +1,209 @@
+"""Event time on the engine: tumbling, hopping and session windows and a two-topic join
+(examples/clicks.py), one worker SIGKILLed mid-stream and replaced. Every window is emitted
+exactly once with the exact count and every pair exactly once, as computed directly from the
+input; one partition of the clicks gets no records (its idleness must not hold the watermark
+back); records sent after the watermark passed them are counted in ``<job>.late``."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from tests.integration.harness import wait_until
+from tests.integration.pipeline_run import PipelineRun, Record, read_committed
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clicks.py"
+PAGES = [f"page-{i}" for i in range(8)]
+OUT_OF_ORDER = 2000
+MINUTE, SLIDE, GAP, WITHIN = 60_000, 20_000, 5000, 30_000
+# Of the clicks topic's 3 partitions the third gets only the first few clicks: it goes idle,
+# and must not hold the watermark back.
+CLICK_PARTITIONS = 2
+IDLE_AFTER = 10
+
+
+def _events(t0: int) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """Views and clicks over ten minutes of event time, clicks at most 1.5 s out of order
+    (under the source's 2 s bound), with a 10 s pause every 400 clicks (sessions end)."""
+    rng = random.Random(5)
+    views = [{"id": f"v{i}", "at": t0 + i * 1000} for i in range(600)]
+    clicks = []
+    shift = 0
+    for i in range(3000):
+        if i and i % 400 == 0:
+            shift += 10_000
+        ts = t0 + i * 200 + shift - rng.randrange(1500)
+        view = rng.randrange(600)
+        clicks.append({"id": f"c{i}", "page": rng.choice(PAGES), "view_id": f"v{view}", "ts": ts})
+    return views, clicks
+
+
+def _windows(clicks: list[dict[str, object]], watermark: int) -> dict[str, Counter[bytes]]:
+    """What each window sink must hold: (key, count) once per window the watermark closed."""
+    tumbling: Counter[tuple[str, int]] = Counter()
+    hopping: Counter[tuple[str, int]] = Counter()
+    times: dict[str, list[int]] = {}
+    for c in clicks:
+        page, ts = str(c["page"]), int(c["ts"])  # type: ignore[call-overload]
+        tumbling[page, ts - ts % MINUTE] += 1
+        last = ts - ts % SLIDE
+        for start in range(last, ts - MINUTE, -SLIDE):
+            hopping[page, start] += 1
+        times.setdefault(page, []).append(ts)
+    sessions: Counter[tuple[str, int]] = Counter()
+    ends: dict[tuple[str, int], int] = {}
+    for page, stamps in times.items():
+        stamps.sort()
+        start = prev = stamps[0]
+        n = 0
+        for ts in stamps:
+            if ts - prev >= GAP:
+                sessions[page, start], ends[page, start] = n, prev + GAP
+                start, n = ts, 0
+            prev, n = ts, n + 1
+        sessions[page, start], ends[page, start] = n, prev + GAP
+
+    def closed(counts: Counter[tuple[str, int]], end: object) -> Counter[bytes]:
+        return Counter(
+            json.dumps([f"{p}@{s}", str(n)]).encode()
+            for (p, s), n in counts.items()
+            if (end(p, s) if callable(end) else s + int(str(end))) <= watermark
+        )
+
+    return {
+        "per_minute": closed(tumbling, MINUTE),
+        "hopping": closed(hopping, MINUTE),
+        "sessions": closed(sessions, lambda p, s: ends[p, s]),
+    }
+
+
+def _pairs(views: list[dict[str, object]], clicks: list[dict[str, object]]) -> Counter[bytes]:
+    at = {str(v["id"]): int(v["at"]) for v in views}  # type: ignore[call-overload]
+    return Counter(
+        json.dumps([str(c["view_id"]), _compact({"view": c["view_id"], "click": c["id"]})]).encode()
+        for c in clicks
+        if abs(at[str(c["view_id"])] - int(c["ts"])) <= WITHIN  # type: ignore[call-overload]
+    )
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _as_records(topic_records: Mapping[int, list[Record]]) -> Counter[bytes]:
+    """A sink's records as ``[key, value]`` JSON, to compare as multisets."""
+    return Counter(
+        json.dumps([(k or b"").decode(), (v or b"").decode()]).encode()
+        for part in topic_records.values()
+        for k, v, _ in part
+    )
+
+
+def test_windows_and_join_exact_under_a_kill(kafka_bootstrap: str, tmp_path: Path) -> None:
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        EXAMPLE,
+        {
+            "clicks": "clicks",
+            "views": "views",
+            "per_minute": "per-minute",
+            "hopping": "hopping",
+            "sessions": "sessions",
+            "view_clicks": "view-clicks",
+        },
+        source_partitions=3,
+        interval_ms=400,
+    )
+    clicks_topic, views_topic = run.topics["clicks"], run.topics["views"]
+    t0 = (int(time.time() * 1000) // MINUTE) * MINUTE - 20 * MINUTE  # recent: the broker
+    views, clicks = _events(t0)  # refuses timestamps far from now
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    sequence = [0]
+
+    def send(chunk: list[bytes]) -> None:
+        for raw in chunk:
+            record = json.loads(raw)
+            if "at" in record:  # a view: its event time is the Kafka timestamp
+                producer.produce(views_topic, raw, timestamp=int(record["at"]))
+            else:
+                sequence[0] += 1
+                n = sequence[0]
+                partition = 2 if n <= IDLE_AFTER else n % CLICK_PARTITIONS
+                producer.produce(clicks_topic, raw, partition=partition)
+        assert producer.flush(60) == 0
+
+    # Views and clicks interleaved by event time, as they would happen.
+    merged = sorted(
+        [(int(v["at"]), json.dumps(v).encode()) for v in views]  # type: ignore[call-overload]
+        + [(int(c["ts"]), json.dumps(c).encode()) for c in clicks],  # type: ignore[call-overload]
+    )
+    # No pause in the feed: partitions idle mid-stream would make the records after the
+    # pause late (as in any engine with idleness), and the test compares exactly.
+    run.start_coordinator(exit_when_idle=False)
+    run.start_worker(0)
+    run.start_worker(1)
+    try:
+        run.feed_values([raw for _, raw in merged], 20, send)
+        wait_until(run._sources_committed, 60, "committed positions in every source partition")
+        run.kill_worker(1)
+        run.start_worker(1)
+        assert run._feeder is not None
+        run._feeder.join(120)
+        # Records far ahead in event time on every partition that has any: the watermark
+        # passes every window of the data (the windows these open never close).
+        end = t0 + 15 * MINUTE
+        closing = {"id": "close", "page": "closing", "view_id": "none", "ts": end}
+        for p in range(CLICK_PARTITIONS):
+            producer.produce(clicks_topic, json.dumps(closing).encode(), partition=p)
+        for p in range(3):
+            producer.produce(
+                views_topic, json.dumps({"id": "close"}).encode(), partition=p, timestamp=end
+            )
+        assert producer.flush(60) == 0
+        watermark = end - OUT_OF_ORDER  # the clicks' bound; views have none
+        expected = _windows(clicks, watermark)
+        sinks = {name: run.topics[name] for name in expected}
+
+        def all_windows() -> bool:
+            return all(
+                sum(_as_records(read_committed(kafka_bootstrap, sinks[n])).values())
+                >= sum(expected[n].values())
+                for n in expected
+            )
+
+        wait_until(all_windows, 120, "every window closed by the watermark")
+        for name, want in expected.items():
+            got = _as_records(read_committed(kafka_bootstrap, sinks[name]))
+            assert got == want, f"{name}: {sorted((got - want).items())[:5]} extra, " + str(
+                sorted((want - got).items())[:5]
+            )
+        assert sum(expected["sessions"].values()) > len(PAGES) * 3, "too few sessions"
+        pairs = _as_records(read_committed(kafka_bootstrap, run.topics["view_clicks"]))
+        want_pairs = _pairs(views, clicks)
+        assert pairs == want_pairs, f"pairs: {len(pairs)} got, {len(want_pairs)} expected"
+
+        # Now late: a click and a view from the first minute, long closed.
+        early = {"id": "late", "page": PAGES[0], "view_id": "v1", "ts": t0 + 5}
+        producer.produce(clicks_topic, json.dumps(early).encode(), partition=0)
+        producer.produce(views_topic, json.dumps({"id": "v1"}).encode(), partition=0, timestamp=t0)
+        assert producer.flush(60) == 0
+        late_topic = f"{run.job}.late"
+        # The click is late at the three windows and at the join, the view at the join.
+        wait_until(
+            lambda: sum(len(p) for p in read_committed(kafka_bootstrap, late_topic).values()) >= 5,
+            60,
+            "the late records in <job>.late",
+        )
+        late = read_committed(kafka_bootstrap, late_topic)
+        assert sum(len(p) for p in late.values()) == 5
+        for name, want in expected.items():  # nothing else happened to them
+            assert _as_records(read_committed(kafka_bootstrap, sinks[name])) == want
+    finally:
+        run.stop()
