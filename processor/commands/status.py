@@ -60,16 +60,19 @@ def render(doc: dict[str, Any], history: int = 10) -> str:
                 f"{st.get('input', '')} -> {' -> '.join(st.get('operators', []))}"
             )
     tasks = doc.get("tasks", [])
+    timed = any(t.get("watermark_ms") is not None for t in tasks)
     width = max(10, *(len(t["task"]) for t in tasks)) if tasks else 10
     lines += [
         "",
-        f"{'task':<{width}} {'worker':<20} {'state':<9} {'checkpoint':>10} {'lag':>8}",
+        f"{'task':<{width}} {'worker':<20} {'state':<9} {'checkpoint':>10} {'lag':>8}"
+        + ("  event-time lag" if timed else ""),
     ]
     for t in tasks:
         lag = "-" if t.get("lag") is None else str(t["lag"])
         lines.append(
             f"{t['task']:<{width}} {t.get('worker') or '-':<20} {t.get('state', ''):<9} "
             f"{t.get('checkpoint', 0):>10} {lag:>8}"
+            + (f"  {_seconds(t.get('event_time_lag_s'))}" if timed else "")
         )
         if t.get("reason"):
             lines.append(f"  {t['task']} stopped for good: {t['reason']}")
@@ -77,3 +80,7 @@ def render(doc: dict[str, Any], history: int = 10) -> str:
     for w in doc.get("workers", []):
         lines.append(f"{w['worker']:<20} {w['last_seen_s']:>9.1f}s {w.get('tasks', 0):>6}")
     return "\n".join(lines)
+
+
+def _seconds(value: object) -> str:
+    return f"{value:.1f} s" if isinstance(value, int | float) else "-"

@@ -68,6 +68,8 @@ class Ack:
     upload_s: float = 0.0
     commit_s: float = 0.0  # the commit round trip, in the background
     snapshot: str = ""  # a keyed task's snapshot owner: (checkpoint, snapshot) names it
+    # The task's event-time watermark at the barrier (ms since the epoch), in a timed job.
+    watermark_ms: int | None = None
     kind: Literal["ack"] = "ack"
 
 

@@ -67,6 +67,7 @@ class CoordinatorService:
         # task -> (worker, state, checkpoint id, why it failed for good)
         self._task_status: dict[str, tuple[str, str, int, str]] = {}
         self._task_lag: dict[str, int] = {}
+        self._task_watermark: dict[str, int] = {}  # event time, ms, of timed jobs' tasks
         self._counts = collections.Counter[str]()
         self._repeated = ("", 0.0, 0)  # reason last logged, when, failures held back since
 
@@ -312,6 +313,8 @@ class CoordinatorService:
                                 placement[task] = message.worker  # adopt what already runs
                     elif isinstance(message, control.Ack):
                         self._task_lag[message.task] = message.lag
+                        if message.watermark_ms is not None:
+                            self._task_watermark[message.task] = message.watermark_ms
                         done = checkpoints.on_ack(message, time.time())
                         if done is not None:
                             self._completed(done)
@@ -449,6 +452,8 @@ class CoordinatorService:
                     "state": state,
                     "checkpoint": checkpoint,
                     "lag": self._task_lag.get(task),
+                    "watermark_ms": self._task_watermark.get(task),
+                    "event_time_lag_s": _event_time_lag(self._task_watermark.get(task)),
                     "reason": reason or None,
                 }
             )
@@ -473,7 +478,11 @@ class CoordinatorService:
                 "stages": [
                     {
                         "stage": stage.name,
-                        "kind": "source" if stage.is_source else "keyed",
+                        "kind": "source"
+                        if stage.is_source
+                        else "join"
+                        if stage.is_join
+                        else "keyed",
                         "input": stage.head.topic
                         if stage.is_source
                         else self.graph.shuffle_topic(stage),
@@ -542,6 +551,13 @@ class CoordinatorService:
             if held:
                 log.warning("%d more checkpoints failed for the same reason", held)
         log.warning("checkpoint %d failed: %s", failed.checkpoint_id, failed.reason)
+
+
+def _event_time_lag(watermark_ms: int | None) -> float | None:
+    """Wall time less a watermark, in seconds: how far behind event time a task is."""
+    if watermark_ms is None:
+        return None
+    return round(max(0.0, time.time() - watermark_ms / 1000), 3)
 
 
 def shuffle_topic_config(settings: Settings) -> dict[str, str]:

@@ -105,6 +105,7 @@ class _Pending:
     epoch: ClosedEpoch
     future: Future[SnapshotInfo]
     alignment_s: float
+    watermark: int | None = None  # the task's, at the barrier (a timed stage)
     info: SnapshotInfo | None = None  # set once the snapshot is durable and the commit queued
 
 
@@ -599,7 +600,9 @@ class KeyedTask(Task):
         epoch = self._close_epoch(
             checkpoint_id, started, waited_before, flush_cpu_s, lag, positions
         )
-        self._pending = _Pending(epoch, future, alignment_s)
+        current = self._watermarks.current
+        watermark = current if self.stage.timed and current > NO_WATERMARK else None
+        self._pending = _Pending(epoch, future, alignment_s, watermark)
         metrics.state_keys.labels(**self.labels).set(store.approximate_keys())
 
     def _time_meta(self) -> dict[str, Any]:
@@ -651,6 +654,7 @@ class KeyedTask(Task):
                 alignment_s=round(pending.alignment_s, 6),
                 upload_s=round(info.duration_s, 6),
                 snapshot=info.ref.owner,
+                watermark_ms=pending.watermark,
             )
         )
         self._uploader.submit(self._retain, info.ref)

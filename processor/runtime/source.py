@@ -337,7 +337,8 @@ class SourceTask(Task):
         faults.reach("committed", self.ctx.task_id)
         metrics.transaction_commit_seconds.labels(**self.labels).observe(commit_s)
         self.last_checkpoint = pending.checkpoint_id
-        self.ctx.report(pending.ack(self.ctx, commit_s))
+        watermark = self._sent_mark[0] if self._sent_mark and not self._sent_mark[1] else None
+        self.ctx.report(pending.ack(self.ctx, commit_s, watermark_ms=watermark))
 
     def _lag(self, consumer: Consumer) -> int:
         total = 0

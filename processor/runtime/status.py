@@ -133,6 +133,13 @@ def _fmt_bytes(n: float | None) -> str:
     return f"{n:.1f} GiB"
 
 
+def _fmt_watermark(ms: object) -> str | None:
+    """An event-time watermark as UTC wall-clock time, to the millisecond."""
+    if not isinstance(ms, int):
+        return None
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}"
+
+
 def _cell(value: object) -> str:
     return f"<td>{html.escape('-' if value is None else str(value))}</td>"
 
@@ -162,6 +169,8 @@ def render_html(doc: dict[str, Any]) -> str:
         + _cell(t.get("state"))
         + _cell(t.get("checkpoint"))
         + _cell(t.get("lag"))
+        + _cell(_fmt_watermark(t.get("watermark_ms")))
+        + _cell(f"{t['event_time_lag_s']:.1f} s" if t.get("event_time_lag_s") is not None else None)
         + _cell(t.get("reason"))
         + "</tr>"
         for t in doc.get("tasks", [])
@@ -212,7 +221,8 @@ tr.completed td:nth-child(2) {{ color: #137333; }}
 <table><tr><th>id</th><th>status</th><th>at</th><th>duration</th><th>uploaded</th>
 <th>full size</th><th>slowest task / reason</th></tr>{"".join(rows)}</table></div>
 <div><h2>Tasks</h2><table><tr><th>task</th><th>worker</th><th>state</th>
-<th>checkpoint</th><th>lag</th><th>failed for good because</th></tr>{tasks}</table>
+<th>checkpoint</th><th>lag</th><th>watermark (UTC)</th><th>event-time lag</th>
+<th>failed for good because</th></tr>{tasks}</table>
 <h2>Workers</h2><table><tr><th>worker</th><th>status</th><th>heartbeat</th>
 <th>tasks</th></tr>{workers}</table></div>
 </div>

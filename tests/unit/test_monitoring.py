@@ -47,6 +47,9 @@ SEVERITIES = {"info", "warning", "critical"}
 # The metrics every view of the job needs (the brief of the dashboard).
 DASHBOARD_METRICS = {
     "processor_records_in_total",
+    "processor_event_time_lag_seconds",
+    "processor_watermark_ms",
+    "processor_late_records_total",
     "processor_records_out_total",
     "processor_consumer_lag_records",
     "processor_last_checkpoint_duration_seconds",
