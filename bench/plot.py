@@ -16,8 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-COLORS = {"processor": "#1f77b4", "kafka_streams": "#d62728", "quix": "#2ca02c"}
-LABELS = {"processor": "processor", "kafka_streams": "Kafka Streams", "quix": "Quix Streams"}
+COLORS = {"processor": "#1f77b4", "kafka_streams": "#d62728", "quix": "#2ca02c", "flink": "#9467bd"}
+LABELS = {
+    "processor": "processor",
+    "kafka_streams": "Kafka Streams",
+    "quix": "Quix Streams",
+    "flink": "Flink",
+}
 
 
 def _smoothed(points: list[list[float]], window_s: float) -> tuple[list[float], list[float]]:

@@ -1,4 +1,4 @@
-"""This project against Kafka Streams and Quix Streams: the same word count, same broker.
+"""This project against Kafka Streams, Quix Streams and Flink: the same word count, same broker.
 
 One local Kafka 4.4.0 broker (127.0.0.1:29092, controller 29093, data in a temp dir) serves
 every system in turn. Each system gets its own copy of the same seeded Zipf corpus in
@@ -12,7 +12,7 @@ Phases: throughput and resources (every system), latency at a fixed input rate (
 that sustains it), state-size scaling of this project's checkpoints (bench/scaling.py),
 recovery after SIGKILL (this project, full mode only: bench/recovery.py).
 
-    python bench/run.py --quick          # 300k words, 100k/1M keys, no recovery: ~3.5 minutes
+    python bench/run.py --quick          # 300k words, 100k/1M keys, no recovery: ~4.5 minutes
     python bench/run.py                  # 4M words, 1M/10M keys, recovery: ~10-15 minutes
     python bench/run.py --systems processor --words 1000000 --no-latency
     python bench/run.py --quick --results-dir /tmp/bench     # CI: leaves bench/results alone
@@ -61,6 +61,7 @@ from bench.measure import (  # noqa: E402
     rates,
 )
 from bench.peers.base import Job, Peer, Running  # noqa: E402
+from bench.peers.flink_peer import FlinkPeer  # noqa: E402
 from bench.peers.kstreams_peer import KafkaStreamsPeer  # noqa: E402
 from bench.peers.processor_peer import (  # noqa: E402
     ProcessorPeer,
@@ -86,6 +87,7 @@ PEERS: dict[str, type[Peer]] = {
     "processor": ProcessorPeer,
     "kafka_streams": KafkaStreamsPeer,
     "quix": QuixPeer,
+    "flink": FlinkPeer,
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -573,7 +575,7 @@ def markdown(report: dict[str, Any]) -> str:
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     ours_lat = lat.get("processor", {})
-    for peer in ("kafka_streams", "quix"):
+    for peer in ("kafka_streams", "quix", "flink"):
         if peer not in systems:
             continue
         other = systems[peer]
@@ -938,6 +940,7 @@ def _headline(report: dict[str, Any]) -> dict[str, Any]:
         },
         "kafka_streams": {"words_per_s": wps("kafka_streams")},
         "quix": {"words_per_s": wps("quix")},
+        "flink": {"words_per_s": wps("flink")},
         "checkpoint_overhead_pct": ours.get("checkpoint_blocking", {}).get("cpu_pct"),
     }
 

@@ -2,7 +2,7 @@
 complete. No timing is asserted: the figures depend on the machine and whatever else runs.
 
 The bench starts its own broker on 29092 (not the session's on 19092), builds the Kafka Streams
-jar with mvn and creates the Quix Streams (and, if needed, matplotlib) virtualenvs under
+and Flink jars with mvn and creates the Quix Streams (and, if needed, matplotlib) virtualenvs under
 ~/.cache/processor on first use, and writes its results into a temporary directory.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SYSTEMS = ("processor", "kafka_streams", "quix")
-# A fresh machine builds the jar and two virtualenvs first; the run itself takes ~4 minutes.
+SYSTEMS = ("processor", "kafka_streams", "quix", "flink")
+# A fresh machine builds two jars and two virtualenvs first; the run itself takes ~5 minutes.
 TIMEOUT_S = 1500
 
 
@@ -43,10 +43,11 @@ def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
     assert lines, f"no output on stdout:\n{tail}"
     headline = json.loads(lines[-1])
     assert isinstance(headline, dict)
-    assert set(headline) == {"processor", "kafka_streams", "quix", "checkpoint_overhead_pct"}
+    assert set(headline) == {"processor", *SYSTEMS[1:], "checkpoint_overhead_pct"}
     assert set(headline["processor"]) == {"words_per_s", "p99_latency_ms", "recovery_s"}
     assert set(headline["kafka_streams"]) == {"words_per_s"}
     assert set(headline["quix"]) == {"words_per_s"}
+    assert set(headline["flink"]) == {"words_per_s"}
 
     reports = sorted(results.glob("*.json"))
     assert len(reports) == 1, f"expected one results file in {results}: {reports}"

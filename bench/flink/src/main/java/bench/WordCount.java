@@ -1,0 +1,186 @@
+package bench;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Locale;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.functions.FlatMapFunction;
+import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.functions.RichMapFunction;
+import org.apache.flink.api.common.serialization.SimpleStringSchema;
+import org.apache.flink.api.common.state.ValueState;
+import org.apache.flink.api.common.state.ValueStateDescriptor;
+import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.api.java.tuple.Tuple2;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.CoreOptions;
+import org.apache.flink.configuration.RestOptions;
+import org.apache.flink.configuration.StateBackendOptions;
+import org.apache.flink.connector.base.DeliveryGuarantee;
+import org.apache.flink.connector.kafka.sink.KafkaRecordSerializationSchema;
+import org.apache.flink.connector.kafka.sink.KafkaSink;
+import org.apache.flink.connector.kafka.source.KafkaSource;
+import org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer;
+import org.apache.flink.core.execution.CheckpointingMode;
+import org.apache.flink.core.execution.JobClient;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.util.Collector;
+import org.apache.kafka.clients.producer.ProducerRecord;
+
+/**
+ * Word count as bench/run.py measures it, on Flink's DataStream API in an embedded MiniCluster:
+ * lines from the input topic (read_committed, from the earliest offset), lower-cased, words as
+ * Python's {@code re.findall(r"\w+", line.lower())}, keyed by word, counted in keyed ValueState
+ * on RocksDB, each new count written transactionally as key = word, value = UTF-8 decimal.
+ *
+ * <p>Arguments: bootstrap input output job.name checkpoint.dir parallelism checkpoint.interval.ms
+ *
+ * <p>Checkpoints are exactly-once, incremental, to {@code checkpoint.dir}; the sink commits its
+ * Kafka transaction when a checkpoint completes. Prints {@code FIRST_RECORD <epoch ms>} when the
+ * first input record is processed; SIGTERM cancels the job.
+ */
+public final class WordCount {
+  // Python's \w is Unicode-aware; Java's is ASCII-only unless asked (as in bench/kstreams).
+  private static final Pattern WORD = Pattern.compile("\\w+", Pattern.UNICODE_CHARACTER_CLASS);
+  // Below the broker's transaction.max.timeout.ms (15 minutes by default); the sink's own
+  // default (1 hour) is refused by a default broker.
+  private static final String TRANSACTION_TIMEOUT_MS = "60000";
+
+  private WordCount() {}
+
+  /** Lines to words; the first record seen in this JVM prints the FIRST_RECORD marker. */
+  static final class Tokenize implements FlatMapFunction<String, String> {
+    private static final AtomicBoolean FIRST = new AtomicBoolean(true);
+
+    @Override
+    public void flatMap(String line, Collector<String> out) {
+      if (FIRST.get() && FIRST.compareAndSet(true, false)) {
+        System.out.println("FIRST_RECORD " + System.currentTimeMillis());
+        System.out.flush();
+      }
+      if (line == null) {
+        return;
+      }
+      Matcher m = WORD.matcher(line.toLowerCase(Locale.ROOT));
+      while (m.find()) {
+        out.collect(m.group());
+      }
+    }
+  }
+
+  /** The running count of the current key (the word), in keyed state. */
+  static final class Count extends RichMapFunction<String, Tuple2<String, Long>> {
+    private transient ValueState<Long> count;
+
+    @Override
+    public void open(OpenContext context) {
+      count = getRuntimeContext().getState(new ValueStateDescriptor<>("count", Types.LONG));
+    }
+
+    @Override
+    public Tuple2<String, Long> map(String word) throws Exception {
+      Long before = count.value();
+      long now = before == null ? 1 : before + 1;
+      count.update(now);
+      return Tuple2.of(word, now);
+    }
+  }
+
+  /** key = word, value = the count as decimal text; Kafka's partitioner places it by key. */
+  static final class CountRecord implements KafkaRecordSerializationSchema<Tuple2<String, Long>> {
+    private final String topic;
+
+    CountRecord(String topic) {
+      this.topic = topic;
+    }
+
+    @Override
+    public ProducerRecord<byte[], byte[]> serialize(
+        Tuple2<String, Long> count, KafkaSinkContext context, Long timestamp) {
+      return new ProducerRecord<>(
+          topic,
+          count.f0.getBytes(StandardCharsets.UTF_8),
+          Long.toString(count.f1).getBytes(StandardCharsets.UTF_8));
+    }
+  }
+
+  public static void main(String[] args) throws Exception {
+    if (args.length != 7) {
+      System.err.println(
+          "usage: WordCount bootstrap input output job.name checkpoint.dir parallelism"
+              + " checkpoint.interval.ms");
+      System.exit(2);
+    }
+    String bootstrap = args[0];
+    String input = args[1];
+    String output = args[2];
+    String name = args[3];
+    String dir = args[4];
+    int parallelism = Integer.parseInt(args[5]);
+    long intervalMs = Long.parseLong(args[6]);
+
+    Configuration conf = new Configuration();
+    conf.set(CoreOptions.DEFAULT_PARALLELISM, parallelism);
+    conf.set(CheckpointingOptions.CHECKPOINTING_INTERVAL, Duration.ofMillis(intervalMs));
+    conf.set(CheckpointingOptions.CHECKPOINTING_CONSISTENCY_MODE, CheckpointingMode.EXACTLY_ONCE);
+    conf.set(StateBackendOptions.STATE_BACKEND, "rocksdb");
+    conf.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
+    conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "filesystem");
+    conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, "file://" + dir + "/checkpoints");
+    // RocksDB's working files and Flink's spill files under the job's directory, not /tmp.
+    conf.setString("state.backend.rocksdb.localdir", dir + "/rocksdb");
+    conf.set(CoreOptions.TMP_DIRS, dir + "/tmp");
+    // The MiniCluster's REST endpoint: loopback, any free port (several runs share a machine).
+    conf.set(RestOptions.BIND_ADDRESS, "127.0.0.1");
+    conf.set(RestOptions.BIND_PORT, "0");
+
+    StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(conf);
+
+    KafkaSource<String> source =
+        KafkaSource.<String>builder()
+            .setBootstrapServers(bootstrap)
+            .setTopics(input)
+            .setGroupId(name)
+            .setStartingOffsets(OffsetsInitializer.earliest())
+            .setValueOnlyDeserializer(new SimpleStringSchema())
+            .setProperty("isolation.level", "read_committed")
+            .build();
+    KafkaSink<Tuple2<String, Long>> sink =
+        KafkaSink.<Tuple2<String, Long>>builder()
+            .setBootstrapServers(bootstrap)
+            .setRecordSerializer(new CountRecord(output))
+            .setDeliveryGuarantee(DeliveryGuarantee.EXACTLY_ONCE)
+            .setTransactionalIdPrefix(name)
+            .setProperty("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+            .build();
+
+    env.fromSource(source, WatermarkStrategy.noWatermarks(), "lines")
+        .flatMap(new Tokenize())
+        .returns(Types.STRING)
+        .name("words")
+        .keyBy(word -> word, Types.STRING)
+        .map(new Count())
+        .returns(Types.TUPLE(Types.STRING, Types.LONG))
+        .name("counts")
+        .sinkTo(sink)
+        .name("output");
+
+    JobClient job = env.executeAsync(name);
+    Runtime.getRuntime()
+        .addShutdownHook(
+            new Thread(
+                () -> {
+                  try {
+                    job.cancel().get(30, TimeUnit.SECONDS);
+                  } catch (Exception exc) {
+                    System.err.println("cancel: " + exc);
+                  }
+                }));
+    job.getJobExecutionResult().get();
+  }
+}
