@@ -59,7 +59,7 @@ class JobGraph:
         return [self.shuffle_topic(s) for s in self.stages if not s.is_source]
 
     def downstream(self, stage: Stage) -> list[Stage]:
-        return [s for s in self.stages if s.upstream is stage]
+        return [s for s in self.stages if stage in s.upstreams]
 
     def parallelism(
         self, source_partitions: Mapping[str, int], shuffle_partitions: int

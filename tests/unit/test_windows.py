@@ -419,3 +419,34 @@ def test_untimed_pipelines_carry_no_time() -> None:
     p.source("a").key_by(str).count().sink("o")
     compiled = plan(p)
     assert not compiled.timed and not any(n.timed for s in compiled.stages for n in s.nodes)
+
+
+def test_a_joins_channels_are_both_inputs_tasks_left_first() -> None:
+    from processor.jobs.graph import JobGraph
+
+    compiled, stage = _join_plan(10)
+    graph = JobGraph("job", compiled)
+    parallelism = {"l": 3, "r": 2, stage.name: 4}
+    assert graph.channels(stage, parallelism) == 5
+    assert graph.channel_base("l.key_by", parallelism) == 0
+    assert graph.channel_base("r.key_by", parallelism) == 3
+    assert [graph.side_of(stage, u, parallelism) for u in range(5)] == [0, 0, 0, 1, 1]
+    assert graph.shuffle_topic("r.key_by") == graph.shuffle_topic(stage) == f"job.{stage.name}"
+    assert graph.downstream(compiled.stages[1]) == [stage]
+    assert [n.name for n in stage.stateful] == [stage.name]
+    with pytest.raises(ValueError):
+        graph.side_of(stage, 5, parallelism)
+
+
+def test_one_source_on_both_sides_of_a_join() -> None:
+    from processor.jobs.graph import JobGraph
+
+    p = Pipeline()
+    s = p.source("a", value="json", timestamp=lambda v: v["ts"])
+    s.key_by(lambda v: v["x"], name="x").join(s.key_by(lambda v: v["y"], name="y"), 5).sink("o")
+    compiled = plan(p)
+    join = compiled.stages[1]
+    graph = JobGraph("job", compiled)
+    assert [u.name for u in join.upstreams] == ["a", "a"]
+    assert graph.channels(join, {"a": 2, join.name: 2}) == 4
+    assert graph.channel_base("y", {"a": 2}) == 2
