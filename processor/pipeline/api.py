@@ -200,8 +200,56 @@ class Stream:
         self._then("sink", name, topic=topic)
 
 
-class KeyedStream(Stream):
+class _Aggregations:
+    """count, sum, reduce, aggregate and process: per key on a `KeyedStream`, per key and
+    window on a `WindowedStream` (each says how it makes the node)."""
+
+    def _aggregation(self, kind: str, name: str | None, **attrs: Any) -> KeyedStream:
+        raise NotImplementedError
+
+    def count(self, name: str | None = None) -> KeyedStream:
+        """Per key, the number of values so far."""
+        return self._aggregation("count", name)
+
+    def sum(self, name: str | None = None) -> KeyedStream:
+        """Per key, the sum of the values so far; a value that is not a number is dead."""
+        return self._aggregation("sum", name)
+
+    def reduce(self, fn: Callable[[Any, Any], Any], name: str | None = None) -> KeyedStream:
+        """Per key, ``fn(accumulated, value)`` folded over the values (the first one as is).
+
+        ``fn`` should be associative: records of one epoch are combined before the shuffle.
+        """
+        return self._aggregation("reduce", name, fn=_callable(fn, "reduce"))
+
+    def aggregate(
+        self,
+        initial: Any,
+        add: Callable[[Any, Any], Any],
+        merge: Callable[[Any, Any], Any] | None = None,
+        name: str | None = None,
+    ) -> KeyedStream:
+        """Per key, ``add(accumulator, value)`` from ``initial``; with ``merge(a, b)`` partial
+        accumulators of an epoch are combined before the shuffle."""
+        fn2 = None if merge is None else _callable(merge, "aggregate merge")
+        stream = self._aggregation("aggregate", name, fn=_callable(add, "aggregate"), fn2=fn2)
+        stream.node.initial = initial
+        return stream
+
+    def process(
+        self, fn: Callable[[Any, Any], Iterable[Any]], name: str | None = None
+    ) -> KeyedStream:
+        """``fn(value, state)`` returns values to emit under the same key; ``state`` is this
+        key's value in the operator's state: ``get(default=None)``, ``set(value)``,
+        ``delete()``."""
+        return self._aggregation("process", name, fn=_callable(fn, "process"))
+
+
+class KeyedStream(_Aggregations, Stream):
     """Records with a key: map, filter and flat_map act on the value and keep the key."""
+
+    def _aggregation(self, kind: str, name: str | None, **attrs: Any) -> KeyedStream:
+        return self._same(self._then(kind, name, **attrs))
 
     def _same(self, node: Node) -> KeyedStream:
         return KeyedStream(self.pipeline, node)
@@ -221,43 +269,6 @@ class KeyedStream(Stream):
         # On a keyed stream every output keeps its value's key: no batch form.
         del batched
         return self._same(self._then("flat_map", name, fn=_callable(fn, "flat_map")))
-
-    def count(self, name: str | None = None) -> KeyedStream:
-        """Per key, the number of values so far."""
-        return self._same(self._then("count", name))
-
-    def sum(self, name: str | None = None) -> KeyedStream:
-        """Per key, the sum of the values so far; a value that is not a number is dead."""
-        return self._same(self._then("sum", name))
-
-    def reduce(self, fn: Callable[[Any, Any], Any], name: str | None = None) -> KeyedStream:
-        """Per key, ``fn(accumulated, value)`` folded over the values (the first one as is).
-
-        ``fn`` should be associative: records of one epoch are combined before the shuffle.
-        """
-        return self._same(self._then("reduce", name, fn=_callable(fn, "reduce")))
-
-    def aggregate(
-        self,
-        initial: Any,
-        add: Callable[[Any, Any], Any],
-        merge: Callable[[Any, Any], Any] | None = None,
-        name: str | None = None,
-    ) -> KeyedStream:
-        """Per key, ``add(accumulator, value)`` from ``initial``; with ``merge(a, b)`` partial
-        accumulators of an epoch are combined before the shuffle."""
-        fn2 = None if merge is None else _callable(merge, "aggregate merge")
-        node = self._then("aggregate", name, fn=_callable(add, "aggregate"), fn2=fn2)
-        node.initial = initial
-        return self._same(node)
-
-    def process(
-        self, fn: Callable[[Any, Any], Iterable[Any]], name: str | None = None
-    ) -> KeyedStream:
-        """``fn(value, state)`` returns values to emit under the same key; ``state`` is this
-        key's value in the operator's state: ``get(default=None)``, ``set(value)``,
-        ``delete()``."""
-        return self._same(self._then("process", name, fn=_callable(fn, "process")))
 
     def window(
         self,
@@ -310,51 +321,22 @@ class KeyedStream(Stream):
         return self._same(node)
 
 
-class WindowedStream:
-    """A keyed stream cut into windows: one aggregation (or process) per window and key."""
+class WindowedStream(_Aggregations):
+    """A keyed stream cut into windows: each aggregation is per key and window, its result
+    emitted once when the window closes; ``process`` gets the window's state and emits at
+    once under ``"<key>@<start>"`` (the state is deleted when the window closes)."""
 
     def __init__(self, pipeline: Pipeline, node: Node) -> None:
         self.pipeline = pipeline
         self.node = node
 
-    def _agg(self, kind: str, name: str | None, **attrs: Any) -> KeyedStream:
+    def _aggregation(self, kind: str, name: str | None, **attrs: Any) -> KeyedStream:
+        if self.node.gap_ms and kind == "process":
+            raise PipelineError("process on session windows: sessions merge, their state cannot")
+        if self.node.gap_ms and kind == "aggregate" and attrs.get("fn2") is None:
+            raise PipelineError("aggregate on session windows needs merge= (sessions merge)")
         node = self.pipeline._child(self.node, kind, name, keyed=True, **attrs)
         return KeyedStream(self.pipeline, node)
-
-    def count(self, name: str | None = None) -> KeyedStream:
-        return self._agg("count", name)
-
-    def sum(self, name: str | None = None) -> KeyedStream:
-        return self._agg("sum", name)
-
-    def reduce(self, fn: Callable[[Any, Any], Any], name: str | None = None) -> KeyedStream:
-        return self._agg("reduce", name, fn=_callable(fn, "reduce"))
-
-    def aggregate(
-        self,
-        initial: Any,
-        add: Callable[[Any, Any], Any],
-        merge: Callable[[Any, Any], Any] | None = None,
-        name: str | None = None,
-    ) -> KeyedStream:
-        """As ``KeyedStream.aggregate``; session windows need ``merge`` (sessions merge)."""
-        if self.node.gap_ms and merge is None:
-            raise PipelineError("aggregate on session windows needs merge= (sessions merge)")
-        fn2 = None if merge is None else _callable(merge, "aggregate merge")
-        node = self.pipeline._child(
-            self.node, "aggregate", name, keyed=True, fn=_callable(add, "aggregate"), fn2=fn2
-        )
-        node.initial = initial
-        return KeyedStream(self.pipeline, node)
-
-    def process(
-        self, fn: Callable[[Any, Any], Iterable[Any]], name: str | None = None
-    ) -> KeyedStream:
-        """``fn(value, state)`` per record and window, ``state`` that window's (deleted when
-        the window closes); what it returns is emitted at once under ``"<key>@<start>"``."""
-        if self.node.gap_ms:
-            raise PipelineError("process on session windows: sessions merge, their state cannot")
-        return self._agg("process", name, fn=_callable(fn, "process"))
 
 
 def _ms(value: Any, what: str, positive: bool = False) -> int:
