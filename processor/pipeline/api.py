@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 ValueFormat = Literal["text", "json", "bytes"]
 VALUE_FORMATS: tuple[ValueFormat, ...] = ("text", "json", "bytes")
@@ -163,13 +163,14 @@ class Stream:
     def _then(self, kind: str, name: str | None, **attrs: Any) -> Node:
         return self.pipeline._child(self.node, kind, name, self.node.keyed, **attrs)
 
-    def _same(self, node: Node) -> Stream:
-        return Stream(self.pipeline, node)
+    def _same(self, node: Node) -> Self:
+        """A stream of this one's kind (keyed stays keyed) over ``node``."""
+        return type(self)(self.pipeline, node)
 
-    def map(self, fn: Callable[[Any], Any], name: str | None = None) -> Stream:
+    def map(self, fn: Callable[[Any], Any], name: str | None = None) -> Self:
         return self._same(self._then("map", name, fn=_callable(fn, "map")))
 
-    def filter(self, fn: Callable[[Any], bool], name: str | None = None) -> Stream:
+    def filter(self, fn: Callable[[Any], bool], name: str | None = None) -> Self:
         return self._same(self._then("filter", name, fn=_callable(fn, "filter")))
 
     def flat_map(
@@ -177,12 +178,13 @@ class Stream:
         fn: Callable[[Any], Iterable[Any]],
         name: str | None = None,
         batched: Callable[[list[Any]], Iterable[Any]] | None = None,
-    ) -> Stream:
+    ) -> Self:
         """``fn(value)`` returns an iterable of values. ``batched``, if given, must do the same
         for a whole list of values at once (the outputs in order): the engine calls it per
-        batch, and ``fn`` only to find the failing records of a batch it raised on."""
+        batch, and ``fn`` only to find the failing records of a batch it raised on. (On a keyed
+        stream every output keeps its value's key: no batch form.)"""
         node = self._then("flat_map", name, fn=_callable(fn, "flat_map"))
-        if batched is not None:
+        if batched is not None and not self.node.keyed:
             node.batch_fn = _callable(batched, "flat_map batched")
         return self._same(node)
 
@@ -250,25 +252,6 @@ class KeyedStream(_Aggregations, Stream):
 
     def _aggregation(self, kind: str, name: str | None, **attrs: Any) -> KeyedStream:
         return self._same(self._then(kind, name, **attrs))
-
-    def _same(self, node: Node) -> KeyedStream:
-        return KeyedStream(self.pipeline, node)
-
-    def map(self, fn: Callable[[Any], Any], name: str | None = None) -> KeyedStream:
-        return self._same(self._then("map", name, fn=_callable(fn, "map")))
-
-    def filter(self, fn: Callable[[Any], bool], name: str | None = None) -> KeyedStream:
-        return self._same(self._then("filter", name, fn=_callable(fn, "filter")))
-
-    def flat_map(
-        self,
-        fn: Callable[[Any], Iterable[Any]],
-        name: str | None = None,
-        batched: Callable[[list[Any]], Iterable[Any]] | None = None,
-    ) -> KeyedStream:
-        # On a keyed stream every output keeps its value's key: no batch form.
-        del batched
-        return self._same(self._then("flat_map", name, fn=_callable(fn, "flat_map")))
 
     def window(
         self,
