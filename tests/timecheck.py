@@ -130,7 +130,7 @@ def closing(end: int) -> tuple[bytes, bytes]:
     passes every window of the data (the windows these open never close, they join
     nothing)."""
     click = Click(id="close", page="closing", view_id="none", ts=end)
-    return json.dumps(click).encode(), json.dumps({"id": "close"}).encode()
+    return json.dumps(click).encode(), json.dumps(View(id="close", at=end)).encode()
 
 
 def records(
