@@ -93,6 +93,7 @@ class Summary:
     faults: collections.Counter[str] = field(default_factory=collections.Counter)
     records_verified: int = 0
     words: int = 0
+    events: int = 0  # clicks run: the clicks and views fed (without the closing ones)
     lost: int = 0
     duplicated: int = 0
     unknown: int = 0
@@ -111,7 +112,7 @@ class Summary:
         return {
             "faults": dict(self.faults),
             "faults_total": sum(self.faults.values()),
-            "words": self.words,
+            **({"events": self.events} if self.events else {"words": self.words}),
             "records_verified": self.records_verified,
             "lost": self.lost,
             "duplicated": self.duplicated,
@@ -187,6 +188,7 @@ def run_chaos(
     feed: _ClicksFeed | None = None
     if clicks:
         feed = _ClicksFeed(run, clicks, seed)
+        summary.events = len(feed.clicks) + len(feed.views)
     started = time.monotonic()
     kills: list[tuple[float, str]] = []  # (time, worker id) of worker kills, for recovery times
     try:
