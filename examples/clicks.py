@@ -23,13 +23,16 @@ def build(
     hopping="clicks-per-page-hopping",
     sessions="click-sessions",
     view_clicks="view-clicks",
+    idle_ms=5000,
 ):
-    """The pipeline over the given topics (the tests run it on topics of their own)."""
+    """The pipeline over the given topics (the tests run it on topics of their own).
+    ``idle_ms``: the chaos run's is longer than any of its faults, so that none makes a
+    record late and its check can be exact."""
     p = Pipeline()
     click = p.source(
-        clicks, value="json", timestamp=lambda c: c["ts"], out_of_orderness_ms=2000, idle_ms=5000
+        clicks, value="json", timestamp=lambda c: c["ts"], out_of_orderness_ms=2000, idle_ms=idle_ms
     )
-    view = p.source(views, value="json", idle_ms=5000)
+    view = p.source(views, value="json", idle_ms=idle_ms)
 
     by_page = click.key_by(lambda c: c["page"], name="by-page")
     by_page.window(size_ms=60_000, name="minute").count(name="per-minute").sink(per_minute)

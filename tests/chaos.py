@@ -3,6 +3,7 @@
     python -m tests.chaos --words 3000000 --faults 100 --seed 1     # by hand
     python -m tests.chaos --storage s3 ...                          # checkpoints in S3
     python -m tests.chaos --pipeline examples/two_shuffles.py:pipeline ...   # a user pipeline
+    python -m tests.chaos --clicks --events 100000 --faults 40 --seed 1     # event time
     (tests/integration/test_chaos.py runs a short version in CI)
 
 Faults: SIGKILL of a worker (restarted after a random pause), SIGKILL of the coordinator
@@ -17,7 +18,23 @@ With ``--pipeline`` the job runs that pipeline file instead (its one source topi
 corpus) and every sink topic is verified against the reference execution
 (processor/pipeline/reference.py, tests/sinkcheck.py), as is the dead-letter count. Each run
 starts its own broker in a fresh directory, so a pipeline's fixed topic names cannot collide
-with another run's. PROCESSOR_TEST_CHAOS_PORT and PROCESSOR_TEST_CHAOS_S3_PORT move the ports
+with another run's.
+
+With ``--clicks`` the job runs examples/clicks.py (windows and a join in event time) on
+``--events`` clicks and a view per second of their event time (tests/timecheck.py), fed
+without pauses while the faults happen and followed by a click and a view far ahead in event
+time in every partition: the watermark closes every window of the data. Each window sink must
+then hold every window exactly once with its exact count, the join sink every pair exactly
+once, and nothing else, as computed directly from the input. The input's disorder is below
+the sources' bound and the run's sources have an ``idle_ms`` longer than any fault, so no
+record can be late: ``<job>.late`` (and the dead-letter topic) must stay empty. (A partition
+that goes idle may make records after it late by design, and which ones depends on timing: a
+hopping window's record can be late for some of its windows and counted in others. With the
+example's own 5 s the job waits idle for the feed, and as the partitions' source tasks read
+their first records a fraction of a second apart, the first of them are late: seed 1, 40
+faults, made 715 records of the first 30 s of event time late.)
+
+PROCESSOR_TEST_CHAOS_PORT and PROCESSOR_TEST_CHAOS_S3_PORT move the ports
 (the broker's controller takes the next one).
 """
 
@@ -40,19 +57,35 @@ from pathlib import Path
 
 from processor.commands import corpus
 from processor.commands.counts import read_records, read_updates
+from processor.kafka import clients
 from processor.kafka.broker import LocalBroker
 from processor.pipeline import reference
 from processor.pipeline.api import Pipeline
 from processor.pipeline.load import load_pipeline
+from processor.pipeline.reference import SinkOutput
 from tests.conftest import TEST_REGION, create_bucket
 from tests.integration.harness import JobRun, control_messages, recovery_times
 from tests.s3server import S3Server
 from tests.sinkcheck import SinkCheck, check_sink
+from tests.timecheck import (
+    MINUTE,
+    OUT_OF_ORDER,
+    SINKS,
+    Click,
+    View,
+    closing,
+    pairs,
+    stream,
+    windows,
+)
 
 PORT = int(os.environ.get("PROCESSOR_TEST_CHAOS_PORT", "19292"))
 S3_PORT = int(os.environ.get("PROCESSOR_TEST_CHAOS_S3_PORT", "19392"))
 S3_BUCKET = "chaos"
 WORKERS = 3
+CLICKS_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "clicks.py"
+SOURCE_PARTITIONS = 3  # of each of the clicks run's two source topics
+NEVER_IDLE_MS = 3_600_000  # the clicks run's idle_ms: longer than any fault and the run
 
 
 @dataclass
@@ -60,30 +93,36 @@ class Summary:
     faults: collections.Counter[str] = field(default_factory=collections.Counter)
     records_verified: int = 0
     words: int = 0
+    events: int = 0  # clicks run: the clicks and views fed (without the closing ones)
     lost: int = 0
     duplicated: int = 0
     unknown: int = 0
     wrong: int = 0  # pipeline sinks: final values that differ (non-numeric), dead-letter count
+    late: int = 0  # clicks run: records in <job>.late (none can be late)
     sinks: dict[str, SinkCheck] = field(default_factory=dict)
     recovery_s: list[float] = field(default_factory=list)
     duration_s: float = 0.0
 
     @property
     def exact(self) -> bool:
-        return self.lost == self.duplicated == self.unknown == self.wrong == 0
+        return self.lost == self.duplicated == self.unknown == self.wrong == self.late == 0
 
     def to_json(self) -> dict[str, object]:
         rec = sorted(self.recovery_s)
         return {
             "faults": dict(self.faults),
             "faults_total": sum(self.faults.values()),
-            "words": self.words,
+            **({"events": self.events} if self.events else {"words": self.words}),
             "records_verified": self.records_verified,
             "lost": self.lost,
             "duplicated": self.duplicated,
             "unknown": self.unknown,
             **(
-                {"wrong": self.wrong, "sinks": {t: c.to_json() for t, c in self.sinks.items()}}
+                {
+                    "wrong": self.wrong,
+                    "late": self.late,
+                    "sinks": {t: c.to_json() for t, c in self.sinks.items()},
+                }
                 if self.sinks
                 else {}
             ),
@@ -106,13 +145,21 @@ def run_chaos(
     pipeline: str = "",
     port: int = PORT,
     s3_port: int = S3_PORT,
+    clicks: int = 0,
 ) -> Summary:
-    """``pipeline``: ``file.py:attribute`` to run instead of the built-in word count."""
+    """``pipeline``: ``file.py:attribute`` to run instead of the built-in word count;
+    ``clicks``: run examples/clicks.py on that many clicks instead (``words`` is unused)."""
     rng = random.Random(seed)
-    summary = Summary(words=words)
+    summary = Summary(words=0 if clicks else words)
     job_settings: dict[str, str] = {}
     graph: Pipeline | None = None
-    if pipeline:
+    if clicks:
+        spec = workdir.resolve() / "clicks_pipeline.py"
+        build = f"runpy.run_path({str(CLICKS_EXAMPLE)!r})['build']"
+        spec.write_text(f"import runpy\n\npipeline = {build}(idle_ms={NEVER_IDLE_MS})\n")
+        graph, _ = load_pipeline(str(spec))
+        job_settings = {"pipeline": str(spec), "input_topic": "clicks"}
+    elif pipeline:
         pipeline = _absolute(pipeline)  # the same file whatever the processes' directory
         graph, stages = load_pipeline(pipeline)
         if len(stages.source_topics) != 1:
@@ -134,7 +181,14 @@ def run_chaos(
             "s3_secret_access_key": s3_server.secret_access_key,
         }
     # Each S3 checkpoint is a dozen requests per task: 1 s rather than 500 ms between them.
-    run = JobRun(broker.bootstrap, workdir, 4, 1000 if s3 else 500, **storage, **job_settings)
+    partitions = SOURCE_PARTITIONS if clicks else 4
+    run = JobRun(
+        broker.bootstrap, workdir, partitions, 1000 if s3 else 500, **storage, **job_settings
+    )
+    feed: _ClicksFeed | None = None
+    if clicks:
+        feed = _ClicksFeed(run, clicks, seed)
+        summary.events = len(feed.clicks) + len(feed.views)
     started = time.monotonic()
     kills: list[tuple[float, str]] = []  # (time, worker id) of worker kills, for recovery times
     try:
@@ -142,7 +196,11 @@ def run_chaos(
         for i in range(WORKERS):
             run.start_worker(i)
         # The input keeps coming while faults happen: about 1.5 faults per second of feed.
-        run.feed(words, seconds=max(10.0, faults * 0.7), seed=seed)
+        if feed is not None:  # once the job runs, spread over about as long as the faults take
+            run.wait_for_checkpoints(1, timeout=120)
+            feed.start(seconds=max(10.0, faults * 2.0))
+        else:
+            run.feed(words, seconds=max(10.0, faults * 0.7), seed=seed)
         run.wait_for_checkpoints(2, timeout=120)
         broker_at = rng.randrange(faults) if broker_restart else -1
         outage_at = rng.choice([n for n in range(faults) if n != broker_at]) if s3 else -1
@@ -168,7 +226,9 @@ def run_chaos(
         else:
             run.drain(timeout=900)
         summary.duration_s = time.monotonic() - started
-        if graph is None:
+        if feed is not None:
+            feed.verify(summary)
+        elif graph is None:
             _verify(run, summary)
         else:
             _verify_pipeline(run, graph, corpus.lines(words, seed=seed), summary)
@@ -238,6 +298,63 @@ def _verify_pipeline(run: JobRun, graph: Pipeline, lines: Iterable[str], summary
     summary.wrong += abs(dead - len(expected.dead))
 
 
+class _ClicksFeed:
+    """The clicks run's input (tests/timecheck.py): clicks and views round-robin over the
+    partitions of their topics, the views' event time as the Kafka timestamp, then a closing
+    click and view in every partition."""
+
+    def __init__(self, run: JobRun, clicks: int, seed: int) -> None:
+        self.run = run
+        span = clicks * 60  # at most: 50 ms a click, 10 s more per 1000
+        # In the recent past: the broker refuses timestamps more than an hour ahead.
+        now = int(time.time() * 1000)
+        t0 = (now - span - 15 * MINUTE) // MINUTE * MINUTE
+        self.views, self.clicks, self._order = stream(t0, clicks, seed)
+        last = max([c["ts"] for c in self.clicks] + [v["at"] for v in self.views])
+        self.end = last + 3 * MINUTE  # past every window of the data and the join's bound
+        admin = clients.admin(run.settings)
+        for topic in ("clicks", "views"):
+            clients.ensure_topic(admin, topic, SOURCE_PARTITIONS)
+        self._sent = {"clicks": 0, "views": 0}
+
+    def start(self, seconds: float) -> None:
+        click, view = closing(self.end)
+        values = [json.dumps(e).encode() for e in self._order]
+        values += [click] * SOURCE_PARTITIONS + [view] * SOURCE_PARTITIONS
+        self.run.feed_values(values, seconds, self._send)
+
+    def _send(self, chunk: list[bytes]) -> None:
+        placed: list[tuple[str, bytes, int, int | None]] = []
+        for raw in chunk:
+            event: View | Click = json.loads(raw)
+            topic = "views" if "at" in event else "clicks"
+            at = event.get("at")
+            n = self._sent[topic]
+            self._sent[topic] = n + 1
+            placed.append((topic, raw, n % SOURCE_PARTITIONS, at if isinstance(at, int) else None))
+        self.run.send_placed(placed)
+
+    def verify(self, summary: Summary) -> None:
+        """Every window and pair of the data exactly once, nothing else, nothing late."""
+        settings = self.run.settings
+        watermark = self.end - OUT_OF_ORDER  # the clicks' bound; the views' is 0
+        expected = windows(self.clicks, watermark)
+        if expected != windows(self.clicks, self.end + 100 * MINUTE):
+            raise AssertionError("the closing records do not close every window of the data")
+        expected["view_clicks"] = pairs(self.views, self.clicks)
+        for param, want in expected.items():
+            topic = SINKS[param]
+            got = read_records(settings, topic, timeout=120)
+            check = check_sink(SinkOutput(False, list(want.elements())), got)
+            summary.sinks[topic] = check
+            summary.records_verified += check.records
+            summary.lost += check.lost
+            summary.duplicated += check.duplicated
+            summary.unknown += check.unknown
+        summary.late = len(read_records(settings, f"{settings.job_name}.late", timeout=120))
+        summary.wrong += len(read_records(settings, settings.dlq_topic, timeout=120))
+
+
 def _absolute(spec: str) -> str:
     path, colon, attr = spec.rpartition(":")
     if not colon or not path.endswith(".py"):
@@ -255,6 +372,12 @@ def main() -> int:
     parser.add_argument(
         "--pipeline", default="", help="file.py:attribute to run instead of the word count"
     )
+    parser.add_argument(
+        "--clicks",
+        action="store_true",
+        help="run examples/clicks.py (event-time windows and a join) instead",
+    )
+    parser.add_argument("--events", type=int, default=100_000, help="--clicks: clicks to feed")
     parser.add_argument("--port", type=int, default=PORT, help="the broker's (controller: +1)")
     parser.add_argument("--s3-port", type=int, default=S3_PORT)
     parser.add_argument("--keep", default="", help="a directory for the logs, kept afterwards")
@@ -272,6 +395,7 @@ def main() -> int:
             pipeline=args.pipeline,
             port=args.port,
             s3_port=args.s3_port,
+            clicks=args.events if args.clicks else 0,
         )
     report = summary.to_json()
     print(json.dumps(report, indent=1))

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 
@@ -105,12 +106,25 @@ class JobRun:
     ) -> None:
         """Append records to ``topic``, all flushed on return."""
         for value in values:
-            while True:
-                try:
-                    self._producer.produce(topic, value, headers=headers)
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
+            self._produce(topic, value, headers=headers)
+        self._flush()
+
+    def send_placed(self, records: Iterable[tuple[str, bytes, int, int | None]]) -> None:
+        """Append ``(topic, value, partition, timestamp ms or None for now)`` records, all
+        flushed on return."""
+        for topic, value, partition, timestamp in records:
+            self._produce(topic, value, partition=partition, timestamp=timestamp or 0)
+        self._flush()
+
+    def _produce(self, topic: str, value: bytes | None, **kwargs: Any) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value, **kwargs)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def _flush(self) -> None:
         # Long enough to outlast a broker restart (a chaos fault): the queued records wait
         # in the idempotent producer and go out, once each, when it is back.
         assert self._producer.flush(180) == 0, "input records still unsent after 180 s"

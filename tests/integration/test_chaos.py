@@ -52,3 +52,25 @@ def test_chaos_short_on_the_two_shuffle_pipeline(tmp_path: Path) -> None:
     assert set(summary.sinks) == {"word-counts", "new-words", "distinct-words-per-letter"}
     assert all(check.records > 0 for check in summary.sinks.values()), report
     assert summary.exact, report
+
+
+def test_chaos_short_on_event_time_windows_and_a_join(tmp_path: Path) -> None:
+    """examples/clicks.py's windows and join exact after worker and coordinator SIGKILLs and a
+    zombie while both sources are fed (seed 4: kill, kill, coordinator, kill, stop), nothing
+    late."""
+    summary = run_chaos(tmp_path, words=0, faults=5, seed=4, broker_restart=False, clicks=6000)
+    report = summary.to_json()
+    print(json.dumps(report))
+    assert set(summary.faults) == {
+        "worker SIGKILL",
+        "coordinator SIGKILL",
+        "worker SIGSTOP (zombie)",
+    }
+    assert set(summary.sinks) == {
+        "clicks-per-page-minute",
+        "clicks-per-page-hopping",
+        "click-sessions",
+        "view-clicks",
+    }
+    assert all(check.records > 0 for check in summary.sinks.values()), report
+    assert summary.exact, report

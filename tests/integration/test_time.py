@@ -9,30 +9,26 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 
 from confluent_kafka import Producer
 
 from tests.integration.harness import wait_until
-from tests.integration.pipeline_run import PipelineRun, Record, read_committed
+from tests.integration.pipeline_run import PipelineRun, read_committed
+from tests.timecheck import MINUTE, OUT_OF_ORDER, PAGES, Click, View, pairs, records, windows
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clicks.py"
-PAGES = [f"page-{i}" for i in range(8)]
-OUT_OF_ORDER = 2000
-MINUTE, SLIDE, GAP, WITHIN = 60_000, 20_000, 5000, 30_000
 # Of the clicks topic's 3 partitions the third gets only the first few clicks: it goes idle,
 # and must not hold the watermark back.
 CLICK_PARTITIONS = 2
 IDLE_AFTER = 10
 
 
-def _events(t0: int) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+def _events(t0: int) -> tuple[list[View], list[Click]]:
     """Views and clicks over ten minutes of event time, clicks at most 1.5 s out of order
     (under the source's 2 s bound), with a 10 s pause every 400 clicks (sessions end)."""
     rng = random.Random(5)
-    views = [{"id": f"v{i}", "at": t0 + i * 1000} for i in range(600)]
+    views = [View(id=f"v{i}", at=t0 + i * 1000) for i in range(600)]
     clicks = []
     shift = 0
     for i in range(3000):
@@ -40,69 +36,8 @@ def _events(t0: int) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
             shift += 10_000
         ts = t0 + i * 200 + shift - rng.randrange(1500)
         view = rng.randrange(600)
-        clicks.append({"id": f"c{i}", "page": rng.choice(PAGES), "view_id": f"v{view}", "ts": ts})
+        clicks.append(Click(id=f"c{i}", page=rng.choice(PAGES), view_id=f"v{view}", ts=ts))
     return views, clicks
-
-
-def _windows(clicks: list[dict[str, object]], watermark: int) -> dict[str, Counter[bytes]]:
-    """What each window sink must hold: (key, count) once per window the watermark closed."""
-    tumbling: Counter[tuple[str, int]] = Counter()
-    hopping: Counter[tuple[str, int]] = Counter()
-    times: dict[str, list[int]] = {}
-    for c in clicks:
-        page, ts = str(c["page"]), int(c["ts"])  # type: ignore[call-overload]
-        tumbling[page, ts - ts % MINUTE] += 1
-        last = ts - ts % SLIDE
-        for start in range(last, ts - MINUTE, -SLIDE):
-            hopping[page, start] += 1
-        times.setdefault(page, []).append(ts)
-    sessions: Counter[tuple[str, int]] = Counter()
-    ends: dict[tuple[str, int], int] = {}
-    for page, stamps in times.items():
-        stamps.sort()
-        start = prev = stamps[0]
-        n = 0
-        for ts in stamps:
-            if ts - prev >= GAP:
-                sessions[page, start], ends[page, start] = n, prev + GAP
-                start, n = ts, 0
-            prev, n = ts, n + 1
-        sessions[page, start], ends[page, start] = n, prev + GAP
-
-    def closed(counts: Counter[tuple[str, int]], end: object) -> Counter[bytes]:
-        return Counter(
-            json.dumps([f"{p}@{s}", str(n)]).encode()
-            for (p, s), n in counts.items()
-            if (end(p, s) if callable(end) else s + int(str(end))) <= watermark
-        )
-
-    return {
-        "per_minute": closed(tumbling, MINUTE),
-        "hopping": closed(hopping, MINUTE),
-        "sessions": closed(sessions, lambda p, s: ends[p, s]),
-    }
-
-
-def _pairs(views: list[dict[str, object]], clicks: list[dict[str, object]]) -> Counter[bytes]:
-    at = {str(v["id"]): int(v["at"]) for v in views}  # type: ignore[call-overload]
-    return Counter(
-        json.dumps([str(c["view_id"]), _compact({"view": c["view_id"], "click": c["id"]})]).encode()
-        for c in clicks
-        if abs(at[str(c["view_id"])] - int(c["ts"])) <= WITHIN  # type: ignore[call-overload]
-    )
-
-
-def _compact(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"))
-
-
-def _as_records(topic_records: Mapping[int, list[Record]]) -> Counter[bytes]:
-    """A sink's records as ``[key, value]`` JSON, to compare as multisets."""
-    return Counter(
-        json.dumps([(k or b"").decode(), (v or b"").decode()]).encode()
-        for part in topic_records.values()
-        for k, v, _ in part
-    )
 
 
 def test_windows_and_join_exact_under_a_kill(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -141,8 +76,8 @@ def test_windows_and_join_exact_under_a_kill(kafka_bootstrap: str, tmp_path: Pat
 
     # Views and clicks interleaved by event time, as they would happen.
     merged = sorted(
-        [(int(v["at"]), json.dumps(v).encode()) for v in views]  # type: ignore[call-overload]
-        + [(int(c["ts"]), json.dumps(c).encode()) for c in clicks],  # type: ignore[call-overload]
+        [(v["at"], json.dumps(v).encode()) for v in views]
+        + [(c["ts"], json.dumps(c).encode()) for c in clicks],
     )
     # No pause in the feed: partitions idle mid-stream would make the records after the
     # pause late (as in any engine with idleness), and the test compares exactly.
@@ -168,26 +103,26 @@ def test_windows_and_join_exact_under_a_kill(kafka_bootstrap: str, tmp_path: Pat
             )
         assert producer.flush(60) == 0
         watermark = end - OUT_OF_ORDER  # the clicks' bound; views have none
-        expected = _windows(clicks, watermark)
+        expected = windows(clicks, watermark)
         sinks = {name: run.topics[name] for name in expected}
 
         def all_windows() -> bool:
             return all(
-                sum(_as_records(read_committed(kafka_bootstrap, sinks[n])).values())
+                sum(records(read_committed(kafka_bootstrap, sinks[n])).values())
                 >= sum(expected[n].values())
                 for n in expected
             )
 
         wait_until(all_windows, 120, "every window closed by the watermark")
         for name, want in expected.items():
-            got = _as_records(read_committed(kafka_bootstrap, sinks[name]))
+            got = records(read_committed(kafka_bootstrap, sinks[name]))
             assert got == want, f"{name}: {sorted((got - want).items())[:5]} extra, " + str(
                 sorted((want - got).items())[:5]
             )
         assert sum(expected["sessions"].values()) > len(PAGES) * 3, "too few sessions"
-        pairs = _as_records(read_committed(kafka_bootstrap, run.topics["view_clicks"]))
-        want_pairs = _pairs(views, clicks)
-        assert pairs == want_pairs, f"pairs: {len(pairs)} got, {len(want_pairs)} expected"
+        got_pairs = records(read_committed(kafka_bootstrap, run.topics["view_clicks"]))
+        want_pairs = pairs(views, clicks)
+        assert got_pairs == want_pairs, f"pairs: {len(got_pairs)} got, {len(want_pairs)} expected"
 
         # Now late: a click and a view from the first minute, long closed.
         early = {"id": "late", "page": PAGES[0], "view_id": "v1", "ts": t0 + 5}
@@ -204,6 +139,6 @@ def test_windows_and_join_exact_under_a_kill(kafka_bootstrap: str, tmp_path: Pat
         late = read_committed(kafka_bootstrap, late_topic)
         assert sum(len(p) for p in late.values()) == 5
         for name, want in expected.items():  # nothing else happened to them
-            assert _as_records(read_committed(kafka_bootstrap, sinks[name])) == want
+            assert records(read_committed(kafka_bootstrap, sinks[name])) == want
     finally:
         run.stop()
