@@ -26,6 +26,7 @@ from __future__ import annotations
 import array
 import contextlib
 import itertools
+import os
 import random
 import statistics
 import subprocess
@@ -39,6 +40,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from bench.measure import (
+    OutputWatcher,
     ProcessSampler,
     _producer,
     _send,
@@ -343,6 +345,11 @@ def steady_run(
         create_topic(bootstrap, job.output_topic, source.partitions)
     broker_pid = int(broker.pid_file.read_text().strip())
     result: dict[str, Any] = {"job": job.name, "interval_ms": job.interval_ms}
+    # The job's result as its users see it: the words whose counts are visible in the
+    # committed output (read_committed, the sum of each word's count increments).
+    watcher = OutputWatcher(bootstrap, job.output_topic, {}) if peer.has_output else None
+    if watcher is not None:
+        watcher.start()
     running = peer.start(job)
     sampler = ProcessSampler(running.roots)
     sampler.start()
@@ -355,6 +362,7 @@ def steady_run(
     at_end: tuple[float, float] = (0.0, 0.0)
     lag_start: dict[str, int] = {}
     lag_end: dict[str, int] = {}
+    bench_cpu_start = bench_cpu = 0.0
     try:
         deadline = time.time() + mode.first_progress_timeout_s
         while first_at is None:
@@ -374,6 +382,7 @@ def steady_run(
             if window_start is None and now >= planned_start:
                 window_start = now
                 at_start = (process_cpu_s(broker_pid), machine_busy_s())
+                bench_cpu_start = _own_cpu_s()
                 lag_start = progress.internal_lag()
             if now >= planned_end or progress.latest() >= 0.98 * total:
                 break
@@ -382,6 +391,7 @@ def steady_run(
             time.sleep(0.2)
         window_end = time.time()
         at_end = (process_cpu_s(broker_pid), machine_busy_s())
+        bench_cpu = _own_cpu_s() - bench_cpu_start
         lag_end = progress.internal_lag()
         if window_start is None:  # the input ran out during the warm-up
             window_start = first_at
@@ -392,6 +402,8 @@ def steady_run(
         killed = running.stop()
         sampler.stop()
         progress.stop()
+        if watcher is not None:
+            watcher.close()
     with_final = progress.committed_words()
     progress.close()
     result["exit_codes"] = running.exit_codes()
@@ -409,17 +421,27 @@ def steady_run(
             inside = [(t, w) for t, w in usable if first_at <= t <= window_end]
             result["warmup_cut_short"] = True
         rate = slope(inside)
+        output_rate: float | None = None
+        if watcher is not None and inside:
+            begin, finish = inside[0][0], inside[-1][0]
+            seen = [(t, float(w)) for t, w in watcher.progress if begin <= t <= finish]
+            output_rate = slope(seen) if len(seen) >= 3 else 0.0
         if rate is None or len(inside) < 3:
             result["ok"] = False
             result["error"] = f"only {len(inside)} samples in the window"
         else:
+            # Sustained = consumed and counted: the input's slope unless the counts that
+            # become visible in the output grow slower (a later stage falling behind).
+            sustained = rate if output_rate is None else min(rate, output_rate)
             words_in_window = inside[-1][1] - inside[0][1]
             cpu = sampler.cpu_at(window_end) - sampler.cpu_at(window_start)
             seconds = window_end - window_start
             machine = at_end[1] - at_start[1]
             result.update(
                 {
-                    "words_per_s": round(rate),
+                    "words_per_s": round(sustained),
+                    "input_words_per_s": round(rate),
+                    "output_words_per_s": None if output_rate is None else round(output_rate),
                     "window_s": round(seconds, 1),
                     "window_samples": len(inside),
                     "window_starts_after_first_commit_s": round(window_start - first_at, 1)
@@ -441,6 +463,9 @@ def steady_run(
                         (machine - cpu - (at_end[0] - at_start[0])) / seconds, 2
                     ),
                     "internal_lag": keeps_up(lag_start, lag_end),
+                    # The output reader and the offset sampler run in the bench's process,
+                    # on the same cores.
+                    "bench_cpu_cores": round(bench_cpu / seconds, 2),
                 }
             )
             if extra is not None:
@@ -457,7 +482,8 @@ def steady_run(
     delete_topics(bootstrap, created)
     if result["ok"]:
         say(
-            f"{job.name}: {result['words_per_s']:,} words/s over {result['window_s']} s, "
+            f"{job.name}: {result['words_per_s']:,} words/s (input {result['input_words_per_s']:,}"
+            f", output {result['output_words_per_s']}) over {result['window_s']} s, "
             f"{result['cpu_s_per_million_words']} CPU s/M words, machine "
             f"{result['machine_busy_pct']} % busy"
         )
@@ -507,9 +533,12 @@ def work_summary(
     return out
 
 
-def _cores() -> int:
-    import os
+def _own_cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
 
+
+def _cores() -> int:
     return os.cpu_count() or 1
 
 
