@@ -555,7 +555,9 @@ def _summarize_steady(out: dict[str, Any]) -> None:
         row["machine_busy_pct"] = _median([r["machine_busy_pct"] for r in good])
         row["window_s"] = _median([r["window_s"] for r in good])
         median = row["words_per_s"]["median"]
-        row["ceiling_pct"] = round(100 * median / ceiling, 1) if median and ceiling else None
+        row["ceiling_pct"] = (
+            round(100 * median / ceiling, 1) if median is not None and ceiling else None
+        )
         work_keys = [
             k for k in (good[0].get("work", {}) if good else {}) if k.endswith("_per_m_words")
         ]
@@ -1066,6 +1068,12 @@ def main(argv: list[str] | None = None) -> int:
     results: Path = args.results_dir
     if args.render:
         rendered = json.loads(args.render.read_text())
+        if rendered.get("steady"):
+            # Summaries and the headline from the runs themselves, as this version computes
+            # them.
+            _summarize_steady(rendered["steady"])
+            rendered["headline"] = _headline(rendered)
+            args.render.write_text(json.dumps(rendered, indent=2) + "\n")
         results.mkdir(parents=True, exist_ok=True)
         (results / "latest.md").write_text(markdown(rendered))
         png = args.render.with_suffix(".png")
