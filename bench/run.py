@@ -582,6 +582,13 @@ def _summarize_steady(out: dict[str, Any]) -> None:
     alo = (rows.get("processor_at_least_once") or {}).get("words_per_s", {}).get("median")
     # What exactly-once costs in throughput: the share of the at-least-once rate it loses.
     out["eos_overhead_pct"] = round(100 * (1 - eos / alo), 1) if eos and alo else None
+    # The same in CPU per word, steadier on a loaded machine: how much more CPU a word costs
+    # exactly-once.
+    eos_cpu = (rows.get("processor") or {}).get("cpu_s_per_million_words")
+    alo_cpu = (rows.get("processor_at_least_once") or {}).get("cpu_s_per_million_words")
+    out["eos_overhead_cpu_pct"] = (
+        round(100 * (eos_cpu / alo_cpu - 1), 1) if eos_cpu and alo_cpu else None
+    )
 
 
 def _median(values: Sequence[Any]) -> Any:
@@ -879,7 +886,8 @@ def _steady_tables(report: dict[str, Any]) -> list[str]:
         f"{_fmt(rec['median'])} records/s median (range {rec['range']}), i.e. "
         f"{_fmt(perf['words_per_s']['median'])} words/s at {src['words_per_line']} words a "
         f"line. exactly-once overhead (processor, 1 - exactly_once / at_least_once words/s): "
-        f"{_fmt(steady.get('eos_overhead_pct'), 1)} %.",
+        f"{_fmt(steady.get('eos_overhead_pct'), 1)} %; in CPU per word "
+        f"(exactly_once / at_least_once - 1): {_fmt(steady.get('eos_overhead_cpu_pct'), 1)} %.",
         "",
         "Same work? What each row wrote to the broker per million input words (medians; "
         "offsets = records plus transaction markers; bytes from the broker's log directory, "
