@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -61,6 +63,7 @@ from bench.measure import (  # noqa: E402
     rates,
 )
 from bench.peers.base import Job, Peer, Running  # noqa: E402
+from bench.peers.ceiling_peer import CeilingPeer  # noqa: E402
 from bench.peers.flink_peer import FlinkPeer  # noqa: E402
 from bench.peers.kstreams_peer import KafkaStreamsPeer  # noqa: E402
 from bench.peers.processor_peer import (  # noqa: E402
@@ -74,6 +77,14 @@ from bench.peers.processor_peer import (  # noqa: E402
 )
 from bench.peers.quix_peer import QuixPeer  # noqa: E402
 from bench.scaling import state_scaling  # noqa: E402
+from bench.steady import (  # noqa: E402
+    SteadyMode,
+    consumer_perf_test,
+    produce_input,
+    spread,
+    steady_run,
+    tools_classpath,
+)
 from bench.venvs import cached_venv  # noqa: E402
 from processor.commands import corpus  # noqa: E402
 from processor.kafka.broker import LocalBroker  # noqa: E402
@@ -109,6 +120,48 @@ QUICK = Mode("quick", 300_000, (20_000, 5_000), 3.0, 10.0, 0, 240.0, (100_000, 1
 FULL = Mode(
     "full", 4_000_000, (20_000, 5_000), 5.0, 30.0, 2_000_000, 1200.0, (1_000_000, 10_000_000), 20.0
 )
+# The steady-state phase (bench/steady.py): the shared input's size, warm-up, window, runs per
+# row. Quick (CI): one short run per row, only to show that every row works end to end.
+QUICK_STEADY = SteadyMode(words=30_000_000, warmup_s=5.0, window_s=10.0, reps=1, pool_words=300_000)
+FULL_STEADY = SteadyMode(words=320_000_000, warmup_s=15.0, window_s=60.0, reps=5)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the steady-state phase: a peer at a configuration."""
+
+    key: str  # in the report
+    peer: Peer
+    interval_ms: int
+    note: str = ""
+
+
+def steady_rows(names: Sequence[str]) -> list[Row]:
+    """Every chosen system at the common settings, the variants the comparison needs next to
+    them, and the ceiling. A peer added to PEERS gets its row with nothing more to do."""
+    rows = [Row(n, PEERS[n](), INTERVAL_MS) for n in names]
+    if "kafka_streams" in names:
+        rows.append(
+            Row(
+                "kafka_streams_commit_100ms",
+                KafkaStreamsPeer(),
+                100,
+                "commit.interval.ms=100, Kafka Streams' default under exactly-once",
+            )
+        )
+    if "processor" in names:
+        rows.append(
+            Row(
+                "processor_at_least_once",
+                ProcessorPeer(env={"PROCESSOR_GUARANTEE": "at_least_once"}),
+                INTERVAL_MS,
+                "PROCESSOR_GUARANTEE=at_least_once: no alignment, no transactions",
+            )
+        )
+    rows.append(Row("ceiling", CeilingPeer(), INTERVAL_MS, "no state, no output"))
+    return rows
+
+
 # matplotlib draws the figure; never a dependency of the project (see plot_python).
 MATPLOTLIB = "3.10.8"
 MATPLOTLIB_VENV = Path.home() / ".cache" / "processor" / f"bench-matplotlib-{MATPLOTLIB}"
@@ -402,6 +455,149 @@ def _latency(
     return result
 
 
+def steady_state(
+    rows: Sequence[Row],
+    broker: LocalBroker,
+    steady: SteadyMode,
+    workdir: Path,
+    run_id: str,
+    seed: int,
+) -> dict[str, Any]:
+    """Every row ``steady.reps`` times in a random order (seeded), each on the shared input
+    under a fresh group with fresh topics, plus kafka-consumer-perf-test as often."""
+    bootstrap = broker.bootstrap
+    say(f"steady state: producing {steady.words:,} words into the shared input topic")
+    started = time.time()
+    source = produce_input(bootstrap, steady.words, PARTITIONS, steady.pool_words)
+    say(f"steady state: input ready in {time.time() - started:.0f}s ({source.lines:,} lines)")
+    classpath = tools_classpath(broker)
+    order = [(row.key, rep) for rep in range(steady.reps) for row in rows]
+    random.Random(seed).shuffle(order)
+    perf_slots = [("consumer_perf_test", rep) for rep in range(steady.reps)]
+    for slot in perf_slots:  # interleaved with the rest, also at random
+        order.insert(random.Random(f"{seed}-{slot[1]}").randrange(len(order) + 1), slot)
+    by_key = {row.key: row for row in rows}
+    out: dict[str, Any] = {
+        "method": "slope of the committed input offsets over the window (bench/steady.py)",
+        "mode": dataclasses.asdict(steady),
+        "seed": seed,
+        "order": [f"{k}#{r}" for k, r in order],
+        "input": source.describe(),
+        "rows": {
+            row.key: {
+                "system": row.peer.title,
+                "peer": row.peer.name,
+                "note": row.note,
+                "interval_ms": row.interval_ms,
+                "settings": row.peer.settings(),
+                "runs": [],
+            }
+            for row in rows
+        },
+        "consumer_perf_test": {"runs": []},
+    }
+    for i, (key, rep) in enumerate(order):
+        say(f"steady state {i + 1}/{len(order)}: {key} run {rep + 1}/{steady.reps}")
+        if key == "consumer_perf_test":
+            result = consumer_perf_test(broker, source, f"perf-{run_id}-{rep}", classpath)
+            say(f"consumer_perf_test: {result.get('records_per_s') or result.get('error')}")
+            out["consumer_perf_test"]["runs"].append(result)
+            continue
+        row = by_key[key]
+        job = Job(
+            bootstrap=bootstrap,
+            name=f"steady-{key}-{run_id}-{rep}",
+            input_topic=source.topic,
+            output_topic=f"steady-{key}-{rep}.output",
+            workdir=workdir / f"steady-{key}-{rep}",
+            interval_ms=row.interval_ms,
+            parallelism=PARALLELISM,
+        )
+        extra = _processor_steady_extra if isinstance(row.peer, ProcessorPeer) else None
+        try:
+            result = steady_run(row.peer, job, broker, source, steady, say, extra)
+        except BrokerDied:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one run's crash is its result
+            traceback.print_exc()
+            result = {"job": job.name, "ok": False, "error": repr(exc)}
+        _check_broker(broker)
+        out["rows"][key]["runs"].append(result)
+    _summarize_steady(out)
+    return out
+
+
+def _processor_steady_extra(job: Job, start: float, end: float) -> dict[str, Any]:
+    """This project's checkpoints in the window: duration and per-phase p50 / p99."""
+    history = completed_checkpoints(job.bootstrap, job.name)
+    return {"checkpoints": checkpoint_summary(history, start, end)}
+
+
+def _summarize_steady(out: dict[str, Any]) -> None:
+    perf = [r["records_per_s"] for r in out["consumer_perf_test"]["runs"] if r.get("ok")]
+    perf_words = [r["words_per_s"] for r in out["consumer_perf_test"]["runs"] if r.get("ok")]
+    out["consumer_perf_test"]["records_per_s"] = spread(perf)
+    out["consumer_perf_test"]["words_per_s"] = spread(perf_words)
+    ceiling = ceiling_cpu = None
+    if "ceiling" in out["rows"]:
+        runs = [r for r in out["rows"]["ceiling"]["runs"] if r.get("ok")]
+        ceiling = statistics.median([r["words_per_s"] for r in runs]) if runs else None
+        ceiling_cpu = _median([r["cpu_s_per_million_words"] for r in runs])
+    for row in out["rows"].values():
+        good = [r for r in row["runs"] if r.get("ok")]
+        row["ok_runs"] = len(good)
+        row["words_per_s"] = spread([r["words_per_s"] for r in good])
+        row["input_words_per_s"] = spread([r["input_words_per_s"] for r in good])
+        outputs = [r["output_words_per_s"] for r in good if r["output_words_per_s"] is not None]
+        row["output_words_per_s"] = spread(outputs)
+        row["bench_cpu_cores"] = _median([r["bench_cpu_cores"] for r in good])
+        row["cpu_s_per_million_words"] = _median([r["cpu_s_per_million_words"] for r in good])
+        row["broker_cpu_s_per_million_words"] = _median(
+            [r["broker_cpu_s_per_million_words"] for r in good]
+        )
+        row["machine_busy_pct"] = _median([r["machine_busy_pct"] for r in good])
+        row["window_s"] = _median([r["window_s"] for r in good])
+        median = row["words_per_s"]["median"]
+        row["ceiling_pct"] = (
+            round(100 * median / ceiling, 1) if median is not None and ceiling else None
+        )
+        # The same share by CPU: the ceiling's CPU per word over the row's. On a machine
+        # whose cores other processes also want, words/s depends on how much CPU a system
+        # wins against them (more runnable threads win more); CPU per word does not.
+        cpu = row["cpu_s_per_million_words"]
+        row["ceiling_cpu_pct"] = round(100 * ceiling_cpu / cpu, 1) if cpu and ceiling_cpu else None
+        work_keys = [
+            k for k in (good[0].get("work", {}) if good else {}) if k.endswith("_per_m_words")
+        ]
+        row["work_per_m_words"] = {
+            k.removesuffix("_per_m_words"): _median([r["work"][k] for r in good]) for k in work_keys
+        }
+        if any("checkpoints" in r for r in good):
+            row["checkpoint_duration_ms_p50"] = _median(
+                [r["checkpoints"].get("duration_ms_p50") for r in good if "checkpoints" in r]
+            )
+            row["checkpoint_duration_ms_p99"] = _median(
+                [r["checkpoints"].get("duration_ms_p99") for r in good if "checkpoints" in r]
+            )
+    rows = out["rows"]
+    eos = (rows.get("processor") or {}).get("words_per_s", {}).get("median")
+    alo = (rows.get("processor_at_least_once") or {}).get("words_per_s", {}).get("median")
+    # What exactly-once costs in throughput: the share of the at-least-once rate it loses.
+    out["eos_overhead_pct"] = round(100 * (1 - eos / alo), 1) if eos and alo else None
+    # The same in CPU per word, steadier on a loaded machine: how much more CPU a word costs
+    # exactly-once.
+    eos_cpu = (rows.get("processor") or {}).get("cpu_s_per_million_words")
+    alo_cpu = (rows.get("processor_at_least_once") or {}).get("cpu_s_per_million_words")
+    out["eos_overhead_cpu_pct"] = (
+        round(100 * (eos_cpu / alo_cpu - 1), 1) if eos_cpu and alo_cpu else None
+    )
+
+
+def _median(values: Sequence[Any]) -> Any:
+    numbers = [v for v in values if isinstance(v, int | float)]
+    return round(statistics.median(numbers), 3) if numbers else None
+
+
 class BrokerDied(RuntimeError):
     """The benchmark's broker is gone: no later figure could mean anything."""
 
@@ -568,8 +764,12 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {_fmt(_rss(r))} "
             f"| {_fmt(r.get('verification', {}).get('output_records'))} | {latency_cell} |"
         )
+    out += _steady_tables(report)
     ours = systems.get("processor", {})
     out += [
+        "",
+        "Backlog phase (time to the exact output of a small backlog; start-up and pipeline "
+        "delay weigh in):",
         "",
         "| ratio | words/s | CPU s / M words | peak RSS | latency p99 |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -628,6 +828,96 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _steady_tables(report: dict[str, Any]) -> list[str]:
+    """The steady-state phase: throughput per row (median, range, share of the ceiling), the
+    ceiling and kafka-consumer-perf-test, the work each system does per input word, and each
+    row's configuration."""
+    steady = report.get("steady")
+    if not steady:
+        return []
+    m = steady["mode"]
+    src = steady["input"]
+    out = [
+        "",
+        f"## Steady state ({m['reps']} run(s) per row in random order; warm-up "
+        f"{m['warmup_s']:.0f} s from the first committed input, window {m['window_s']:.0f} s)",
+        "",
+        "words/s = the sustained rate: the smaller of two least-squares slopes over the "
+        "window, the input words before the consumer group's committed offsets of the shared "
+        f"input topic ({src['words']:,} words, {src['lines']:,} lines, "
+        f"{src['distinct_words']:,} distinct words; one sample a second) and the words whose "
+        "counts became visible in the committed output (read_committed; the ceiling has no "
+        "output). "
+        "'kept up': the group's lag on its shuffle/repartition topics did not grow over the "
+        "window in any run (- where there is none). Loaded machine: 2 cores shared with "
+        "other engineers' test suites; 'others' is the CPU every other process used.",
+        "",
+        "| row | runs ok | words/s median | range | % of ceiling (words/s; CPU per word) "
+        "| input / output words/s "
+        "| CPU s / M words | broker CPU s / M words | machine busy % | window s | kept up "
+        "| interval ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for key, row in steady["rows"].items():
+        wps = row["words_per_s"]
+        rng = wps["range"]
+        judged = [
+            r["internal_lag"]["kept_up"]
+            for r in row["runs"]
+            if r.get("ok") and r.get("internal_lag", {}).get("judged")
+        ]
+        kept = "-" if not judged else ("yes" if all(judged) else f"{sum(judged)}/{len(judged)}")
+        out.append(
+            f"| {key} | {row['ok_runs']}/{len(row['runs'])} | {_fmt(wps['median'])} "
+            f"| {_fmt(rng[0]) if rng else '-'} - {_fmt(rng[1]) if rng else '-'} "
+            f"| {_fmt(row.get('ceiling_pct'), 1)}; {_fmt(row.get('ceiling_cpu_pct'), 1)} "
+            f"| {_fmt(row['input_words_per_s']['median'])} / "
+            f"{_fmt(row['output_words_per_s']['median'])} "
+            f"| {_fmt(row['cpu_s_per_million_words'], 3)} "
+            f"| {_fmt(row['broker_cpu_s_per_million_words'], 3)} "
+            f"| {_fmt(row['machine_busy_pct'], 1)} | {_fmt(row['window_s'], 1)} | {kept} "
+            f"| {row['interval_ms']} |"
+        )
+    perf = steady["consumer_perf_test"]
+    rec = perf["records_per_s"]
+    out += [
+        "",
+        f"kafka-consumer-perf-test (one Java consumer, read_committed, no processing): "
+        f"{_fmt(rec['median'])} records/s median (range {rec['range']}), i.e. "
+        f"{_fmt(perf['words_per_s']['median'])} words/s at {src['words_per_line']} words a "
+        f"line. exactly-once overhead (processor, 1 - exactly_once / at_least_once words/s): "
+        f"{_fmt(steady.get('eos_overhead_pct'), 1)} %; in CPU per word "
+        f"(exactly_once / at_least_once - 1): {_fmt(steady.get('eos_overhead_cpu_pct'), 1)} %.",
+        "",
+        "Same work? What each row wrote to the broker per million input words (medians; "
+        "offsets = records plus transaction markers; bytes from the broker's log directory, "
+        "scaled up where consumed records were purged):",
+        "",
+        "| row | shuffle records | shuffle MB | output records | output MB | changelog records "
+        "| changelog MB | other MB | all MB written |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for key, row in steady["rows"].items():
+        w = row.get("work_per_m_words") or {}
+        if not w:
+            out.append(f"| {key} | | | | | | | | |")
+            continue
+        out.append(
+            f"| {key} | {_fmt(w.get('shuffle_offsets'))} | {_mb(w.get('shuffle_bytes'))} "
+            f"| {_fmt(w.get('output_offsets'))} | {_mb(w.get('output_bytes'))} "
+            f"| {_fmt(w.get('changelog_offsets'))} | {_mb(w.get('changelog_bytes'))} "
+            f"| {_mb(w.get('other_bytes'))} | {_mb(w.get('bytes_written'))} |"
+        )
+    out += ["", "Configuration of each row:", ""]
+    for key, row in steady["rows"].items():
+        note = f" ({row['note']})" if row.get("note") else ""
+        out.append(
+            f"* **{key}**{note}: {row['system']}, interval {row['interval_ms']} ms; "
+            f"`{json.dumps(row['settings'])}`"
+        )
+    return out
 
 
 def _mb(value: Any) -> str:
@@ -763,6 +1053,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scaling-keys", help="state sizes (distinct keys) of the scaling phase, comma-separated"
     )
+    parser.add_argument("--no-steady", action="store_true", help="no steady-state phase")
+    parser.add_argument("--reps", type=int, help="steady state: runs per row (full 5, quick 1)")
+    parser.add_argument(
+        "--steady-words", type=int, help="steady state: words in the shared input topic"
+    )
+    parser.add_argument("--warmup", type=float, help="steady state: warm-up seconds")
+    parser.add_argument("--window", type=float, help="steady state: window seconds")
+    parser.add_argument(
+        "--seed", type=int, default=11, help="steady state: the seed of the run order"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (broker, logs)")
     parser.add_argument(
         "--port",
@@ -786,6 +1086,12 @@ def main(argv: list[str] | None = None) -> int:
     results: Path = args.results_dir
     if args.render:
         rendered = json.loads(args.render.read_text())
+        if rendered.get("steady"):
+            # Summaries and the headline from the runs themselves, as this version computes
+            # them.
+            _summarize_steady(rendered["steady"])
+            rendered["headline"] = _headline(rendered)
+            args.render.write_text(json.dumps(rendered, indent=2) + "\n")
         results.mkdir(parents=True, exist_ok=True)
         (results / "latest.md").write_text(markdown(rendered))
         png = args.render.with_suffix(".png")
@@ -803,6 +1109,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.scaling_keys:
         sizes = tuple(int(k) for k in args.scaling_keys.split(","))
         mode = Mode(**{**mode.__dict__, "scaling_keys": sizes})
+    steady = QUICK_STEADY if args.quick else FULL_STEADY
+    overrides = {
+        "reps": args.reps,
+        "words": args.steady_words,
+        "warmup_s": args.warmup,
+        "window_s": args.window,
+    }
+    steady = dataclasses.replace(steady, **{k: v for k, v in overrides.items() if v is not None})
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
     unknown = set(names) - PEERS.keys()
     if unknown:
@@ -836,6 +1150,7 @@ def main(argv: list[str] | None = None) -> int:
             "distinct_words": len(expected),
         },
         "systems": {},
+        "steady": None,
         "latency": {},
         "state_scaling": {},
         "recovery": None,
@@ -866,6 +1181,15 @@ def main(argv: list[str] | None = None) -> int:
                         "error": repr(exc),
                     }
                 failed |= not report["systems"][peer.name]["ok"]
+            if not args.no_steady:
+                report["steady"] = steady_state(
+                    steady_rows(names), broker, steady, tmp, run_id, args.seed
+                )
+                failed |= any(
+                    not r.get("ok")
+                    for row in report["steady"]["rows"].values()
+                    for r in row["runs"]
+                )
             for rate in [] if args.no_latency else mode.latency_rates:
                 at_rate: dict[str, Any] = report["latency"].setdefault(str(rate), {})
                 for peer in peers:
@@ -924,25 +1248,51 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _headline(report: dict[str, Any]) -> dict[str, Any]:
+    """words_per_s per system: the steady-state median (the slope of committed input
+    offsets) when that phase ran, else the backlog figure (time to the exact output)."""
     systems = report["systems"]
     rates = report["mode"]["latency_rates"]
     lat = report["latency"].get(str(rates[0]), {}) if rates else {}
+    steady = report.get("steady") or {}
+    rows = steady.get("rows", {})
 
-    def wps(name: str) -> Any:
-        return systems.get(name, {}).get("words_per_s")
+    def figures(name: str) -> dict[str, Any]:
+        row = rows.get(name)
+        if row is None:
+            return {"words_per_s": systems.get(name, {}).get("words_per_s")}
+        return {
+            "words_per_s": row["words_per_s"]["median"],
+            "words_per_s_range": row["words_per_s"]["range"],
+            "ceiling_pct": row.get("ceiling_pct"),
+            "ceiling_cpu_pct": row.get("ceiling_cpu_pct"),
+        }
 
     ours = systems.get("processor", {})
-    return {
+    head: dict[str, Any] = {
+        "mode": report["mode"]["name"],
+        "runs": steady.get("mode", {}).get("reps", 0) if steady else 0,
         "processor": {
-            "words_per_s": wps("processor"),
+            **figures("processor"),
             "p99_latency_ms": lat.get("processor", {}).get("p99_ms"),
             "recovery_s": (report["recovery"] or {}).get("recovery_s"),
         },
-        "kafka_streams": {"words_per_s": wps("kafka_streams")},
-        "quix": {"words_per_s": wps("quix")},
-        "flink": {"words_per_s": wps("flink")},
-        "checkpoint_overhead_pct": ours.get("checkpoint_blocking", {}).get("cpu_pct"),
     }
+    for name in PEERS:
+        if name != "processor":
+            head[name] = figures(name)
+    if "kafka_streams_commit_100ms" in rows:
+        head["kafka_streams_commit_100ms"] = figures("kafka_streams_commit_100ms")
+    ceiling = rows.get("ceiling", {}).get("words_per_s", {})
+    perf = steady.get("consumer_perf_test", {})
+    head["ceiling"] = {
+        "words_per_s": ceiling.get("median"),
+        "words_per_s_range": ceiling.get("range"),
+        "consumer_perf_test_records_per_s": perf.get("records_per_s", {}).get("median"),
+        "consumer_perf_test_words_per_s": perf.get("words_per_s", {}).get("median"),
+    }
+    head["eos_overhead_pct"] = steady.get("eos_overhead_pct")
+    head["checkpoint_overhead_pct"] = ours.get("checkpoint_blocking", {}).get("cpu_pct")
+    return head
 
 
 def _source_version() -> dict[str, Any]:

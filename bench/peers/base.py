@@ -113,6 +113,8 @@ class Peer(ABC):
 
     name: ClassVar[str]  # key in the report, prefix of its topics
     title: ClassVar[str]  # for people
+    # False: it writes no output topic (the ceiling); only the steady-state phase runs it.
+    has_output: ClassVar[bool] = True
 
     def prepare(self) -> None:  # noqa: B027 - optional hook
         """Build or install what ``start`` needs (not timed); idempotent."""
@@ -124,6 +126,12 @@ class Peer(ABC):
     @abstractmethod
     def first_consumed_at(self, running: Running) -> float | None:
         """Wall time at which the job began consuming input (from its logs), if known."""
+
+    def group_id(self, job: Job) -> str:
+        """The consumer group whose committed offsets of the input topic are the job's
+        progress (bench/steady.py measures throughput from them): for every peer so far the
+        job's name (job name, application.id, consumer group)."""
+        return job.name
 
     @abstractmethod
     def settings(self) -> dict[str, object]:

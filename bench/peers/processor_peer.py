@@ -90,8 +90,9 @@ class ProcessorPeer(Peer):
 
     def settings(self) -> dict[str, object]:
         return {
-            "command": "processor local --workers 2 --until-idle (metrics port off)"
-            + (f" --pipeline {self.pipeline}" if self.pipeline else ""),
+            "command": "processor local --workers 2 (metrics port off; --until-idle in the "
+            "backlog phase)" + (f" --pipeline {self.pipeline}" if self.pipeline else ""),
+            "env": {k: v for k, v in self.extra_env.items() if k.startswith("PROCESSOR_")},
             "checkout": str(self.checkout) if self.checkout else "this one",
             "checkpoint_interval_ms": 1000,
             "shuffle_partitions": SHUFFLE_PARTITIONS,

@@ -58,5 +58,16 @@ class QuixPeer(Peer):
             "commit_interval": 1.0,
             "processes": 2,
             "state": "RocksDB (default), changelog topics (default)",
+            "producer_extra_config": {
+                "compression.type": "lz4",
+                "linger.ms": 20,
+                "batch.size": 1_000_000,
+            },
+            "consumer_extra_config": {
+                "fetch.max.bytes": 52_428_800,
+                "max.partition.fetch.bytes": 4_194_304,
+            },
+            "rebalances": "both processes join at start; the steady-state warm-up keeps the "
+            "rebalances outside the window",
             "pipeline": "apply(words, expand) -> group_by(word) -> stateful count -> to_topic",
         }

@@ -24,6 +24,8 @@ import org.apache.kafka.streams.kstream.Produced;
  * RocksDB store (the default), each count written as key = word, value = UTF-8 decimal.
  *
  * <p>Arguments: bootstrap input output application.id state.dir threads commit.interval.ms
+ * [key=value ...]; each key=value is one more StreamsConfig property (the bench's tuning:
+ * producer.compression.type, statestore.cache.max.bytes, ...), applied last.
  *
  * <p>Prints {@code FIRST_RECORD <epoch ms>} when the first input record reaches the topology
  * and {@code STATE <state> <epoch ms>} on every state change; SIGTERM closes it cleanly.
@@ -44,9 +46,10 @@ public final class WordCount {
   }
 
   public static void main(String[] args) throws InterruptedException {
-    if (args.length != 7) {
+    if (args.length < 7) {
       System.err.println(
-          "usage: WordCount bootstrap input output application.id state.dir threads commit.ms");
+          "usage: WordCount bootstrap input output application.id state.dir threads commit.ms"
+              + " [key=value ...]");
       System.exit(2);
     }
     String input = args[1];
@@ -60,6 +63,14 @@ public final class WordCount {
     props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
     // One broker: internal topics (repartition, changelog) cannot have more replicas.
     props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+    for (int i = 7; i < args.length; i++) {
+      int eq = args[i].indexOf('=');
+      if (eq <= 0) {
+        System.err.println("not key=value: " + args[i]);
+        System.exit(2);
+      }
+      props.put(args[i].substring(0, eq), args[i].substring(eq + 1));
+    }
 
     AtomicBoolean first = new AtomicBoolean(true);
     StreamsBuilder builder = new StreamsBuilder();
