@@ -19,8 +19,10 @@ import org.apache.flink.api.java.tuple.Tuple2;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.CoreOptions;
+import org.apache.flink.configuration.ExternalizedCheckpointRetention;
 import org.apache.flink.configuration.RestOptions;
 import org.apache.flink.configuration.StateBackendOptions;
+import org.apache.flink.configuration.StateRecoveryOptions;
 import org.apache.flink.connector.base.DeliveryGuarantee;
 import org.apache.flink.connector.kafka.sink.KafkaRecordSerializationSchema;
 import org.apache.flink.connector.kafka.sink.KafkaSink;
@@ -28,6 +30,7 @@ import org.apache.flink.connector.kafka.source.KafkaSource;
 import org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer;
 import org.apache.flink.core.execution.CheckpointingMode;
 import org.apache.flink.core.execution.JobClient;
+import org.apache.flink.core.execution.RecoveryClaimMode;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.util.Collector;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -39,6 +42,12 @@ import org.apache.kafka.clients.producer.ProducerRecord;
  * on RocksDB, each new count written transactionally as key = word, value = UTF-8 decimal.
  *
  * <p>Arguments: bootstrap input output job.name checkpoint.dir parallelism checkpoint.interval.ms
+ * [restore.path]
+ *
+ * <p>With {@code restore.path} (a retained {@code chk-N} directory) the job starts from that
+ * checkpoint, as a supervisor restarts a killed job (bench/recovery_lag.py). The source commits
+ * its offsets to the group {@code job.name} when a checkpoint completes (the connector's
+ * default once a group id is set): that is how the consumer lag of the job can be read.
  *
  * <p>Checkpoints are exactly-once, incremental, to {@code checkpoint.dir}; the sink commits its
  * Kafka transaction when a checkpoint completes. Prints {@code FIRST_RECORD <epoch ms>} when the
@@ -110,10 +119,10 @@ public final class WordCount {
   }
 
   public static void main(String[] args) throws Exception {
-    if (args.length != 7) {
+    if (args.length != 7 && args.length != 8) {
       System.err.println(
           "usage: WordCount bootstrap input output job.name checkpoint.dir parallelism"
-              + " checkpoint.interval.ms");
+              + " checkpoint.interval.ms [restore.path]");
       System.exit(2);
     }
     String bootstrap = args[0];
@@ -132,6 +141,17 @@ public final class WordCount {
     conf.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
     conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "filesystem");
     conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, "file://" + dir + "/checkpoints");
+    // Kept when the job is cancelled too (a SIGKILL deletes nothing anyway): a restart can
+    // resume from the latest one.
+    conf.set(
+        CheckpointingOptions.EXTERNALIZED_CHECKPOINT_RETENTION,
+        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION);
+    if (args.length == 8) {
+      conf.set(StateRecoveryOptions.SAVEPOINT_PATH, args[7]);
+      // The restarted job owns the checkpoint and goes on incrementally from it, as the
+      // killed one would have.
+      conf.set(StateRecoveryOptions.RESTORE_MODE, RecoveryClaimMode.CLAIM);
+    }
     // RocksDB's working files and Flink's spill files under the job's directory, not /tmp.
     conf.setString("state.backend.rocksdb.localdir", dir + "/rocksdb");
     conf.set(CoreOptions.TMP_DIRS, dir + "/tmp");
