@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import signal
 import subprocess
 import time
@@ -91,6 +93,50 @@ class Running:
         return "\n".join(p.read_text(errors="replace") for p in self.logs if p.exists())
 
 
+_FIRST_RECORD = re.compile(r"^FIRST_RECORD (\d+)$", re.MULTILINE)
+
+
+def build_jar(project: Path, jar: Path, what: str) -> None:
+    """``mvn package`` in ``project`` unless ``jar`` is newer than its sources (the JVM peers
+    are Maven projects that print ``FIRST_RECORD <epoch ms>``)."""
+    sources = [project / "pom.xml", *project.glob("src/**/*")]
+    if jar.exists() and all(p.stat().st_mtime <= jar.stat().st_mtime for p in sources):
+        return
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise RuntimeError(f"mvn not found: Maven builds the {what} peer")
+    done = subprocess.run(
+        [mvn, "-q", "-B", "-Dstyle.color=never", "package"],
+        cwd=project,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if done.returncode != 0 or not jar.exists():
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        raise RuntimeError(f"building {project} failed: {' | '.join(tail)}")
+
+
+def run_jar(
+    jar: Path, jvm: Sequence[str], job: Job, state: str, log_name: str, extra: Sequence[str] = ()
+) -> Running:
+    """A JVM peer's word count: ``java <jvm> -jar <jar> bootstrap input output name state
+    parallelism interval <extra>``, one process."""
+    java = shutil.which("java") or "java"
+    cmd = [java, *jvm, "-jar", str(jar), job.bootstrap, job.input_topic, job.output_topic]
+    cmd += [job.name, str(job.workdir / state), str(job.parallelism), str(job.interval_ms)]
+    log = job.workdir / log_name
+    return Running([spawn([*cmd, *extra], log)], [log])
+
+
+def first_record_at(log_text: str) -> float | None:
+    """The earliest ``FIRST_RECORD <epoch ms>`` line of a JVM peer's log, in seconds."""
+    stamps = [int(m) / 1000 for m in _FIRST_RECORD.findall(log_text)]
+    return min(stamps) if stamps else None
+
+
 def spawn(
     cmd: Sequence[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.Popen[bytes]:
@@ -123,9 +169,10 @@ class Peer(ABC):
     def start(self, job: Job) -> Running:
         """Start the job's processes and return at once."""
 
-    @abstractmethod
     def first_consumed_at(self, running: Running) -> float | None:
-        """Wall time at which the job began consuming input (from its logs), if known."""
+        """Wall time at which the job began consuming input (from its logs), if known: by
+        default its ``FIRST_RECORD <epoch ms>`` line."""
+        return first_record_at(running.log_text())
 
     def group_id(self, job: Job) -> str:
         """The consumer group whose committed offsets of the input topic are the job's

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import ClassVar
@@ -10,7 +9,6 @@ from typing import ClassVar
 from bench.peers.base import Job, Peer, Running, spawn
 
 APP = Path(__file__).resolve().parent / "ceiling_app.py"
-_FIRST = re.compile(r"^FIRST_RECORD (\d+)$", re.MULTILINE)
 
 
 class CeilingPeer(Peer):
@@ -28,10 +26,6 @@ class CeilingPeer(Peer):
             procs.append(spawn(cmd, log))
             logs.append(log)
         return Running(procs, logs)
-
-    def first_consumed_at(self, running: Running) -> float | None:
-        stamps = [int(m) / 1000 for m in _FIRST.findall(running.log_text())]
-        return min(stamps) if stamps else None
 
     def settings(self) -> dict[str, object]:
         return {

@@ -7,20 +7,16 @@ that commits when a checkpoint completes.
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import ClassVar
 
-from bench.peers.base import Job, Peer, Running, spawn
+from bench.peers.base import Job, Peer, Running, build_jar, run_jar
 
 PROJECT = Path(__file__).resolve().parents[1] / "flink"
 JAR = PROJECT / "target" / "flink-wordcount.jar"
 # The MiniCluster runs the job manager, the task manager and both slots in this JVM; RocksDB's
 # memory (Flink's managed memory, 128 MB in local execution) is outside the heap.
 HEAP = ("-Xms512m", "-Xmx1g")
-_FIRST = re.compile(r"^FIRST_RECORD (\d+)$", re.MULTILINE)
 
 
 class FlinkPeer(Peer):
@@ -28,46 +24,10 @@ class FlinkPeer(Peer):
     title: ClassVar[str] = "Apache Flink 2.2.1"
 
     def prepare(self) -> None:
-        sources = [PROJECT / "pom.xml", *PROJECT.glob("src/**/*")]
-        if JAR.exists() and all(p.stat().st_mtime <= JAR.stat().st_mtime for p in sources):
-            return
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise RuntimeError("mvn not found: Maven builds the Flink peer")
-        done = subprocess.run(
-            [mvn, "-q", "-B", "-Dstyle.color=never", "package"],
-            cwd=PROJECT,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
-        if done.returncode != 0 or not JAR.exists():
-            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-            raise RuntimeError(f"building {PROJECT} failed: {' | '.join(tail)}")
+        build_jar(PROJECT, JAR, "Flink")
 
     def start(self, job: Job) -> Running:
-        java = shutil.which("java") or "java"
-        cmd = [
-            java,
-            *HEAP,
-            "-jar",
-            str(JAR),
-            job.bootstrap,
-            job.input_topic,
-            job.output_topic,
-            job.name,
-            str(job.workdir / "flink"),
-            str(job.parallelism),
-            str(job.interval_ms),
-        ]
-        log = job.workdir / "flink.log"
-        return Running([spawn(cmd, log)], [log])
-
-    def first_consumed_at(self, running: Running) -> float | None:
-        stamps = [int(m) / 1000 for m in _FIRST.findall(running.log_text())]
-        return min(stamps) if stamps else None
+        return run_jar(JAR, HEAP, job, "flink", "flink.log")
 
     def settings(self) -> dict[str, object]:
         return {

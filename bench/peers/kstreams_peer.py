@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import ClassVar
 
-from bench.peers.base import Job, Peer, Running, spawn
+from bench.peers.base import Job, Peer, Running, build_jar, run_jar
 
 PROJECT = Path(__file__).resolve().parents[1] / "kstreams"
 JAR = PROJECT / "target" / "kstreams-wordcount.jar"
-_FIRST = re.compile(r"^FIRST_RECORD (\d+)$", re.MULTILINE)
 # Fixed heap (-Xms = -Xmx): no heap growth during the run.
 HEAP = "1g"
 # Tuned as Kafka Streams' and the Kafka producer's docs advise for throughput: compressed,
@@ -33,48 +29,12 @@ class KafkaStreamsPeer(Peer):
     title: ClassVar[str] = "Kafka Streams 4.4.0"
 
     def prepare(self) -> None:
-        sources = [PROJECT / "pom.xml", *PROJECT.glob("src/**/*")]
-        if JAR.exists() and all(p.stat().st_mtime <= JAR.stat().st_mtime for p in sources):
-            return
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise RuntimeError("mvn not found: Maven builds the Kafka Streams peer")
-        done = subprocess.run(
-            [mvn, "-q", "-B", "-Dstyle.color=never", "package"],
-            cwd=PROJECT,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
-        if done.returncode != 0 or not JAR.exists():
-            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-            raise RuntimeError(f"building {PROJECT} failed: {' | '.join(tail)}")
+        build_jar(PROJECT, JAR, "Kafka Streams")
 
     def start(self, job: Job) -> Running:
-        java = shutil.which("java") or "java"
-        cmd = [
-            java,
-            f"-Xms{HEAP}",
-            f"-Xmx{HEAP}",
-            "-jar",
-            str(JAR),
-            job.bootstrap,
-            job.input_topic,
-            job.output_topic,
-            job.name,
-            str(job.workdir / "kstreams-state"),
-            str(job.parallelism),
-            str(job.interval_ms),
-            *(f"{k}={v}" for k, v in TUNING.items()),
-        ]
-        log = job.workdir / "kstreams.log"
-        return Running([spawn(cmd, log)], [log])
-
-    def first_consumed_at(self, running: Running) -> float | None:
-        stamps = [int(m) / 1000 for m in _FIRST.findall(running.log_text())]
-        return min(stamps) if stamps else None
+        heap = (f"-Xms{HEAP}", f"-Xmx{HEAP}")
+        tuning = [f"{k}={v}" for k, v in TUNING.items()]
+        return run_jar(JAR, heap, job, "kstreams-state", "kstreams.log", tuning)
 
     def settings(self) -> dict[str, object]:
         return {

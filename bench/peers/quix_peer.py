@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import ClassVar
 
@@ -14,7 +13,6 @@ VERSION = "3.28.1"
 # installing it next to the project would downgrade the project's confluent-kafka.
 VENV = Path.home() / ".cache" / "processor" / f"bench-quixstreams-{VERSION}"
 APP = Path(__file__).resolve().parent / "quix_app.py"
-_FIRST = re.compile(r"^FIRST_RECORD (\d+)$", re.MULTILINE)
 
 
 class QuixPeer(Peer):
@@ -47,10 +45,6 @@ class QuixPeer(Peer):
             procs.append(spawn(cmd, log))
             logs.append(log)
         return Running(procs, logs)
-
-    def first_consumed_at(self, running: Running) -> float | None:
-        stamps = [int(m) / 1000 for m in _FIRST.findall(running.log_text())]
-        return min(stamps) if stamps else None
 
     def settings(self) -> dict[str, object]:
         return {
