@@ -57,11 +57,7 @@ def decode_barrier(value: bytes) -> Barrier:
 
 
 def is_barrier(headers: list[tuple[str, Any]] | dict[str, Any] | None) -> bool:
-    if not headers:
-        return False
-    if isinstance(headers, dict):
-        return BARRIER_HEADER in headers
-    return any(name == BARRIER_HEADER for name, _ in headers)
+    return control_kind(headers) == "barrier"
 
 
 @dataclass(frozen=True, slots=True)

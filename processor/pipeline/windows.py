@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from processor.pipeline.api import Node
-from processor.pipeline.ops import UNSET, RecordError, folder, key_text, merger, sink_key_of
+from processor.pipeline.ops import UNSET, folder, key_text, merger, sink_key_of
 
 # A timed keyed item: ((key text, event time ms), value).
 Item = tuple[tuple[str, int], Any]
@@ -293,11 +293,3 @@ class JoinOperator(_Timed):
             if nxt is not None:
                 self._timer(nxt, text)
         return []
-
-
-def check_storable(value: Any) -> None:
-    """RecordError if ``value`` cannot be stored as JSON."""
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise RecordError(f"value {value!r:.80} is not JSON-encodable: {exc}") from None
