@@ -158,6 +158,14 @@ def steady_rows(names: Sequence[str]) -> list[Row]:
                 "PROCESSOR_GUARANTEE=at_least_once: no alignment, no transactions",
             )
         )
+        rows.append(
+            Row(
+                "processor_no_combiner",
+                ProcessorPeer(env={"PROCESSOR_COMBINE": "false"}),
+                INTERVAL_MS,
+                "PROCESSOR_COMBINE=false: every word through the shuffle, as in the peers",
+            )
+        )
     rows.append(Row("ceiling", CeilingPeer(), INTERVAL_MS, "no state, no output"))
     return rows
 
@@ -1280,8 +1288,13 @@ def _headline(report: dict[str, Any]) -> dict[str, Any]:
     for name in PEERS:
         if name != "processor":
             head[name] = figures(name)
-    if "kafka_streams_commit_100ms" in rows:
-        head["kafka_streams_commit_100ms"] = figures("kafka_streams_commit_100ms")
+    for variant in (
+        "kafka_streams_commit_100ms",
+        "processor_at_least_once",
+        "processor_no_combiner",
+    ):
+        if variant in rows:
+            head[variant] = figures(variant)
     ceiling = rows.get("ceiling", {}).get("words_per_s", {})
     perf = steady.get("consumer_perf_test", {})
     head["ceiling"] = {

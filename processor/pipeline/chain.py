@@ -86,6 +86,7 @@ class ShuffleOut:
         partitions: int,
         max_key_bytes: int,
         dead: Callable[[Node, Exception, Any], None],
+        combine: bool = True,
     ) -> None:
         self.head = head  # the key_by node
         self.partitions = partitions
@@ -93,7 +94,8 @@ class ShuffleOut:
         self._key_fn = head.fn
         self._max_key_bytes = max_key_bytes
         self._dead = dead  # a record that cannot be keyed or pre-aggregated: (node, error, value)
-        combiner = target.combiner
+        # combine=False ships every record (benchmarks: the work of an engine without one).
+        combiner = target.combiner if combine else None
         self._combiner = combiner
         self._count = combiner is not None and combiner.kind == "count"
         self._fold = None if combiner is None or self._count else folder(combiner)
@@ -270,6 +272,7 @@ class StageChain:
         shuffle_partitions: Mapping[str, int],
         max_key_bytes: int = 32768,
         late_topic: str = "",
+        combine: bool = True,
     ) -> None:
         self.stage = stage
         self.channel = channel
@@ -281,7 +284,7 @@ class StageChain:
         self.dead: list[DeadRecord] = []
         self.shuffles = {
             n.name: ShuffleOut(
-                n, plan.target(n), shuffle_partitions[n.name], max_key_bytes, self._dead
+                n, plan.target(n), shuffle_partitions[n.name], max_key_bytes, self._dead, combine
             )
             for n in stage.shuffles
         }

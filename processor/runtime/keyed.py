@@ -233,6 +233,7 @@ class KeyedTask(Task):
             {n.name: s.shuffle_partitions for n in self.stage.shuffles},
             s.max_key_bytes,
             self.ctx.graph.late_topic,
+            s.combine,
         )
         self._store = store
         if self.stage.timed:

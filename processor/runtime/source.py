@@ -73,6 +73,7 @@ class SourceTask(Task):
             {n.name: s.shuffle_partitions for n in stage.shuffles},
             s.max_key_bytes,
             ctx.graph.late_topic,
+            s.combine,
         )
         # Downstream shuffles: (key_by name, topic, partitions, this task's channel in it).
         self._shuffles = self.shuffle_outputs()

@@ -358,3 +358,35 @@ def test_sum_refuses_what_is_not_a_number_whatever_the_order(combined: bool) -> 
         ]
         got = simulate(compiled, inputs, 2, batch=2, seed=seed)
         assert dict(got["out"]) == {b"k": b"8.5"}
+
+
+@pytest.mark.parametrize("kind", ["count", "sum", "reduce"])
+def test_without_the_combiner_every_record_is_shipped_and_the_result_is_the_same(
+    kind: str,
+) -> None:
+    p = Pipeline()
+    keyed = p.source("w").key_by(lambda w: str(w))
+    if kind == "count":
+        keyed.count().sink("c")
+    elif kind == "sum":
+        keyed.sum().sink("c")
+    else:
+        keyed.reduce(lambda a, b: a + b).sink("c")
+    compiled = plan(p)
+    source, stage = compiled.stages
+    words: list[Any] = [1, 2, 1, 3, 1, 3] if kind == "sum" else ["a", "b", "a", "cc", "a", "cc"]
+    results = {}
+    for combine in (True, False):
+        up = StageChain(compiled, source, 0, DictBackend(), {stage.name: 1}, combine=combine)
+        up.values(words)
+        up.flush()
+        bodies = [decode_shuffle(v)[1] for _, v in up.shuffles[stage.name].take(0)]
+        shipped = sum(len(b) for b in bodies)
+        assert shipped == (3 if combine else len(words))
+        assert all(isinstance(b, dict if combine else list) for b in bodies)
+        down = StageChain(compiled, stage, 0, DictBackend(), {stage.name: 1})
+        for body in bodies:
+            down.shuffled(body)
+        down.flush()
+        results[combine] = sorted(down.take_sinks()["c"])
+    assert results[True] == results[False]
