@@ -114,12 +114,29 @@ class Mode:
     timeout_s: float  # for one system to reach the exact output
     scaling_keys: tuple[int, ...]  # state sizes of the state-scaling phase (distinct keys)
     scaling_trickle_s: float  # steady state measured after each state is built
+    # Checkpoint/commit intervals of the latency phase, and whether each system also runs at
+    # half its own highest sustainable rate (its steady-state median).
+    latency_intervals: tuple[int, ...] = (INTERVAL_MS,)
+    latency_half_max: bool = False
 
 
 QUICK = Mode("quick", 300_000, (20_000, 5_000), 3.0, 10.0, 0, 240.0, (100_000, 1_000_000), 10.0)
 FULL = Mode(
-    "full", 4_000_000, (20_000, 5_000), 5.0, 30.0, 2_000_000, 1200.0, (1_000_000, 10_000_000), 20.0
+    "full",
+    4_000_000,
+    (20_000,),
+    5.0,
+    30.0,
+    2_000_000,
+    1200.0,
+    (1_000_000, 10_000_000),
+    20.0,
+    latency_intervals=(100, 250, 500, 1000),
+    latency_half_max=True,
 )
+# What one Python RateProducer line loop sends at most here, shared with the system: a half
+# rate above it is capped (the result says so, and gives the rate achieved).
+MAX_LATENCY_RATE = 500_000
 # The steady-state phase (bench/steady.py): the shared input's size, warm-up, window, runs per
 # row. Quick (CI): one short run per row, only to show that every row works end to end.
 QUICK_STEADY = SteadyMode(words=30_000_000, warmup_s=5.0, window_s=10.0, reps=1, pool_words=300_000)
@@ -378,18 +395,20 @@ def latency(
     run_id: str,
     seed: int = 7,
     on_ready: Callable[[Running], object] | None = None,
+    interval_ms: int = INTERVAL_MS,
 ) -> dict[str, Any]:
     """Input at a fixed rate; per line, the time until every word of it shows a count that
     includes it in the committed output. ``on_ready`` is called once the system is up, right
     before the input starts (bench/profile_workers.py attaches py-spy there)."""
     name, bootstrap = peer.name, broker.bootstrap
+    tag = f"lat{rate}" if interval_ms == INTERVAL_MS else f"lat{rate}i{interval_ms}"
     job = Job(
         bootstrap=bootstrap,
-        name=f"bench-{name}-lat{rate}-{run_id}",
-        input_topic=f"{name}.lat{rate}.input",
-        output_topic=f"{name}.lat{rate}.output",
-        workdir=workdir / f"{name}-latency-{rate}",
-        interval_ms=INTERVAL_MS,
+        name=f"bench-{name}-{tag}-{run_id}",
+        input_topic=f"{name}.{tag}.input",
+        output_topic=f"{name}.{tag}.output",
+        workdir=workdir / f"{name}-latency-{tag}",
+        interval_ms=interval_ms,
         parallelism=PARALLELISM,
     )
     probe = "benchprobe"
@@ -418,10 +437,13 @@ def _latency(
     on_ready: Callable[[Running], object] | None = None,
 ) -> dict[str, Any]:
     name, bootstrap = peer.name, job.bootstrap
-    say(f"{name}: latency at {rate:,} words/s for {mode.latency_s:.0f}s")
+    say(
+        f"{name}: latency at {rate:,} words/s for {mode.latency_s:.0f}s, "
+        f"interval {job.interval_ms} ms"
+    )
     running = peer.start(job)
     producer = RateProducer(bootstrap, job.input_topic, lines, rate, PARTITIONS)
-    result: dict[str, Any] = {"rate_words_per_s": rate}
+    result: dict[str, Any] = {"rate_words_per_s": rate, "interval_ms": job.interval_ms}
     try:
         # Ready = it processed and committed one line: the start-up is not latency.
         produce_all(bootstrap, job.input_topic, [probe.encode()], PARTITIONS)
@@ -452,6 +474,9 @@ def _latency(
         lines, producer.sent_at, watcher.seen, skip_before=started + mode.latency_warmup_s
     )
     result.update(figures)
+    sent = producer.sent_at
+    if len(sent) > 1 and sent[-1] > sent[0]:
+        result["achieved_words_per_s"] = round(rate * mode_span(mode) / (sent[-1] - sent[0]))
     if isinstance(peer, ProcessorPeer):
         # The measured window: after the warm-up, until the last line was sent.
         window = (started + mode.latency_warmup_s, producer.sent_at[-1])
@@ -461,6 +486,57 @@ def _latency(
         result["pipeline_ms"] = pipeline_breakdown(bootstrap, job.name, *window)
     say(f"{name}: latency p50 {figures.get('p50_ms')} ms, p99 {figures.get('p99_ms')} ms")
     return result
+
+
+def mode_span(mode: Mode) -> float:
+    """Seconds the rate producer is meant to take (warm-up and measured part)."""
+    return mode.latency_warmup_s + mode.latency_s
+
+
+def latency_phase(
+    peers: Sequence[Peer],
+    broker: LocalBroker,
+    mode: Mode,
+    report: dict[str, Any],
+    workdir: Path,
+    run_id: str,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """interval ms -> rate ("20000", or "half_max") -> system -> latency result: every
+    system at each fixed rate it sustains and each checkpoint/commit interval, and (full
+    mode) at half its own highest sustainable rate, the steady-state median."""
+    steady = (report.get("steady") or {}).get("rows", {})
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for interval in mode.latency_intervals:
+        by_rate = out.setdefault(str(interval), {})
+        for peer in peers:
+            median = (steady.get(peer.name) or {}).get("words_per_s", {}).get("median")
+            sustained = median or report["systems"].get(peer.name, {}).get("words_per_s") or 0
+            rates = [(str(r), r) for r in mode.latency_rates]
+            if mode.latency_half_max and median:
+                rates.append(("half_max", min(MAX_LATENCY_RATE, round(median / 2, -3))))
+            for key, rate in rates:
+                at = by_rate.setdefault(key, {})
+                if key != "half_max" and sustained < 1.5 * rate:
+                    at[peer.name] = {
+                        "rate_words_per_s": rate,
+                        "interval_ms": interval,
+                        "skipped": f"throughput {sustained:,} words/s is below 1.5 x the rate",
+                    }
+                    say(f"{peer.name}: no latency at {rate:,} words/s (saturated)")
+                    continue
+                try:
+                    at[peer.name] = latency(
+                        peer, broker, rate, mode, workdir, run_id, interval_ms=interval
+                    )
+                except BrokerDied:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - reported, the run goes on
+                    traceback.print_exc()
+                    at[peer.name] = {"rate_words_per_s": rate, "error": repr(exc)}
+                if key == "half_max":
+                    at[peer.name]["half_of_words_per_s"] = median
+                    at[peer.name]["capped"] = rate < round(median / 2, -3)
+    return out
 
 
 def steady_state(
@@ -809,6 +885,7 @@ def markdown(report: dict[str, Any]) -> str:
                     continue
                 cells = [_fmt(lr.get(k), 1) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")]
                 out.append(f"| {label} | {' | '.join(cells)} | {_fmt(lr.get('lines'))} |")
+    out += _latency_sweep_table(report)
     head = report["headline"]
     blocking = report["systems"].get("processor", {}).get("checkpoint_blocking", {})
     out += [
@@ -836,6 +913,42 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _latency_sweep_table(report: dict[str, Any]) -> list[str]:
+    """p50 / p99 per system and rate against the checkpoint/commit interval."""
+    sweep: dict[str, Any] = report.get("latency_by_interval") or {}
+    intervals = sorted(sweep, key=int)
+    if len(intervals) < 2:
+        return []
+    out = [
+        "",
+        "Latency against the checkpoint/commit interval (p50 / p99 ms per input line, at a "
+        "fixed input rate; half max = half the system's steady-state median, the rate it "
+        "achieved in brackets where the producer fell short):",
+        "",
+        "| system | rate words/s | " + " | ".join(f"{i} ms" for i in intervals) + " |",
+        "| --- | ---: |" + " ---: |" * len(intervals),
+    ]
+    cells: dict[tuple[str, str], dict[str, str]] = {}
+    for interval in intervals:
+        for key, by_system in sweep[interval].items():
+            for name, r in by_system.items():
+                row = cells.setdefault((name, key), {})
+                if "p99_ms" in r:
+                    row[interval] = f"{_fmt(r.get('p50_ms'))} / {_fmt(r.get('p99_ms'))}"
+                    if row.get("rate") is None and key == "half_max":
+                        row["rate"] = _fmt(r.get("rate_words_per_s"))
+                        got = r.get("achieved_words_per_s") or 0
+                        if got < 0.95 * r.get("rate_words_per_s", 0):
+                            row["rate"] += f" ({_fmt(got)})"
+                else:
+                    row[interval] = "skipped" if "skipped" in r else "failed"
+    for (name, key), row in cells.items():
+        rate = f"half max {row.get('rate', '')}" if key == "half_max" else _fmt(int(key))
+        out.append(f"| {name} | {rate} | " + " | ".join(row.get(i, "-") for i in intervals) + " |")
+    out += ["", f"![latency against the interval]({report['timestamp']}-latency.png)"]
+    return out
 
 
 def _steady_tables(report: dict[str, Any]) -> list[str]:
@@ -1055,6 +1168,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--latency-rates", help="words/s of the latency phase, comma-separated (20000,5000)"
     )
+    parser.add_argument(
+        "--latency-intervals",
+        help="checkpoint/commit intervals (ms) of the latency phase, comma-separated "
+        "(full: 100,250,500,1000; quick: 1000)",
+    )
+    parser.add_argument(
+        "--half-max",
+        action=argparse.BooleanOptionalAction,
+        help="latency also at half of each system's steady-state median (default: full mode)",
+    )
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--no-recovery", action="store_true")
     parser.add_argument("--no-scaling", action="store_true", help="no state-scaling phase")
@@ -1114,6 +1237,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.latency_rates:
         rates = tuple(int(r) for r in args.latency_rates.split(","))
         mode = Mode(**{**mode.__dict__, "latency_rates": rates})
+    if args.latency_intervals:
+        intervals = tuple(int(i) for i in args.latency_intervals.split(","))
+        mode = dataclasses.replace(mode, latency_intervals=intervals)
+    if args.half_max is not None:
+        mode = dataclasses.replace(mode, latency_half_max=args.half_max)
     if args.scaling_keys:
         sizes = tuple(int(k) for k in args.scaling_keys.split(","))
         mode = Mode(**{**mode.__dict__, "scaling_keys": sizes})
@@ -1160,6 +1288,7 @@ def main(argv: list[str] | None = None) -> int:
         "systems": {},
         "steady": None,
         "latency": {},
+        "latency_by_interval": {},
         "state_scaling": {},
         "recovery": None,
     }
@@ -1198,24 +1327,12 @@ def main(argv: list[str] | None = None) -> int:
                     for row in report["steady"]["rows"].values()
                     for r in row["runs"]
                 )
-            for rate in [] if args.no_latency else mode.latency_rates:
-                at_rate: dict[str, Any] = report["latency"].setdefault(str(rate), {})
-                for peer in peers:
-                    sustained = report["systems"][peer.name].get("words_per_s") or 0
-                    if sustained < 1.5 * rate:
-                        at_rate[peer.name] = {
-                            "rate_words_per_s": rate,
-                            "skipped": f"throughput {sustained:,} words/s is below 1.5 x the rate",
-                        }
-                        say(f"{peer.name}: no latency at {rate:,} words/s (saturated)")
-                        continue
-                    try:
-                        at_rate[peer.name] = latency(peer, broker, rate, mode, tmp, run_id)
-                    except BrokerDied:
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - reported, the run goes on
-                        traceback.print_exc()
-                        at_rate[peer.name] = {"rate_words_per_s": rate, "error": repr(exc)}
+            if not args.no_latency:
+                sweep = latency_phase(peers, broker, mode, report, tmp, run_id)
+                report["latency_by_interval"] = sweep
+                # The fixed rates at the common interval: the headline's and earlier reports'.
+                common = sweep.get(str(INTERVAL_MS), {})
+                report["latency"] = {k: v for k, v in common.items() if k != "half_max"}
             if mode.scaling_keys and not args.no_scaling and "processor" in names:
                 report["state_scaling"] = scaling(broker.bootstrap, mode, tmp, run_id)
                 failed |= any("error" in r for r in report["state_scaling"].values())

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 BARRIER_HEADER = "processor.barrier"
@@ -117,12 +119,30 @@ def channel_of(value: bytes) -> int:
     return int(_CHANNEL.unpack_from(value)[0])
 
 
-def encode_shuffle(channel: int, body: dict[str, Any] | list[list[Any]]) -> bytes:
+def encode_shuffle(channel: int, body: dict[str, Any] | Sequence[Sequence[Any]]) -> bytes:
     """A pipeline's shuffle record: the channel, then JSON: an object of partial aggregates
     by key (a combined shuffle; word count's format) or a list of ``[key, value]`` pairs
     (``[key, value, event time ms]`` in a timed pipeline)."""
     text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
     return _CHANNEL.pack(channel) + text.encode()
+
+
+_FIRST, _THIRD = itemgetter(0), itemgetter(2)
+
+
+def _pairs(body: list[Any]) -> bool:
+    """Every item a ``[key text, value]`` or every one a ``[key text, value, int time]``;
+    with C loops (map) rather than a generator: a shuffle record holds thousands."""
+    if not body:
+        return True
+    if set(map(type, body)) != {list}:
+        return False
+    lengths = set(map(len, body))
+    if lengths != {2} and lengths != {3}:
+        return False
+    if set(map(type, map(_FIRST, body))) != {str}:
+        return False
+    return lengths == {2} or set(map(type, map(_THIRD, body))) == {int}
 
 
 def decode_shuffle(value: bytes) -> tuple[int, dict[str, Any] | list[list[Any]]]:
@@ -131,12 +151,6 @@ def decode_shuffle(value: bytes) -> tuple[int, dict[str, Any] | list[list[Any]]]
     body = json.loads(value[2:])
     if isinstance(body, dict):
         return channel, body
-    if isinstance(body, list) and all(
-        type(p) is list
-        and len(p) in (2, 3)
-        and type(p[0]) is str
-        and (len(p) == 2 or type(p[2]) is int)
-        for p in body
-    ):
+    if isinstance(body, list) and _pairs(body):
         return channel, body
     raise ValueError("not a JSON object or a list of [key, value(, time)] pairs")

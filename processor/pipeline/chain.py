@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
@@ -57,7 +57,8 @@ from processor.pipeline.time import NO_WATERMARK
 from processor.pipeline.windows import DELETED as _STATE_DELETED
 from processor.pipeline.windows import Item, JoinOperator, WindowOperator
 
-_Body = dict[str, Any] | list[list[Any]]  # of a shuffle record: partials by key, or pairs
+# Of a shuffle record: partials by key, or [key, value(, time)] pairs (lists or tuples).
+_Body = dict[str, Any] | list[Sequence[Any]]
 # Well below Kafka's default 1 MB record limit, also after the broker's batch overhead.
 MAX_RECORD_BYTES = 512 * 1024
 _DELETED = object()
@@ -191,14 +192,14 @@ class ShuffleOut:
             for p, body in enumerate(parts):
                 out.extend((p, v) for v in self._encode(channel, body))
         if self._pairs:
-            lists: list[list[list[Any]]] = [[] for _ in range(self.partitions)]
+            lists: list[list[Sequence[Any]]] = [[] for _ in range(self.partitions)]
             partition_of = self._partition_of
-            for text, *rest in self._pairs:
-                p = partition_of.get(text)
+            for pair in self._pairs:
+                p = partition_of.get(pair[0])
                 if p is None:
-                    p = self._partition(text)
+                    p = self._partition(pair[0])
                 if p >= 0:
-                    lists[p].append([text, *rest])
+                    lists[p].append(pair)  # a tuple: JSON writes it as the list it decodes to
             for p, pairs in enumerate(lists):
                 out.extend((p, v) for v in self._encode(channel, pairs))
         self._counts, self._partials, self._pairs = Counter(), {}, []
@@ -369,7 +370,8 @@ class StageChain:
             add = "sum" if node in self._adds else None
             self._aggregate(node, list(body.items()), quiet, merge, add, unique=True)
         else:
-            self._push(self.stage.head, [(text, value) for text, value in body], quiet)
+            # [key text, value] lists, as decoded: they unpack like the (key, value) items.
+            self._push(self.stage.head, body, quiet)
 
     # -- the epoch's end --------------------------------------------------------------------
 
@@ -784,11 +786,16 @@ def _encode_within(channel: int, body: _Body) -> list[bytes]:
     value = encode_shuffle(channel, body)
     if len(value) <= MAX_RECORD_BYTES or len(body) == 1:
         return [value]
+    # As many slices as the size asks for (a tenth to spare), so that a large body is
+    # encoded about twice, not once per halving.
+    slices = min(len(body), -(-len(value) * 11 // (MAX_RECORD_BYTES * 10)))
+    step = -(-len(body) // slices)
+    out: list[bytes] = []
     if isinstance(body, dict):
         items = list(body.items())
-        half = len(items) // 2
-        return _encode_within(channel, dict(items[:half])) + _encode_within(
-            channel, dict(items[half:])
-        )
-    half = len(body) // 2
-    return _encode_within(channel, body[:half]) + _encode_within(channel, body[half:])
+        for i in range(0, len(items), step):
+            out += _encode_within(channel, dict(items[i : i + step]))
+    else:
+        for i in range(0, len(body), step):
+            out += _encode_within(channel, body[i : i + step])
+    return out
