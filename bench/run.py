@@ -513,7 +513,7 @@ def latency_phase(
             sustained = median or report["systems"].get(peer.name, {}).get("words_per_s") or 0
             rates = [(str(r), r) for r in mode.latency_rates]
             if mode.latency_half_max and median:
-                rates.append(("half_max", min(MAX_LATENCY_RATE, round(median / 2, -3))))
+                rates.append(("half_max", min(MAX_LATENCY_RATE, int(round(median / 2, -3)))))
             for key, rate in rates:
                 at = by_rate.setdefault(key, {})
                 if key != "half_max" and sustained < 1.5 * rate:
@@ -972,8 +972,9 @@ def _steady_tables(report: dict[str, Any]) -> list[str]:
         "counts became visible in the committed output (read_committed; the ceiling has no "
         "output). "
         "'kept up': the group's lag on its shuffle/repartition topics did not grow over the "
-        "window in any run (- where there is none). Loaded machine: 2 cores shared with "
-        "other engineers' test suites; 'others' is the CPU every other process used.",
+        "window in any run (- where there is none; kept up 'x/5': in x runs). 'machine "
+        "busy': all processes' CPU over the window against its 2 cores; the results give "
+        "each run's CPU of processes other than the row's, the broker and the bench.",
         "",
         "| row | runs ok | words/s median | range | % of ceiling (words/s; CPU per word) "
         "| input / output words/s "
