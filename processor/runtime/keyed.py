@@ -396,7 +396,8 @@ class KeyedTask(Task):
             if (
                 channel >= channels
                 or (type(body) is dict and not combined)
-                or (timed and type(body) is list and body and len(body[0]) != 3)
+                # Timed pairs carry their event time; untimed ones must not.
+                or (type(body) is list and body and len(body[0]) != (3 if timed else 2))
             ):
                 self._m_bad.inc()  # no such upstream task, or not its format: not written by one
                 continue

@@ -21,6 +21,7 @@ from processor.models.records import (
     Headers,
     encode_barrier,
     encode_counts,
+    encode_shuffle,
 )
 from tests.integration.harness import JobRun, wait_until
 
@@ -125,6 +126,7 @@ def test_malformed_records_in_the_shuffle_topic_are_skipped_and_counted(
     bad: list[tuple[bytes, Headers | None]] = [
         (encode_counts(999, {"ghost": 5}), None),  # data from a channel that does not exist
         (b"\x00\x00{not json", None),
+        (encode_shuffle(0, [["ghost", 1, 5]]), None),  # timed pairs into an untimed stage
         (b"\x00", None),
         (b"\x01\x02\x03", [(BARRIER_HEADER, b"\x01\x02\x03")]),  # barrier body too short
         (unknown_channel_barrier, [(BARRIER_HEADER, unknown_channel_barrier)]),
