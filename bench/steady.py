@@ -47,6 +47,7 @@ from bench.measure import (
     create_topic,
     machine_busy_s,
     process_cpu_s,
+    slope,
     words_of,
 )
 from bench.peers.base import Job, Peer
@@ -158,19 +159,6 @@ def produce_input(
 
 
 # ------------------------------------------------------------------------------ progress
-
-
-def slope(samples: Sequence[tuple[float, float]]) -> float | None:
-    """Least-squares slope of y over t; None with fewer than two distinct times."""
-    if len(samples) < 2:
-        return None
-    ts = [t for t, _ in samples]
-    ys = [y for _, y in samples]
-    mt, my = statistics.fmean(ts), statistics.fmean(ys)
-    var = sum((t - mt) ** 2 for t in ts)
-    if var == 0:
-        return None
-    return sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var
 
 
 class CommittedProgress(threading.Thread):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.steady import InputCorpus, keeps_up, slope, spread, topic_kind, work_summary
+from bench.measure import slope
+from bench.steady import InputCorpus, keeps_up, spread, topic_kind, work_summary
 
 
 def test_slope_is_the_least_squares_rate() -> None:

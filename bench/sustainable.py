@@ -1,0 +1,241 @@
+"""The highest input rate each system sustains live on this machine, and its latency at half.
+
+bench/run.py's steady state measures throughput on a backlog, with nothing else running. A live
+rate is different: the input is produced while the system runs, by a process (bench/measure.py
+RateProducer) that shares the machine's two cores with it, as it would in production where the
+producers run beside the job. So "the highest sustainable rate" is searched for live:
+
+* a ladder of rates, each 1.5x the previous one from ``--start`` (per system), every rung a
+  fresh job on fresh topics with ``--warmup-s`` + ``--seconds`` of input at that rate and the
+  checkpoint/commit interval at 1 s; then two bisection steps (geometric means) between the
+  highest rung kept up and the lowest one not;
+* a rung is kept up when the output is exact, the producer kept the rate (never more than
+  0.5 s behind, at least 95 % of the words/s asked), and the latency did not keep rising: its
+  least-squares slope over the send times of the measured lines is at most 0.03 s per s (a
+  system that falls short of the rate by x % of its capacity gains about x %).
+  This is the sustainable throughput of Karimov et al., "Benchmarking Distributed Stream Data
+  Processing Systems" (ICDE 2018): the highest load without a latency that keeps rising. A
+  system may carry a standing backlog from its warm-up (a JVM's JIT) and still keep up; its
+  latency at that rung then shows it.
+
+Then each system runs at half its highest sustained rate at every interval of ``--intervals``:
+the issue's target is a p99 of at most the interval + 300 ms there.
+
+    python bench/sustainable.py                        # every system but Quix: ~60 minutes
+    python bench/sustainable.py --systems processor --intervals 1000
+
+Starts its own broker (``--port``, default 29292). Writes
+``bench/results/<timestamp>-sustainable.json`` and a markdown table on stderr; the last stdout
+line is the JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.run import (
+    FULL,
+    PEERS,
+    RESULTS,
+    BrokerDied,
+    Mode,
+    _terminate_as_interrupt,
+    latency,
+    say,
+)
+from processor.kafka.broker import LocalBroker
+
+SEARCH_INTERVAL_MS = 1000
+# Where each system's ladder starts (words/s): well below what it sustains, a few rungs up.
+START = {"processor": 200_000, "kafka_streams": 50_000, "flink": 50_000, "quix": 5_000}
+FACTOR = 1.5
+BISECTIONS = 2
+# Latency gained per second of the run, at most: a system short of the rate by x % of its
+# capacity gains about x % (its backlog grows by the shortfall, drained at its capacity).
+MAX_GROWTH = 0.03
+
+
+def kept_up(result: dict[str, Any]) -> tuple[bool, str]:
+    """Whether a rung's run kept up with its rate, and if not, why."""
+    if "error" in result:
+        return False, str(result["error"])[:200]
+    rate = result["rate_words_per_s"]
+    if result.get("producer_max_behind_s", 0) > 0.5:
+        return False, f"the producer fell {result['producer_max_behind_s']} s behind"
+    achieved = result.get("achieved_words_per_s") or 0
+    if achieved < 0.95 * rate:
+        return False, f"the producer reached only {achieved:,} words/s"
+    growth = result.get("latency_growth")
+    if growth is None:
+        return False, "no latency figures"
+    if growth > MAX_GROWTH:
+        return False, f"latency grew by {growth:.3f} s per s (a backlog building up)"
+    return True, "kept up"
+
+
+def search(
+    peer: Any, broker: LocalBroker, mode: Mode, workdir: Path, run_id: str, start: int
+) -> dict[str, Any]:
+    """The ladder, then the bisection; ``sustained`` is the highest rate kept up (0: none)."""
+    rungs: list[dict[str, Any]] = []
+
+    def attempt(rate: int) -> bool:
+        result = latency(peer, broker, rate, mode, workdir, run_id, interval_ms=SEARCH_INTERVAL_MS)
+        ok, why = kept_up(result)
+        say(f"{peer.name}: {rate:,} words/s: {why}")
+        rungs.append({"rate": rate, "kept_up": ok, "why": why, "result": result})
+        return ok
+
+    good, bad = 0, 0
+    rate = start
+    while True:
+        if attempt(rate):
+            good = rate
+            rate = int(round(rate * FACTOR, -4))
+        else:
+            bad = rate
+            break
+    if good:
+        for _ in range(BISECTIONS):
+            middle = int(round(math.sqrt(good * bad), -4))
+            if middle in (good, bad):
+                break
+            if attempt(middle):
+                good = middle
+            else:
+                bad = middle
+    return {"sustained": good, "first_not_kept_up": bad, "rungs": rungs}
+
+
+def run(
+    names: list[str], intervals: list[int], mode: Mode, port: int, starts: dict[str, int]
+) -> dict[str, Any]:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_id = "s" + stamp.replace("-", "")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-sustainable-"))
+    broker = LocalBroker(port=port, controller_port=port + 1, data_dir=tmp / "kafka")
+    report: dict[str, Any] = {
+        "timestamp": stamp,
+        "mode": {
+            "warmup_s": mode.latency_warmup_s,
+            "seconds": mode.latency_s,
+            "search_interval_ms": SEARCH_INTERVAL_MS,
+            "factor": FACTOR,
+            "bisections": BISECTIONS,
+            "starts": starts,
+        },
+        "systems": {},
+    }
+    peers = [PEERS[n]() for n in names]
+    for peer in peers:
+        say(f"preparing {peer.title}")
+        peer.prepare()
+    try:
+        broker.start()  # SIGTERM unwinds (_terminate_as_interrupt): the finally stops it
+        for peer in peers:
+            found = search(peer, broker, mode, tmp, run_id, starts[peer.name])
+            entry: dict[str, Any] = {**found, "half": {}}
+            report["systems"][peer.name] = entry
+            half = int(round(found["sustained"] / 2, -3))
+            if not half:
+                continue
+            for interval in intervals:
+                # Its own run id and directory: the half rate may equal a rung's.
+                result = latency(
+                    peer, broker, half, mode, tmp / "half", f"{run_id}h", interval_ms=interval
+                )
+                result["target_p99_ms"] = interval + 300
+                entry["half"][str(interval)] = result
+    except BrokerDied as exc:
+        report["aborted"] = str(exc)
+    finally:
+        broker.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = RESULTS / f"{stamp}-sustainable.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(markdown(report), file=sys.stderr)
+    say(f"wrote {out}")
+    return report
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "| system | highest rate kept up | first not | interval | rate | p50 / p99 ms "
+        "| target p99 | met |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for name, entry in report["systems"].items():
+        for interval, r in entry["half"].items() or [("-", {})]:
+            figures = (
+                f"{r.get('p50_ms')} / {r.get('p99_ms')}" if "p99_ms" in r else r.get("error", "")
+            )
+            target = r.get("target_p99_ms")
+            met = "yes" if target and r.get("p99_ms", math.inf) <= target else "no"
+            lines.append(
+                f"| {name} | {entry['sustained']:,} | {entry['first_not_kept_up']:,} "
+                f"| {interval} | {r.get('rate_words_per_s', 0):,} | {figures} | {target} | {met} |"
+            )
+    return "\n".join(lines)
+
+
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: {
+            "sustained_words_per_s": e["sustained"],
+            "half": {
+                i: {k: r.get(k) for k in ("rate_words_per_s", "p50_ms", "p99_ms", "target_p99_ms")}
+                for i, r in e["half"].items()
+            },
+        }
+        for name, e in report["systems"].items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--systems", default="processor,flink,kafka_streams")
+    parser.add_argument("--intervals", default="100,250,500,1000")
+    parser.add_argument("--warmup-s", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--port", type=int, default=29292)
+    parser.add_argument(
+        "--start",
+        action="append",
+        default=[],
+        metavar="SYSTEM=RATE",
+        help="where a system's ladder starts (words/s); defaults: "
+        + ", ".join(f"{k}={v:,}" for k, v in START.items()),
+    )
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.systems.split(",") if n.strip()]
+    unknown = set(names) - PEERS.keys()
+    if unknown:
+        parser.error(f"unknown systems {sorted(unknown)}; known: {list(PEERS)}")
+    starts = dict(START)
+    for item in args.start:
+        name, _, value = item.partition("=")
+        starts[name] = int(value)
+    mode = dataclasses.replace(FULL, latency_warmup_s=args.warmup_s, latency_s=args.seconds)
+    started = time.time()
+    with _terminate_as_interrupt():
+        report = run(names, [int(i) for i in args.intervals.split(",")], mode, args.port, starts)
+    say(f"done in {time.time() - started:.0f} s")
+    print(json.dumps(summary(report)), flush=True)
+    return 1 if "aborted" in report else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""bench/sustainable.py's verdict on a rung and bench/measure.py's latency quarters, the pure
+parts of the live-rate search (the search itself needs a broker and every system: it is a
+benchmark, not a test)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.measure import latency_percentiles
+from bench.sustainable import kept_up
+
+
+def _rung(**figures: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "rate_words_per_s": 100_000,
+        "achieved_words_per_s": 99_800,
+        "producer_max_behind_s": 0.05,
+        "latency_growth": 0.004,
+    }
+    return {**base, **figures}
+
+
+def test_a_steady_run_kept_up() -> None:
+    assert kept_up(_rung()) == (True, "kept up")
+
+
+def test_growing_latency_is_a_backlog() -> None:
+    ok, why = kept_up(_rung(latency_growth=0.08))
+    assert not ok and why.startswith("latency grew")
+
+
+def test_a_producer_that_fell_behind_did_not_keep_the_rate() -> None:
+    assert not kept_up(_rung(producer_max_behind_s=1.2))[0]
+    assert not kept_up(_rung(achieved_words_per_s=80_000))[0]
+
+
+def test_failed_or_unmeasured_runs_did_not_keep_up() -> None:
+    assert kept_up(_rung(error="output not exact")) == (False, "output not exact")
+    assert not kept_up(_rung(latency_growth=None))[0]
+
+
+def test_latency_quarters_follow_the_order_lines_were_sent() -> None:
+    lines = [f"w{i}" for i in range(8)]
+    sent = [float(i) for i in range(8)]
+    # Each word seen once, its line's latency growing: 0.1, 0.2, ... 0.8 s.
+    seen = {f"w{i}": ([1], [i + 0.1 * (i + 1)]) for i in range(8)}
+    figures = latency_percentiles(lines, sent, seen, skip_before=0.0)
+    assert figures["lines"] == 8
+    assert figures["p50_ms_by_quarter"] == [150.0, 350.0, 550.0, 750.0]
+    assert figures["latency_growth"] == pytest.approx(0.1)
