@@ -396,12 +396,15 @@ def latency(
     seed: int = 7,
     on_ready: Callable[[Running], object] | None = None,
     interval_ms: int = INTERVAL_MS,
+    tag_suffix: str = "",
 ) -> dict[str, Any]:
     """Input at a fixed rate; per line, the time until every word of it shows a count that
     includes it in the committed output. ``on_ready`` is called once the system is up, right
-    before the input starts (bench/profile_workers.py attaches py-spy there)."""
+    before the input starts (bench/profile_workers.py attaches py-spy there); ``tag_suffix``
+    tells the topics of two runs at the same rate and interval apart."""
     name, bootstrap = peer.name, broker.bootstrap
     tag = f"lat{rate}" if interval_ms == INTERVAL_MS else f"lat{rate}i{interval_ms}"
+    tag += tag_suffix
     job = Job(
         bootstrap=bootstrap,
         name=f"bench-{name}-{tag}-{run_id}",

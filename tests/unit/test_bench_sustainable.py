@@ -16,6 +16,7 @@ def _rung(**figures: object) -> dict[str, object]:
         "achieved_words_per_s": 99_800,
         "producer_max_behind_s": 0.05,
         "latency_growth": 0.004,
+        "p50_ms": 950.0,
     }
     return {**base, **figures}
 
@@ -27,6 +28,11 @@ def test_a_steady_run_kept_up() -> None:
 def test_growing_latency_is_a_backlog() -> None:
     ok, why = kept_up(_rung(latency_growth=0.08))
     assert not ok and why.startswith("latency grew")
+
+
+def test_a_standing_backlog_is_not_keeping_up() -> None:
+    ok, why = kept_up(_rung(p50_ms=17_000.0, latency_growth=0.0))
+    assert not ok and why.startswith("a standing backlog")
 
 
 def test_a_producer_that_fell_behind_did_not_keep_the_rate() -> None:
