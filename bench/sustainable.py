@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--systems", default="processor,flink,kafka_streams")
     parser.add_argument("--intervals", default="100,250,500,1000")
-    parser.add_argument("--warmup-s", type=float, default=5.0)
+    parser.add_argument("--warmup-s", type=float, default=15.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--port", type=int, default=29292)
     parser.add_argument(
