@@ -113,17 +113,19 @@ class RateProducer:
     def __init__(
         self, bootstrap: str, topic: str, lines: Sequence[str], words_per_s: float, partitions: int
     ) -> None:
-        self.topic = topic
-        self.lines = lines
-        self.rate = words_per_s
-        self.partitions = partitions
         self.sent_at: list[float] = []
         self.max_behind_s = 0.0
         self.error: BaseException | None = None
+        self._lines = lines
+        self._args = (bootstrap, topic, words_per_s, partitions)
+
+    def start(self) -> None:
+        # The directory exists from here to join(), which removes it.
         self._dir = Path(tempfile.mkdtemp(prefix="rate-producer-"))
         with (self._dir / "lines").open("w", encoding="utf-8") as handle:
-            for line in lines:
+            for line in self._lines:
                 handle.write(f"{len(words_of(line))}\t{line}\n")
+        bootstrap, topic, words_per_s, partitions = self._args
         context = multiprocessing.get_context("spawn")  # no fork of librdkafka's threads
         self._process = context.Process(
             target=_produce_at_rate,
@@ -131,8 +133,6 @@ class RateProducer:
             name=f"rate-producer-{topic}",
             daemon=True,
         )
-
-    def start(self) -> None:
         self._process.start()
 
     def join(self, timeout: float | None = None) -> None:
