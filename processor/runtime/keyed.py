@@ -466,8 +466,11 @@ class KeyedTask(Task):
         self._m_failed.inc(len(dead))
         deadletter.failed(out, self.settings.dlq_topic, self.ctx.task_id, dead)
 
-    def _flush(self, out: TransactionalOutput) -> None:
-        """The epoch so far: state -> RocksDB, output -> the open transaction."""
+    def _flush(self, out: TransactionalOutput, checkpoint: bool = False) -> None:
+        """The epoch so far: state -> RocksDB, output -> the open transaction.
+
+        ``checkpoint``: a snapshot follows, so the memtable flush starts right after the
+        state write and runs in RocksDB's thread while the output is produced."""
         chain = self.chain
         assert chain is not None
         # The previous epoch's transaction must be closed (time the checkpoint is charged with).
@@ -475,6 +478,8 @@ class KeyedTask(Task):
         self._finish_checkpoint(out, block=True)
         self._waited_s += time.monotonic() - waiting
         chain.flush()
+        if checkpoint:
+            self._store.start_flush()
         segments = self._resend
         self._resend = []
         for topic, items in chain.take_sinks().items():
@@ -577,7 +582,7 @@ class KeyedTask(Task):
             then=lambda: faults.reach("offsets_sent", task_id),
         )
         flush_started_cpu = time.thread_time()
-        self._flush(out)
+        self._flush(out, checkpoint=True)
         if self.stage.timed:
             self._send_watermark(out)
         for _, topic, partitions, channel in self._shuffles:

@@ -64,6 +64,28 @@ def test_checkpoint_holds_unflushed_writes_and_hard_links_ssts(
         assert copy.approximate_keys() == 5000
 
 
+def test_flush_started_early_is_in_the_checkpoint(store: RocksDBStore, tmp_path: Path) -> None:
+    """The keyed task starts the memtable flush after its state write and takes the
+    checkpoint after producing its output: nothing written before is missing."""
+    store.write({b"k%05d" % i: b"v" for i in range(5000)})
+    store.start_flush()
+    store.start_flush()  # twice (the checkpoint starts one too): harmless
+    store.checkpoint(tmp_path / "chk")
+    assert not store._flushing()
+    with RocksDBStore(tmp_path / "chk") as copy:
+        assert copy.approximate_keys() == 5000
+
+
+def test_checkpoint_without_waiting_for_the_flush_is_still_complete(
+    store: RocksDBStore, tmp_path: Path
+) -> None:
+    """A wait that times out leaves the rest of the flush to create_checkpoint itself."""
+    store.write({b"k%05d" % i: b"v%05d" % i for i in range(5000)})
+    store.checkpoint(tmp_path / "chk", flush_timeout_s=0)
+    with RocksDBStore(tmp_path / "chk") as copy:
+        assert copy.get_many([b"k00000", b"k04999"]) == [b"v00000", b"v04999"]
+
+
 def test_checkpoint_refuses_existing_directory(store: RocksDBStore, tmp_path: Path) -> None:
     store.write({b"a": b"1"})
     (tmp_path / "exists").mkdir()
