@@ -7,8 +7,9 @@ producers run beside the job. So "the highest sustainable rate" is searched for 
 
 * a ladder of rates, each 1.5x the previous one from ``--start`` (per system), every rung a
   fresh job on fresh topics with ``--warmup-s`` + ``--seconds`` of input at that rate and the
-  checkpoint/commit interval at 1 s; then two bisection steps (geometric means) between the
-  highest rung kept up and the lowest one not;
+  checkpoint/commit interval at 1 s (down the ladder instead if the first rung does not keep
+  up); then two bisection steps (geometric means) between the highest rung kept up and the
+  lowest one not;
 * a rung is kept up when the output is exact, the producer kept the rate (never more than
   0.5 s behind, at least 95 % of the words/s asked), and the latency did not keep rising: its
   least-squares slope over the send times of the measured lines is at most 0.03 s per s (a
@@ -18,6 +19,10 @@ producers run beside the job. So "the highest sustainable rate" is searched for 
   Processing Systems" (ICDE 2018): the highest load without a latency that keeps rising,
   bounded here because a JVM's warm-up (its JIT) can leave a backlog that a system at its
   limit carries through the whole run without the latency rising further.
+
+The broker is warmed up first by one unrecorded run: a fresh broker's JIT compiles for its
+first ~40 s at up to half a core, which the first rung would otherwise pay for. The thresholds
+of "kept up" are written into the results file (``mode.kept_up_when``).
 
 Then each system runs at half its highest sustained rate at every interval of ``--intervals``:
 the issue's target is a p99 of at most the interval + 300 ms there.
@@ -41,6 +46,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -71,6 +77,12 @@ MAX_GROWTH = 0.03
 # And a standing backlog (one built during the warm-up, that the system never drains) of more
 # than this, at the median, is not keeping up either: a live job would be alerting by then.
 MAX_P50_MS = 5000.0
+MAX_BEHIND_S = 0.5
+MIN_ACHIEVED = 0.95
+MIN_RATE = 1000  # the ladder goes no lower
+# A fresh broker's JIT compiles for its first ~40 s at up to half a core (seen per thread):
+# the first rung would pay for it.
+BROKER_WARMUP = "one unrecorded run of the first system at its starting rate"
 
 
 def kept_up(result: dict[str, Any]) -> tuple[bool, str]:
@@ -78,10 +90,10 @@ def kept_up(result: dict[str, Any]) -> tuple[bool, str]:
     if "error" in result:
         return False, str(result["error"])[:200]
     rate = result["rate_words_per_s"]
-    if result.get("producer_max_behind_s", 0) > 0.5:
+    if result.get("producer_max_behind_s", 0) > MAX_BEHIND_S:
         return False, f"the producer fell {result['producer_max_behind_s']} s behind"
     achieved = result.get("achieved_words_per_s") or 0
-    if achieved < 0.95 * rate:
+    if achieved < MIN_ACHIEVED * rate:
         return False, f"the producer reached only {achieved:,} words/s"
     growth = result.get("latency_growth")
     if growth is None:
@@ -91,6 +103,42 @@ def kept_up(result: dict[str, Any]) -> tuple[bool, str]:
     if result.get("p50_ms", math.inf) > MAX_P50_MS:
         return False, f"a standing backlog: p50 {result.get('p50_ms')} ms"
     return True, "kept up"
+
+
+def find_rate(start: int, attempt: Callable[[int], bool]) -> tuple[int, int]:
+    """The highest rate ``attempt`` kept up and the lowest it did not (0: none of either).
+
+    Up the ladder from ``start`` while rungs keep up; if the first one does not, down it
+    (rates 1.5x apart, not below MIN_RATE) until one does. Then BISECTIONS geometric means
+    between the two."""
+    good, bad = 0, 0
+    rate = start
+    if attempt(rate):
+        good = rate
+        while True:
+            rate = int(round(rate * FACTOR, -4))
+            if not attempt(rate):
+                bad = rate
+                break
+            good = rate
+    else:
+        bad = rate
+        while rate > MIN_RATE:
+            rate = max(MIN_RATE, int(round(rate / FACTOR, -3)))
+            if attempt(rate):
+                good = rate
+                break
+            bad = rate
+    if good:
+        for _ in range(BISECTIONS):
+            middle = int(round(math.sqrt(good * bad), -4 if good >= 100_000 else -3))
+            if middle in (good, bad):
+                break
+            if attempt(middle):
+                good = middle
+            else:
+                bad = middle
+    return good, bad
 
 
 def search(
@@ -106,24 +154,7 @@ def search(
         rungs.append({"rate": rate, "kept_up": ok, "why": why, "result": result})
         return ok
 
-    good, bad = 0, 0
-    rate = start
-    while True:
-        if attempt(rate):
-            good = rate
-            rate = int(round(rate * FACTOR, -4))
-        else:
-            bad = rate
-            break
-    if good:
-        for _ in range(BISECTIONS):
-            middle = int(round(math.sqrt(good * bad), -4))
-            if middle in (good, bad):
-                break
-            if attempt(middle):
-                good = middle
-            else:
-                bad = middle
+    good, bad = find_rate(start, attempt)
     return {"sustained": good, "first_not_kept_up": bad, "rungs": rungs}
 
 
@@ -144,6 +175,13 @@ def run(
             "factor": FACTOR,
             "bisections": BISECTIONS,
             "starts": starts,
+            "kept_up_when": {
+                "producer_max_behind_s": MAX_BEHIND_S,
+                "achieved_share_min": MIN_ACHIEVED,
+                "latency_growth_max_s_per_s": MAX_GROWTH,
+                "p50_ms_max": MAX_P50_MS,
+            },
+            "broker_warmup": BROKER_WARMUP,
         },
         "systems": {},
     }
@@ -153,6 +191,9 @@ def run(
         peer.prepare()
     try:
         broker.start()  # SIGTERM unwinds (_terminate_as_interrupt): the finally stops it
+        say(f"warming the broker up: {BROKER_WARMUP}")
+        first = peers[0]
+        _run(first, broker, starts[first.name], mode, tmp, run_id, SEARCH_INTERVAL_MS, "w")
         for peer in peers:
             found = search(peer, broker, mode, tmp, run_id, starts[peer.name])
             entry: dict[str, Any] = {**found, "half": {}}

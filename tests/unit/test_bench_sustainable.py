@@ -4,10 +4,12 @@ benchmark, not a test)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from bench.measure import latency_percentiles
-from bench.sustainable import kept_up
+from bench.sustainable import find_rate, kept_up
 
 
 def _rung(**figures: object) -> dict[str, object]:
@@ -54,3 +56,33 @@ def test_latency_quarters_follow_the_order_lines_were_sent() -> None:
     assert figures["lines"] == 8
     assert figures["p50_ms_by_quarter"] == [150.0, 350.0, 550.0, 750.0]
     assert figures["latency_growth"] == pytest.approx(0.1)
+
+
+def _attempts(capacity: int) -> tuple[list[int], Callable[[int], bool]]:
+    tried: list[int] = []
+
+    def attempt(rate: int) -> bool:
+        tried.append(rate)
+        return rate <= capacity
+
+    return tried, attempt
+
+
+def test_the_ladder_climbs_then_bisects() -> None:
+    tried, attempt = _attempts(capacity=700_000)
+    assert find_rate(200_000, attempt) == (680_000, 750_000)
+    assert tried == [200_000, 300_000, 450_000, 680_000, 1_020_000, 830_000, 750_000]
+
+
+def test_the_ladder_goes_down_when_the_first_rung_fails() -> None:
+    tried, attempt = _attempts(capacity=40_000)
+    good, bad = find_rate(200_000, attempt)
+    assert tried[:4] == [200_000, 133_000, 89_000, 59_000]
+    assert good <= 40_000 < bad
+    assert good == max(r for r in tried if r <= 40_000)
+
+
+def test_nothing_kept_up_stops_at_the_lowest_rate() -> None:
+    tried, attempt = _attempts(capacity=0)
+    assert find_rate(5_000, attempt) == (0, 1000)
+    assert tried[-1] == 1000
