@@ -9,7 +9,9 @@ state cache and emits at once. When barrier n is aligned, in order:
    sink records and downstream shuffle records to Kafka inside transaction n, then barrier n
    into every downstream shuffle partition; the input positions at barrier n are sent into
    the transaction (in the background);
-2. a RocksDB checkpoint is taken synchronously (hard links: milliseconds);
+2. a RocksDB checkpoint is taken synchronously: the memtable flush, started in RocksDB's
+   thread right after the state write, is waited for with the GIL free (the other task
+   threads of the worker run meanwhile), then hard links (milliseconds);
 3. the copy to checkpoint storage runs in the background while epoch n+1 is processed;
 4. only when the copy is durable is transaction n committed (in the background too), then
    acknowledged.
