@@ -1,0 +1,86 @@
+"""What the bench's rate producer alone costs the broker, by ``linger.ms``.
+
+Every latency run has `bench.measure.RateProducer` beside the system under test on the same
+2 cores; the broker's CPU for the producer's requests is CPU no system gets. This runs the
+producer alone at ``--rate`` on a broker of its own, once per linger, and prints the broker's
+CPU (from /proc, over ``--seconds`` after a few seconds of warm-up).
+
+    python bench/producer_load.py [--rate 300000] [--lingers 1,5,20] [--port 29492]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import measure
+from processor.commands import corpus
+from processor.kafka.broker import LocalBroker
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _broker_pid(data_dir: Path) -> int:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"kafka.Kafka" in cmdline and str(data_dir).encode() in cmdline:
+                return int(entry.name)
+    raise RuntimeError("the broker's process was not found")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=300_000, help="words/s")
+    parser.add_argument("--lingers", default="1,5,20", help="linger.ms values, in this order")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--port", type=int, default=29492)
+    args = parser.parse_args(argv)
+    warmup = 8.0
+    with tempfile.TemporaryDirectory(prefix="producer-load-") as tmp:
+        data_dir = Path(tmp) / "kafka"
+        broker = LocalBroker(port=args.port, controller_port=args.port + 1, data_dir=data_dir)
+        broker.start()
+        try:
+            pid = _broker_pid(data_dir)
+            for linger in (int(v) for v in args.lingers.split(",")):
+                topic = f"load-linger-{linger}"
+                measure.create_topic(broker.bootstrap, topic, 4)
+                lines = list(corpus.lines(int(args.rate * (warmup + args.seconds + 2)), seed=3))
+                # The producer process is spawned: it reads LINGER_MS when it imports
+                # bench.measure, so the value goes in through the environment of the spawn.
+                with mock.patch.dict(os.environ, {"BENCH_PRODUCER_LINGER_MS": str(linger)}):
+                    producer = measure.RateProducer(broker.bootstrap, topic, lines, args.rate, 4)
+                    producer.start()
+                time.sleep(warmup)
+                before, started = _cpu_s(pid), time.monotonic()
+                time.sleep(args.seconds)
+                cores = (_cpu_s(pid) - before) / (time.monotonic() - started)
+                producer.join(120)
+                print(
+                    f"linger.ms {linger}: the broker used {cores:.2f} cores at "
+                    f"{args.rate:,} words/s (the producer at most "
+                    f"{producer.max_behind_s:.3f} s behind)",
+                    flush=True,
+                )
+        finally:
+            broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
