@@ -170,8 +170,8 @@ def _produce_at_rate(
     are due. It sleeps only when 2 ms or more ahead, so that lines go out in small bursts
     rather than one sleep per line (a sleep costs more than a line at high rates).
 
-    ``linger.ms`` is 5, not 1: at 300,000 words/s a 1 ms linger made the broker spend 0.76 of
-    the machine's 2 cores on produce requests (0.24 at 5 ms; bench/producer_load.py, no
+    ``linger.ms`` is 5, not 1: at 300,000 words/s a 1 ms linger made the broker spend 0.54-0.76
+    of the machine's 2 cores on produce requests (0.24-0.26 at 5 ms; bench/producer_load.py, no
     system running), CPU every system under test then lacked. The up to 5 ms more each line waits in
     the producer counts in every system's latency alike."""
     directory = Path(workdir)

@@ -26,23 +26,6 @@ from processor.commands import corpus
 from processor.kafka.broker import LocalBroker
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _broker_pid(data_dir: Path) -> int:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if b"kafka.Kafka" in cmdline and str(data_dir).encode() in cmdline:
-                return int(entry.name)
-    raise RuntimeError("the broker's process was not found")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=300_000, help="words/s")
@@ -56,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         broker = LocalBroker(port=args.port, controller_port=args.port + 1, data_dir=data_dir)
         broker.start()
         try:
-            pid = _broker_pid(data_dir)
+            pid = int(broker.pid_file.read_text().strip())
             for linger in (int(v) for v in args.lingers.split(",")):
                 topic = f"load-linger-{linger}"
                 measure.create_topic(broker.bootstrap, topic, 4)
@@ -67,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
                     producer = measure.RateProducer(broker.bootstrap, topic, lines, args.rate, 4)
                     producer.start()
                 time.sleep(warmup)
-                before, started = _cpu_s(pid), time.monotonic()
+                before, started = measure.process_cpu_s(pid), time.monotonic()
                 time.sleep(args.seconds)
-                cores = (_cpu_s(pid) - before) / (time.monotonic() - started)
+                cores = (measure.process_cpu_s(pid) - before) / (time.monotonic() - started)
                 producer.join(120)
                 print(
                     f"linger.ms {linger}: the broker used {cores:.2f} cores at "
