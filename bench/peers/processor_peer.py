@@ -248,11 +248,20 @@ def pipeline_breakdown(bootstrap: str, job: str, start: float, end: float) -> di
       (polling and waiting on the consumer, and the GIL).
     """
     messages = read_json_topic(bootstrap, f"{job}.control", f"{job}.bench-breakdown")
-    triggers = {
-        int(b["checkpoint"]): ts
-        for ts, b in messages
-        if b.get("kind") == "trigger" and start <= ts <= end
-    }
+    return breakdown(messages, start, end)
+
+
+def breakdown(
+    messages: list[tuple[float, dict[str, Any]]], start: float, end: float
+) -> dict[str, Any]:
+    """`pipeline_breakdown` of the control topic's (timestamp, body) records."""
+    # The coordinator sends a pending checkpoint's trigger again every interval (a source
+    # that started late must see it): the first record is the trigger.
+    triggers: dict[int, float] = {}
+    for ts, b in messages:
+        if b.get("kind") == "trigger" and start <= ts <= end:
+            checkpoint = int(b["checkpoint"])
+            triggers[checkpoint] = min(ts, triggers.get(checkpoint, ts))
     acks: dict[int, list[tuple[float, dict[str, Any]]]] = {}
     for ts, b in messages:
         if b.get("kind") == "ack" and int(b.get("checkpoint", -1)) in triggers:
