@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from bench.measure import latency_percentiles
-from bench.sustainable import find_rate, kept_up
+from bench.sustainable import find_rate, half_summary, kept_up
 
 
 def _rung(**figures: object) -> dict[str, object]:
@@ -86,3 +86,24 @@ def test_nothing_kept_up_stops_at_the_lowest_rate() -> None:
     tried, attempt = _attempts(capacity=0)
     assert find_rate(5_000, attempt) == (0, 1000)
     assert tried[-1] == 1000
+
+
+def test_a_half_rate_point_gives_the_median_and_range_of_its_runs() -> None:
+    runs = [
+        {"rate_words_per_s": 1000, "interval_ms": 100, "p50_ms": 300.0, "p99_ms": 900.0},
+        {"rate_words_per_s": 1000, "interval_ms": 100, "error": "RuntimeError('x')"},
+        {"rate_words_per_s": 1000, "interval_ms": 100, "p50_ms": 200.0, "p99_ms": 500.0},
+        {"rate_words_per_s": 1000, "interval_ms": 100, "p50_ms": 250.0, "p99_ms": 600.0},
+    ]
+    point = half_summary(runs)
+    assert point["runs_with_figures"] == 3
+    assert (point["p50_ms"], point["p99_ms"]) == (250.0, 600.0)
+    assert point["p50_ms_range"] == [200.0, 300.0]
+    assert point["p99_ms_range"] == [500.0, 900.0]
+    assert point["runs"] == runs
+
+
+def test_a_half_rate_point_without_figures_has_no_median() -> None:
+    point = half_summary([{"rate_words_per_s": 1000, "interval_ms": 100, "error": "x"}])
+    assert point["runs_with_figures"] == 0
+    assert "p99_ms" not in point
