@@ -13,7 +13,9 @@ run of in-band samples that lasts ``--hold-s``, after the lag has left the band.
 lag never leaves the band within 30 s counts 0.
 
   processor       coordinator + 2 workers as processes; worker-0 is killed
-  kafka_streams   2 instances (processes) of 1 stream thread each; instance 0 is killed
+  kafka_streams   2 instances (processes) of 1 stream thread each, tuned as in the
+                  throughput runs, with static membership (group.instance.id); instance 0
+                  is killed
   flink           the embedded MiniCluster JVM (the whole job), restarted from its latest
                   retained checkpoint (chk-N); the source commits offsets on checkpoints
 
@@ -230,6 +232,7 @@ class System(ABC):
     """One system's processes; ``kill_one`` SIGKILLs one and starts it again at once."""
 
     name: ClassVar[str]
+    CONFIG: ClassVar[dict[str, str]] = {}  # what differs from the system's defaults
 
     def __init__(self, bootstrap: str, job: str, workdir: Path) -> None:
         self.bootstrap = bootstrap
@@ -308,10 +311,22 @@ class ProcessorSystem(System):
 class KafkaStreamsSystem(System):
     name: ClassVar[str] = "kafka_streams"
 
+    # As in the throughput runs (bench/peers/kstreams_peer.py), plus static membership, the
+    # Kafka docs' advice for restarts: the restarted instance takes its tasks back at once
+    # instead of waiting for the dead member's session.timeout.ms (45 s) and a rebalance.
+    CONFIG: ClassVar[dict[str, str]] = {
+        "jvm": f"-Xms{kstreams_peer.HEAP} -Xmx{kstreams_peer.HEAP}",
+        **kstreams_peer.TUNING,
+        "group.instance.id": "<job>-<instance> (static membership)",
+    }
+
     def _instance(self, index: int) -> list[str]:
         java = shutil.which("java") or "java"
+        heap = kstreams_peer.HEAP
         return [
             java,
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
             "-jar",
             str(kstreams_peer.JAR),
             self.bootstrap,
@@ -321,6 +336,8 @@ class KafkaStreamsSystem(System):
             str(self.workdir / f"kstreams-state-{index}"),
             "1",
             str(INTERVAL_MS),
+            *(f"{k}={v}" for k, v in kstreams_peer.TUNING.items()),
+            f"group.instance.id={self.job}-{index}",
         ]
 
     def start(self) -> None:
@@ -546,6 +563,7 @@ def main() -> None:
         report["systems"][name] = measure(
             SYSTEMS[name], bootstrap, args.keys, args.rate, args.kills, args
         )
+        report["systems"][name]["config"] = SYSTEMS[name].CONFIG
         # After every system: a later one that never ends keeps what was measured.
         report["machine"] = f"{started}, {os.getloadavg()} after {name}"
         out.write_text(json.dumps(report, indent=1) + "\n")
