@@ -243,12 +243,12 @@ def run(
                 found = search(peer, broker, mode, tmp, run_id, starts[peer.name])
             report["systems"][peer.name] = {**found, "half": {}}
             _write(out, report)
-            if found["sustained"] >= 2000:
+            if _half(found["sustained"]):
                 points += [(peer, i, k) for i in intervals for k in range(runs)]
         random.Random(seed).shuffle(points)
         results: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for peer, interval, k in points:
-            half = int(round(report["systems"][peer.name]["sustained"] / 2, -3))
+            half = _half(report["systems"][peer.name]["sustained"])
             # Its own topics: the half rate may equal a rung's.
             result = _run(peer, broker, half, mode, tmp, run_id, interval, f"h{k}")
             result["target_p99_ms"] = interval + 300
@@ -271,6 +271,11 @@ def run(
     print(markdown(report), file=sys.stderr)
     say(f"wrote {out}")
     return report
+
+
+def _half(sustained: int) -> int:
+    """Half a sustained rate, to the thousand (0: nothing sustained to halve)."""
+    return int(round(sustained / 2, -3))
 
 
 def _run(

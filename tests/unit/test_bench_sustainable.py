@@ -5,6 +5,7 @@ benchmark, not a test)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -89,7 +90,7 @@ def test_nothing_kept_up_stops_at_the_lowest_rate() -> None:
 
 
 def test_a_half_rate_point_gives_the_median_and_range_of_its_runs() -> None:
-    runs = [
+    runs: list[dict[str, Any]] = [
         {"rate_words_per_s": 1000, "interval_ms": 100, "p50_ms": 300.0, "p99_ms": 900.0},
         {"rate_words_per_s": 1000, "interval_ms": 100, "error": "RuntimeError('x')"},
         {"rate_words_per_s": 1000, "interval_ms": 100, "p50_ms": 200.0, "p99_ms": 500.0},
