@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -52,13 +53,15 @@ def sample(consumer: Consumer, topic: str, partitions: int, log_dir: Path | None
 def storage_size(root: Path) -> dict[str, int]:
     """Bytes of all files under ``root`` and the number of complete snapshots."""
     total = snapshots = 0
-    for path in root.rglob("*"):
-        try:  # retention may delete it between the listing and the stat
-            if path.is_file():
-                total += path.stat().st_size
-                snapshots += path.name == "_snapshot.json"
-        except FileNotFoundError:
-            continue
+    # os.walk, not Path.rglob: retention deletes snapshot directories while they are listed, and
+    # walk skips a directory that vanished (rglob raised FileNotFoundError from its scandir).
+    for directory, _, files in os.walk(root):
+        for name in files:
+            try:  # retention may delete it between the listing and the stat
+                total += os.stat(os.path.join(directory, name)).st_size
+            except FileNotFoundError:
+                continue
+            snapshots += name == "_snapshot.json"
     return {"storage_bytes": total, "snapshots": snapshots}
 
 
