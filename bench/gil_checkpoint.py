@@ -31,7 +31,7 @@ from rocksdict import Checkpoint
 from processor.state.rocksdb.store import RocksDBStore
 
 
-class _Counter(threading.Thread):
+class SpinCounter(threading.Thread):
     """Counts in a loop until stopped; ``rate`` is its count per second when alone."""
 
     def __init__(self) -> None:
@@ -53,7 +53,7 @@ class _Counter(threading.Thread):
 
 def measure(store: RocksDBStore, take: Callable[[Path], None], dest: Path) -> tuple[float, float]:
     """(ms the checkpoint took, ms the other thread ran meanwhile)."""
-    counter = _Counter()
+    counter = SpinCounter()
     counter.start()
     counter.calibrate()
     before, started = counter.count, time.perf_counter()

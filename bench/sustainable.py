@@ -241,7 +241,7 @@ def run(
                 found = {"sustained": given[peer.name], "first_not_kept_up": 0, "rungs": []}
             else:
                 found = search(peer, broker, mode, tmp, run_id, starts[peer.name])
-            report["systems"][peer.name] = {**found, "half": {}}
+            report["systems"][peer.name] = {**found, "settings": peer.settings(), "half": {}}
             _write(out, report)
             if _half(found["sustained"]):
                 points += [(peer, i, k) for i in intervals for k in range(runs)]

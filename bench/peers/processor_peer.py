@@ -25,6 +25,8 @@ _RESUMING = re.compile(
 _COMPLETE = re.compile(r"checkpoint (\d+) complete in ([\d.]+)s: (\d+) records")
 
 SHUFFLE_PARTITIONS = 4
+# Settings whose values a results file must not record.
+_SECRET = re.compile(r"SECRET|PASSWORD|KAFKA_CONFIG|ACCESS_KEY")
 
 
 class ProcessorPeer(Peer):
@@ -45,6 +47,9 @@ class ProcessorPeer(Peer):
         self.checkout = checkout
         self.pipeline = pipeline
         self.extra_env = dict(env or {})
+        # Worker processes, default the job's parallelism (as many as the peers' instances).
+        # More processes share the 2 cores through the OS scheduler rather than one GIL.
+        self.workers = int(os.environ.get("BENCH_PROCESSOR_WORKERS", "0")) or None
 
     def start(self, job: Job) -> Running:
         env = {
@@ -71,7 +76,8 @@ class ProcessorPeer(Peer):
         python = sys.executable
         if self.checkout is not None:
             python = str(self.checkout / ".venv" / "bin" / "python")
-        cmd = [python, "-m", "processor", "local", "--workers", str(job.parallelism)]
+        workers = self.workers or job.parallelism
+        cmd = [python, "-m", "processor", "local", "--workers", str(workers)]
         if self.pipeline:
             cmd += ["--pipeline", self.pipeline]
         if job.until_idle:
@@ -90,9 +96,16 @@ class ProcessorPeer(Peer):
 
     def settings(self) -> dict[str, object]:
         return {
-            "command": "processor local --workers 2 (metrics port off; --until-idle in the "
+            "command": f"processor local --workers {self.workers or 2} (metrics port off; "
+            "--until-idle in the "
             "backlog phase)" + (f" --pipeline {self.pipeline}" if self.pipeline else ""),
-            "env": {k: v for k, v in self.extra_env.items() if k.startswith("PROCESSOR_")},
+            # The bench's own PROCESSOR_* variables reach every process too (an A/B of a
+            # setting is run that way), so the record has them.
+            "env": {
+                k: v
+                for k, v in {**os.environ, **self.extra_env}.items()
+                if k.startswith("PROCESSOR_") and not _SECRET.search(k)
+            },
             "checkout": str(self.checkout) if self.checkout else "this one",
             "checkpoint_interval_ms": 1000,
             "shuffle_partitions": SHUFFLE_PARTITIONS,
