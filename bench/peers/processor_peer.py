@@ -97,8 +97,8 @@ class ProcessorPeer(Peer):
     def settings(self) -> dict[str, object]:
         return {
             "command": f"processor local --workers {self.workers or 2} (metrics port off; "
-            "--until-idle in the "
-            "backlog phase)" + (f" --pipeline {self.pipeline}" if self.pipeline else ""),
+            "--until-idle in the backlog phase)"
+            + (f" --pipeline {self.pipeline}" if self.pipeline else ""),
             # The bench's own PROCESSOR_* variables reach every process too (an A/B of a
             # setting is run that way), so the record has them.
             "env": {

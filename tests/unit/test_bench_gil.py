@@ -9,7 +9,6 @@ from bench import gil_convoy
 
 def test_measure_restores_the_switch_interval() -> None:
     before = sys.getswitchinterval()
-    per_call_ms, spin_rate = gil_convoy.measure(spinners=1, calls=5, interval_s=0.0005)
+    per_call_ms = gil_convoy.measure(spinners=1, calls=5, interval_s=0.0005)
     assert per_call_ms >= 1.0  # a 1 ms sleep takes at least 1 ms
-    assert spin_rate > 0
     assert sys.getswitchinterval() == before
