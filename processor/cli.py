@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
 import signal
 import sys
@@ -14,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.config import Settings, SettingsError, load_settings
+from processor.logs import configure_logging
 from processor.pipeline.api import PipelineError
 
 # Flags that override settings, shared by every command that talks to Kafka.
@@ -127,37 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line, for log shippers (PROCESSOR_LOG_FORMAT=json)."""
-
-    def __init__(self, process: str) -> None:
-        super().__init__()
-        self.process = process
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
-            "level": record.levelname,
-            "process": self.process,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
-
-
-def _configure_logging(level: str, name: str, fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter(name))
-    else:
-        handler.setFormatter(
-            logging.Formatter(f"%(asctime)s %(levelname)s {name} %(name)s: %(message)s")
-        )
-    logging.basicConfig(level=level.upper(), handlers=[handler])
-
-
 def _stop_event() -> threading.Event:
     stop = threading.Event()
 
@@ -209,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
     if getattr(args, "allow_dropped_state", False):
         extra["allow_dropped_state"] = True
     settings = _settings(args, **extra)
-    _configure_logging(settings.log_level, settings.worker_id or command, settings.log_format)
+    configure_logging(settings.log_level, settings.worker_id or command, settings.log_format)
     from processor import metrics
 
     if command == "coordinator":

@@ -5,7 +5,9 @@ Armed only through the environment, read once at import::
     PROCESSOR_FAULT=<point>[@<task>][#<n>]
 
 kills this process with SIGKILL the ``n``-th time (default: the first) ``<point>`` is reached,
-by ``<task>`` when one is named. Unarmed, ``reach()`` is one comparison.
+by ``<task>`` when one is named. Unarmed, ``reach()`` is one comparison. A helper process that
+runs a step for a worker (`serve`) kills that worker first, so a point means the same process
+wherever its step runs.
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ class _Armed:
 
 
 _armed = _Armed(os.environ["PROCESSOR_FAULT"]) if os.environ.get("PROCESSOR_FAULT") else None
+_served: int | None = None  # the worker this (helper) process runs steps for
+
+
+def serve(pid: int) -> None:
+    """This process runs steps for process ``pid``: a fault reached here kills it too."""
+    global _served
+    _served = pid
 
 
 def reach(point: str, task: str = "") -> None:
@@ -48,4 +57,6 @@ def reach(point: str, task: str = "") -> None:
     log.critical("fault point %s reached%s: SIGKILL", point, f" by {task}" if task else "")
     for handler in logging.getLogger().handlers:
         handler.flush()
+    if _served is not None:
+        os.kill(_served, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)

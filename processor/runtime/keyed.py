@@ -12,7 +12,8 @@ state cache and emits at once. When barrier n is aligned, in order:
 2. a RocksDB checkpoint is taken synchronously: the memtable flush, started in RocksDB's
    thread right after the state write, is waited for with the GIL free (the other task
    threads of the worker run meanwhile), then hard links (milliseconds);
-3. the copy to checkpoint storage runs in the background while epoch n+1 is processed;
+3. the copy to checkpoint storage runs in the background while epoch n+1 is processed, in
+   the task's snapshot process (`SnapshotProcess`: its file I/O never waits for the GIL);
 4. only when the copy is durable is transaction n committed (in the background too), then
    acknowledged.
 
@@ -78,8 +79,8 @@ from processor.runtime.task import (
     local_dir,
     output_partitions,
 )
-from processor.state.factory import open_storage
-from processor.state.rocksdb.snapshots import SnapshotInfo, SnapshotRef, SnapshotStore
+from processor.state.rocksdb.snapshot_process import SnapshotProcess
+from processor.state.rocksdb.snapshots import SnapshotAborted, SnapshotInfo, SnapshotRef
 from processor.state.rocksdb.store import RocksDBStore
 from processor.state.savepoints import open_savepoint
 from processor.state.storage import SnapshotMissing
@@ -139,7 +140,7 @@ class KeyedTask(Task):
         self._replaying: set[int] = set()
         self._replay_to = 0  # the committed checkpoint id those barriers carry
         self._pending: _Pending | None = None
-        self._snapshots: SnapshotStore | None = None
+        self._snapshots: SnapshotProcess | None = None
         self._align_started: float | None = None
         self._waited_s = 0.0  # this epoch's waits for the previous checkpoint to finish
         self._m_in = metrics.records_in.labels(**self.labels)
@@ -152,14 +153,18 @@ class KeyedTask(Task):
     def run(self) -> None:
         s = self.settings
         workdir = local_dir(s, self.ctx.task_id)
-        self._storage = open_storage(s)
-        self._uploader = ThreadPoolExecutor(1, thread_name_prefix=f"upload-{self.ctx.task_id}")
+        # Retention and its follow-up (purging the shuffle) wait for the store here, not in
+        # the task thread.
+        self._retainer = ThreadPoolExecutor(1, thread_name_prefix=f"retain-{self.ctx.task_id}")
         self._workdir = workdir
         out = open_output(s, self.transactional_id)
         consumer = clients.task_consumer(s)
         self._consumer = consumer
         store: RocksDBStore | None = None
         try:
+            # Started first: the child's start-up overlaps the fencing below.
+            task_id = self.ctx.task_id
+            self._snapshots = SnapshotProcess(s, f"{s.job_name}/{task_id}", task_id)
             out.init()
             inputs = [TopicPartition(self.topic, self.partition)]
             out.abort_leftovers(output_partitions(consumer, self.output_topics()), consumer, inputs)
@@ -177,7 +182,7 @@ class KeyedTask(Task):
             # upload under way and drop the queued ones, retention above all.
             if self._snapshots is not None:
                 self._snapshots.close()
-            self._uploader.shutdown(wait=True, cancel_futures=True)
+            self._retainer.shutdown(wait=True, cancel_futures=True)
             out.close()
             consumer.close()
             if store is not None:
@@ -198,9 +203,8 @@ class KeyedTask(Task):
                 )
             committed = SnapshotRef(self.last_checkpoint, owner)
         # Only now, with every predecessor fenced, may the generation be chosen.
-        self._snapshots = SnapshotStore.for_new_incarnation(
-            self._storage, f"{self.settings.job_name}/{self.ctx.task_id}", committed
-        )
+        assert self._snapshots is not None
+        self._snapshots.open(committed)
         positions: dict[Channel, int] = {}
         info_meta: dict[str, Any] = {}
         db_path = self._workdir / "db"
@@ -598,8 +602,7 @@ class KeyedTask(Task):
         except Exception as exc:  # noqa: BLE001 - local disk trouble: decline, maybe tolerate
             self._snapshot_failed(checkpoint_id, exc, out)
             return
-        future = self._uploader.submit(
-            self._snapshots.upload,
+        future = self._snapshots.upload(
             checkpoint_id,
             local,
             {"positions": positions, "state": STATE_FORMAT, **self._time_meta()},
@@ -666,12 +669,14 @@ class KeyedTask(Task):
                 watermark_ms=pending.watermark,
             )
         )
-        self._uploader.submit(self._retain, info.ref)
+        self._retainer.submit(self._retain, info.ref)
 
     def _retain(self, committed: SnapshotRef) -> None:
         assert self._snapshots is not None
         try:
-            kept = self._snapshots.retain(committed, self.settings.retained_checkpoints)
+            kept = self._snapshots.retain(committed, self.settings.retained_checkpoints).result()
+        except SnapshotAborted:
+            return  # the task is ending
         except Exception as exc:  # noqa: BLE001 - old snapshots stay; the next commit tries again
             log.warning("%s: could not delete old snapshots: %s", self.ctx.task_id, exc)
             return
