@@ -129,6 +129,8 @@ def test_close_stops_an_upload_at_its_next_file(
         queued.result(timeout=5)
     assert _manifests(settings) == []  # the snapshot never became complete
     assert _gone(snapshots.pid)
+    # It stopped at a file boundary as asked, rather than being killed after the timeout.
+    assert snapshots.exit_code == 0
     with pytest.raises(SnapshotAborted):
         snapshots.upload(2, tmp_path, {}).result()
     snapshots.close()  # twice is harmless

@@ -110,6 +110,11 @@ class SnapshotProcess:
     def pid(self) -> int:
         return self._process.pid
 
+    @property
+    def exit_code(self) -> int | None:
+        """The child's, once it ended: 0 when it stopped as asked, -9 when it was killed."""
+        return self._process.poll()
+
     def open(self, committed: SnapshotRef | None) -> str:
         """Create the store (`SnapshotStore.for_new_incarnation`); return its owner.
 
