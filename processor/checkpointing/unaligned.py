@@ -37,7 +37,14 @@ barrier n": its cut includes records still in the shuffle logs. So
 
 from __future__ import annotations
 
-from processor.checkpointing.aligner import NOOP, BarrierHandler, BarrierOutcome, Channel, Verdict
+from processor.checkpointing.aligner import (
+    NOOP,
+    BarrierHandler,
+    BarrierOutcome,
+    Channel,
+    Verdict,
+    resume_offsets,
+)
 
 _PROCESS = Verdict.PROCESS
 _SKIP = Verdict.SKIP
@@ -53,6 +60,11 @@ class UnalignedTracker(BarrierHandler):
     @property
     def positions(self) -> dict[Channel, int]:
         return dict(self._cur)
+
+    def resume_offsets(self) -> dict[int, int]:
+        """Where a restore of the state as it is now would resume: the committed offset of a
+        snapshot taken now (``_pos`` only says what is never processed again)."""
+        return resume_offsets(self._cur)
 
     def admit(self, channel: Channel, offset: int) -> Verdict:
         if offset <= self._pos[channel]:

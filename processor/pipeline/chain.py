@@ -352,6 +352,14 @@ class StageChain:
     ) -> None:
         """One decoded shuffle record of a keyed stage's input (``side``: of a join, 1 for
         a record of its right input)."""
+        if quiet:
+            dead = len(self.dead)
+            self._shuffled(body, True, side)
+            del self.dead[dead:]  # dead-lettered already, when the record first came
+        else:
+            self._shuffled(body, False, side)
+
+    def _shuffled(self, body: dict[str, Any] | list[list[Any]], quiet: bool, side: int) -> None:
         if self.stage.timed and not isinstance(body, dict):
             items: list[Item] = [((t, ts), v) for t, v, ts in body]
             if self._join is None:
@@ -382,18 +390,22 @@ class StageChain:
             sum(map(len, self._dirty.values()))
             + sum(map(len, self.shuffles.values()))
             + sum(map(len, self.sinks.values()))
+            + len(self.dead)
         )
 
     def advance(self, watermark: int, quiet: bool = False) -> None:
         """The task's watermark rose: close the windows it passed (their results flow on, in
         graph order) and drop join records that can meet nothing any more."""
         self.watermark = watermark
+        dead = len(self.dead)
         if self._join is not None:
             self._join.fire(watermark, quiet)
         for node, op in self._windows.items():
             out = op.fire(watermark, quiet)
             if out:
                 self._push(node, out, quiet)
+        if quiet:
+            del self.dead[dead:]  # dead-lettered already, when the watermark first came
 
     def timed_operators(self) -> dict[bytes, WindowOperator | JoinOperator]:
         """State prefix -> operator, for the timers to rebuild after a restore."""

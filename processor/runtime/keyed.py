@@ -65,7 +65,7 @@ from processor.models.records import (
     encode_barrier,
     encode_watermark,
 )
-from processor.pipeline.chain import StageChain
+from processor.pipeline.chain import DeadRecord, StageChain
 from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks
 from processor.runtime import deadletter
 from processor.runtime.gaps import STATE_LOST, check_resume
@@ -87,6 +87,8 @@ from processor.state.storage import SnapshotMissing
 
 # Records for one topic: by key (partition None, a sink) or into one partition (a shuffle).
 _Segment = tuple[str, int | None, list[tuple[bytes | None, bytes]]]
+# The last watermark forwarded downstream: (time, idle).
+_Mark = tuple[int, bool]
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,8 @@ class _Pending:
     alignment_s: float
     watermark: int | None = None  # the task's, at the barrier (a timed stage)
     info: SnapshotInfo | None = None  # set once the snapshot is durable and the commit queued
+    # The watermark forwarded before this transaction: what downstream has if it is aborted.
+    sent_before: _Mark | None = None
 
 
 class KeyedTask(Task):
@@ -122,7 +126,7 @@ class KeyedTask(Task):
         # Downstream shuffles: (key_by name, topic, partitions, this task's channel in it).
         self._shuffles = self.shuffle_outputs()
         self._watermarks = ChannelWatermarks(ctx.input_partitions)
-        self._sent_mark: tuple[int, bool] | None = None  # the last watermark forwarded
+        self._sent_mark: _Mark | None = None  # the last watermark forwarded
         # A join's channels: which input (0 left, 1 right) each belongs to.
         self._sides = (
             [ctx.graph.side_of(stage, u, ctx.parallelism) for u in range(ctx.input_partitions)]
@@ -134,11 +138,14 @@ class KeyedTask(Task):
         # it is aborted, and these go out again with the next epoch (see _snapshot_failed).
         self._in_txn: list[_Segment] = []
         self._resend: list[_Segment] = []
+        self._dead_in_txn: list[DeadRecord] = []  # the same, for the dead records
+        self._dead_resend: list[DeadRecord] = []
         self._snapshot_failures = 0  # in a row
-        # After a fallback restore: upstream channels whose records up to the committed
-        # checkpoint's barrier go into the state without output (see _restore_snapshot).
-        self._replaying: set[int] = set()
-        self._replay_to = 0  # the committed checkpoint id those barriers carry
+        # After a fallback restore to snapshot m (`_replay_from`), the checkpoints up to the
+        # committed one (`_replay_to`) are aligned again and their records go into the state
+        # without output (see _restore_snapshot). 0: no replay.
+        self._replay_from = 0
+        self._replay_to = 0
         self._pending: _Pending | None = None
         self._snapshots: SnapshotProcess | None = None
         self._align_started: float | None = None
@@ -245,7 +252,9 @@ class KeyedTask(Task):
         if self.stage.timed:
             self._restore_time(store, info_meta)
         channels = [(self.partition, u) for u in range(self.ctx.input_partitions)]
-        self._aligner = _barrier_handler(s)(channels, positions, self.last_checkpoint)
+        # A replay aligns the barriers after the fallback snapshot again, as the first run did.
+        aligned_to = self._replay_from if self._replay_to else self.last_checkpoint
+        self._aligner = _barrier_handler(s)(channels, positions, aligned_to)
         start = self._aligner.resume_offsets()[self.partition]
         check_resume(consumer, self.topic, self.partition, start, self.last_checkpoint, STATE_LOST)
         consumer.assign([TopicPartition(self.topic, self.partition, start)])
@@ -259,7 +268,9 @@ class KeyedTask(Task):
             self._watermarks.restore(marks)
         assert self.chain is not None
         self.chain.watermark = self._watermarks.current
-        if self._watermarks.current > NO_WATERMARK:
+        self._sent_mark = _restored_mark(meta.get("sent_watermark"))
+        if self._sent_mark is None and self._watermarks.current > NO_WATERMARK:
+            # A snapshot of an older version, which did not record it.
             self._sent_mark = (self._watermarks.current, False)
         for prefix in self.chain.timed_operators():
             self.chain.restore_timers(prefix, store.items(prefix))
@@ -354,7 +365,7 @@ class KeyedTask(Task):
                 older,
                 committed.checkpoint_id,
             )
-            self._replaying = set(range(self.ctx.input_partitions))
+            self._replay_from = older.checkpoint_id
             self._replay_to = committed.checkpoint_id
             return info
         raise SnapshotMissing(f"{problem}; no older snapshot can stand in for it")
@@ -367,7 +378,9 @@ class KeyedTask(Task):
         channels = self.ctx.input_partitions
         combined = self.stage.combiner is not None
         timed, sides = self.stage.timed, self._sides
-        replaying = self._replaying  # empty but right after a fallback restore
+        # Only right after a fallback restore: a replayed record's output is committed
+        # already, so it goes into the state only.
+        quiet = self._replay_to > 0
         applied = 0
         for msg in msgs:
             if not check(msg):
@@ -381,6 +394,7 @@ class KeyedTask(Task):
                 self._m_in.inc(applied)
                 applied = 0
                 outcome = self._on_barrier(msg, out, consumer)
+                quiet = self._replay_to > 0  # the replay ends at an aligned barrier
                 if outcome.seeks:
                     for p, seek_to in outcome.seeks.items():
                         log.debug(
@@ -409,19 +423,17 @@ class KeyedTask(Task):
                 continue
             offset: int = msg.offset()  # type: ignore[assignment]  # set on data messages
             if admit((partition, channel), offset) is _PROCESS:
-                # A replayed record's output is committed already: into the state only.
-                quiet = bool(replaying) and channel in replaying
                 chain.shuffled(body, quiet, sides[channel] if sides else 0)
                 applied += len(body)
         self._records_in += applied
         self._m_in.inc(applied)
         if chain.late:
             self._count_late()
-        if chain.has_dead:
-            self._dead_letter(out)
-        # No early flush while replaying: what is in a transaction must not be changed
-        # quietly afterwards (checkpoint n+1 can only complete after the replay).
-        if chain.buffered >= self.settings.flush_keys and not self._replaying:
+        # Dead records wait for the flush like the other output: the open transaction may be
+        # the previous epoch's, still waiting for its snapshot. No early flush while
+        # replaying: what is in a transaction must not be changed quietly afterwards
+        # (checkpoint n+1 can only complete after the replay).
+        if chain.buffered >= self.settings.flush_keys and not self._replay_to:
             self._flush(out)
 
     def _on_watermark(self, msg: Message, admit: Any) -> None:
@@ -437,7 +449,7 @@ class KeyedTask(Task):
         risen = self._watermarks.on_mark(mark.channel, mark.time_ms, mark.idle)
         if risen is not None:
             assert self.chain is not None
-            self.chain.advance(risen, quiet=bool(self._replaying))
+            self.chain.advance(risen, quiet=self._replay_to > 0)
             metrics.watermark_ms.labels(**self.labels).set(risen)
 
     def _count_late(self) -> None:
@@ -446,10 +458,11 @@ class KeyedTask(Task):
             metrics.late_records.labels(**self.labels, operator=operator).inc(n)
         self.chain.late.clear()
 
-    def _send_watermark(self, out: TransactionalOutput) -> None:
+    def _send_watermark(self, out: TransactionalOutput | None) -> None:
         """The task's watermark (or an idle mark, when all its channels are idle) into every
         downstream shuffle partition, if it changed: after the epoch's records, before the
-        barrier."""
+        barrier. ``out`` None: a replayed checkpoint, whose marks are committed already (only
+        what was sent is remembered)."""
         current = self._watermarks.current
         idle = self._watermarks.all_idle
         if current <= NO_WATERMARK and not idle:
@@ -458,6 +471,8 @@ class KeyedTask(Task):
         if mark == self._sent_mark:
             return
         self._sent_mark = mark
+        if out is None:
+            return
         if current > NO_WATERMARK:
             lag = max(0.0, time.time() - current / 1000)
             metrics.event_time_lag_seconds.labels(**self.labels).set(lag)
@@ -467,10 +482,14 @@ class KeyedTask(Task):
                 out.produce(topic, value, partition=p, headers=headers)
 
     def _dead_letter(self, out: TransactionalOutput) -> None:
+        """The dead records so far (and those of an aborted transaction) into the open one."""
         assert self.chain is not None
         dead = self.chain.take_dead()
         self._m_failed.inc(len(dead))
+        dead = self._dead_resend + dead
+        self._dead_resend = []
         deadletter.failed(out, self.settings.dlq_topic, self.ctx.task_id, dead)
+        self._dead_in_txn.extend(dead)
 
     def _flush(self, out: TransactionalOutput, checkpoint: bool = False) -> None:
         """The epoch so far: state -> RocksDB, output -> the open transaction.
@@ -498,7 +517,7 @@ class KeyedTask(Task):
             if shuffle.oversized:
                 self._m_oversized.inc(shuffle.oversized)
                 shuffle.oversized = 0
-        if chain.has_dead:
+        if chain.has_dead or self._dead_resend:
             self._dead_letter(out)
         if not segments:
             return
@@ -524,11 +543,6 @@ class KeyedTask(Task):
         if barrier is None or barrier.channel >= self.ctx.input_partitions:
             self._m_bad.inc()  # not written by a source task: skip rather than crash-loop
             return NOOP
-        if self._replaying and barrier.checkpoint_id >= self._replay_to:
-            # This channel's records up to the committed checkpoint are in the state again.
-            self._replaying.discard(barrier.channel)
-            if not self._replaying:
-                log.info("%s: replay after the fallback is done", self.ctx.task_id)
         outcome = self._aligner.on_barrier(
             (self.partition, barrier.channel), barrier.checkpoint_id, msg.offset() or 0
         )
@@ -548,13 +562,38 @@ class KeyedTask(Task):
                     f"overtaken by barrier {barrier.checkpoint_id}",
                 )
             )
-        if outcome.completed is not None:
+        if outcome.completed is not None and outcome.completed <= self._replay_to:
+            self._align_started = None
+            self._replayed(outcome.completed)
+        elif outcome.completed is not None:
             alignment_s = now - (self._align_started or now)
             self._align_started = None
             self._checkpoint(outcome, alignment_s, out, consumer, barrier.triggered_at_ms)
         elif self._aligner.pending is not None and self._align_started is None:
             self._align_started = now
         return outcome
+
+    def _replayed(self, checkpoint_id: int) -> None:
+        """A checkpoint of the replay after a fallback is aligned again: its epoch goes into
+        the state as in the first run, and nothing out (transaction ``checkpoint_id`` holds
+        it, committed). The replay ends with the committed checkpoint."""
+        chain = self.chain
+        assert chain is not None
+        chain.flush()
+        chain.take_sinks()  # empty: quiet operators emit nothing
+        for shuffle in chain.shuffles.values():
+            shuffle.take(0)
+        chain.take_dead()
+        chain.late.clear()
+        if self.stage.timed:
+            self._send_watermark(None)
+        if checkpoint_id >= self._replay_to:
+            self._replay_to = self._replay_from = 0
+            log.info(
+                "%s: replay after the fallback is done (checkpoint %d)",
+                self.ctx.task_id,
+                checkpoint_id,
+            )
 
     def _checkpoint(
         self,
@@ -589,6 +628,7 @@ class KeyedTask(Task):
         )
         flush_started_cpu = time.thread_time()
         self._flush(out, checkpoint=True)
+        sent_before = self._sent_mark
         if self.stage.timed:
             self._send_watermark(out)
         for _, topic, partitions, channel in self._shuffles:
@@ -600,7 +640,7 @@ class KeyedTask(Task):
         try:
             store.checkpoint(local)
         except Exception as exc:  # noqa: BLE001 - local disk trouble: decline, maybe tolerate
-            self._snapshot_failed(checkpoint_id, exc, out)
+            self._snapshot_failed(checkpoint_id, exc, out, sent_before)
             return
         future = self._snapshots.upload(
             checkpoint_id,
@@ -614,12 +654,15 @@ class KeyedTask(Task):
         )
         current = self._watermarks.current
         watermark = current if self.stage.timed and current > NO_WATERMARK else None
-        self._pending = _Pending(epoch, future, alignment_s, watermark)
+        self._pending = _Pending(epoch, future, alignment_s, watermark, sent_before=sent_before)
         metrics.state_keys.labels(**self.labels).set(store.approximate_keys())
 
     def _time_meta(self) -> dict[str, Any]:
         """The channels' watermarks, for the snapshot (timed stages only)."""
-        return {"watermarks": self._watermarks.snapshot()} if self.stage.timed else {}
+        if not self.stage.timed:
+            return {}
+        sent = None if self._sent_mark is None else list(self._sent_mark)
+        return {"watermarks": self._watermarks.snapshot(), "sent_watermark": sent}
 
     def _finish_checkpoint(self, out: TransactionalOutput, block: bool) -> None:
         """Commit the checkpoint whose snapshot is durable; acknowledge it once committed.
@@ -636,7 +679,7 @@ class KeyedTask(Task):
                 pending.info = pending.future.result()
             except Exception as exc:  # noqa: BLE001 - storage trouble: decline, maybe tolerate
                 self._pending = None
-                self._snapshot_failed(pending.epoch.checkpoint_id, exc, out)
+                self._snapshot_failed(pending.epoch.checkpoint_id, exc, out, pending.sent_before)
                 return
             faults.reach("snapshot_durable", self.ctx.task_id)
             out.commit_async()
@@ -647,6 +690,7 @@ class KeyedTask(Task):
         info = pending.info
         faults.reach("committed", self.ctx.task_id)
         self._in_txn.clear()
+        self._dead_in_txn.clear()
         self._snapshot_failures = 0
         metrics.snapshot_failures_in_a_row.labels(**self.labels).set(0)
         self.last_checkpoint = pending.epoch.checkpoint_id
@@ -706,7 +750,11 @@ class KeyedTask(Task):
             purger.purge_below(self.partition, below)
 
     def _snapshot_failed(
-        self, checkpoint_id: int, exc: Exception, out: TransactionalOutput
+        self,
+        checkpoint_id: int,
+        exc: Exception,
+        out: TransactionalOutput,
+        sent_before: _Mark | None,
     ) -> None:
         """Decline checkpoint n; within the tolerance, go on as if barrier n never came.
 
@@ -737,7 +785,11 @@ class KeyedTask(Task):
         out.abort()
         if out.transactional:  # else they are out already
             self._resend = self._in_txn + self._resend
+            self._dead_resend = self._dead_in_txn + self._dead_resend
+            # Its watermark record is aborted too: downstream still has the one before.
+            self._sent_mark = sent_before
         self._in_txn = []
+        self._dead_in_txn = []
 
     def _lag(self, consumer: Consumer) -> int:
         tp = TopicPartition(self.topic, self.partition)
@@ -746,6 +798,13 @@ class KeyedTask(Task):
         lag = max(0, high - position) if high >= 0 and position >= 0 else 0
         metrics.consumer_lag.labels(**self.labels, partition=str(self.partition)).set(lag)
         return lag
+
+
+def _restored_mark(raw: Any) -> _Mark | None:
+    """The forwarded watermark a snapshot recorded (``[time, idle]``), if any."""
+    if isinstance(raw, list) and len(raw) == 2 and type(raw[0]) is int:
+        return (raw[0], bool(raw[1]))
+    return None
 
 
 def _barrier_handler(settings: Settings) -> type[BarrierHandler]:
