@@ -450,7 +450,9 @@ class KeyedTask(Task):
         """The task's watermark (or an idle mark, when all its channels are idle) into every
         downstream shuffle partition, if it changed: after the epoch's records, before the
         barrier."""
-        current = self._watermarks.current
+        assert self.chain is not None
+        # Held back to what the stage's windows may still emit (StageChain.output_watermark).
+        current = self.chain.output_watermark
         idle = self._watermarks.all_idle
         if current <= NO_WATERMARK and not idle:
             return
