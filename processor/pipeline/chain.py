@@ -279,7 +279,7 @@ class StageChain:
         self.channel = channel
         self._state = state
         self._late_topic = late_topic
-        self.watermark = NO_WATERMARK  # the task's: windows close and joins expire by it
+        self._watermark = NO_WATERMARK  # the task's (see `watermark`)
         self.late: Counter[str] = Counter()  # late records by operator (not yet counted)
         self.sinks: dict[str, list[tuple[bytes | None, bytes]]] = {}
         self.dead: list[DeadRecord] = []
@@ -297,6 +297,11 @@ class StageChain:
         self._join = (
             JoinOperator(stage.head, partial(self._load, stage.head)) if stage.is_join else None
         )
+        # Of each window and shuffle: the window before it in the stage (None: the stage's
+        # input is its input). A window's results come after the watermark that passes their
+        # event time, so the watermark of what it feeds is held back (`_mark_into`).
+        self._before = {n: _window_before(n, stage) for n in [*self._windows, *stage.shuffles]}
+        self._marks = dict.fromkeys(self._windows, NO_WATERMARK)  # each window's input's
         self._folders = {n: folder(n) for n in stage.nodes if n.aggregated}
         # count and sum fold inline (no call per value): the word count path.
         self._adds = {n: n.kind for n in self._folders if n.kind in ("count", "sum")}
@@ -366,7 +371,7 @@ class StageChain:
                 self._push(self.stage.head, items, quiet)
                 return
             late: list[Item] = []
-            out = self._join.add(side, items, self.watermark, late)
+            out = self._join.add(side, items, self._watermark, late)
             self._late(self._join.node, late, quiet)
             if not quiet:
                 self._push(self.stage.head, out, quiet)
@@ -393,15 +398,43 @@ class StageChain:
             + len(self.dead)
         )
 
+    @property
+    def watermark(self) -> int:
+        """The task's watermark: windows right after the stage's input close by it, joins
+        expire by it. Set directly after a restore."""
+        return self._watermark
+
+    @watermark.setter
+    def watermark(self, watermark: int) -> None:
+        self._watermark = watermark
+        for node in self._marks:  # graph order: a window's input's window first
+            self._marks[node] = self._mark_into(node)
+
+    @property
+    def output_watermark(self) -> int:
+        """The watermark the task forwards downstream: its own, held back to the earliest
+        event time the stage may still write into a shuffle (a window with lateness, a
+        session or a ``process`` window emits results below the watermark)."""
+        return min(map(self._mark_into, self.stage.shuffles), default=self._watermark)
+
+    def _mark_into(self, node: Node) -> int:
+        """The watermark of ``node``'s input: of the window before it, or the task's."""
+        before = self._before[node]
+        if before is None:
+            return self._watermark
+        return self._windows[before].output_mark(self._marks[before])
+
     def advance(self, watermark: int, quiet: bool = False) -> None:
         """The task's watermark rose: close the windows it passed (their results flow on, in
         graph order) and drop join records that can meet nothing any more."""
-        self.watermark = watermark
+        self._watermark = watermark
         dead = len(self.dead)
         if self._join is not None:
             self._join.fire(watermark, quiet)
         for node, op in self._windows.items():
-            out = op.fire(watermark, quiet)
+            # Only now: the results of the windows before it came under its old watermark.
+            mark = self._marks[node] = self._mark_into(node)
+            out = op.fire(mark, quiet)
             if out:
                 self._push(node, out, quiet)
         if quiet:
@@ -556,7 +589,7 @@ class StageChain:
                 return
             elif node.windowed:
                 late: list[Item] = []
-                out = self._windows[node].add(batch, self.watermark, late)
+                out = self._windows[node].add(batch, self._marks[node], late)
                 self._late(node, late, quiet)
                 if not quiet:
                     self._push(node, out, quiet)
@@ -780,6 +813,16 @@ class StageChain:
     def _dead(self, node: Node, exc: Exception, value: Any) -> None:
         error = str(exc) if isinstance(exc, RecordError) else f"{type(exc).__name__}: {exc}"
         self.dead.append(DeadRecord(node.name, error, f"{value!r:.200}"))
+
+
+def _window_before(node: Node, stage: Stage) -> Node | None:
+    """The nearest window aggregation or ``process`` upstream of ``node`` in ``stage``."""
+    parent = node.parent
+    while parent is not None and parent is not stage.head:
+        if parent.windowed:
+            return parent
+        parent = parent.parent
+    return None
 
 
 def _state_key(node: Node, text: str) -> bytes:

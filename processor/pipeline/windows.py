@@ -6,6 +6,10 @@ key, a join the records of both sides still young enough to match. Both act when
 watermark rises (`fire`): a window whose end plus lateness the watermark passed emits its
 result once and is deleted; join records that can match nothing any more are dropped.
 
+A window's result has the event time of its end - 1 but comes later than the watermark that
+passes it when the window has lateness (`WindowOperator.output_mark`: how far the watermark of
+what it feeds is held back, so that none of its results is late there).
+
 Timers are an in-memory heap of (time, key): rebuilt from the state on restore, never stored.
 An entry may be stale (the window merged or fired already); firing looks at the state, so a
 stale entry does nothing.
@@ -23,6 +27,7 @@ from typing import Any
 
 from processor.pipeline.api import Node
 from processor.pipeline.ops import UNSET, folder, key_text, merger, sink_key_of
+from processor.pipeline.time import NO_WATERMARK
 
 # A timed keyed item: ((key text, event time ms), value).
 Item = tuple[tuple[str, int], Any]
@@ -99,6 +104,24 @@ class WindowOperator(_Timed):
         self._process = node.kind == "process"
         self._fold = None if self._process else folder(node)
         self._merge = merger(node) if self.gap and not self._process else None
+
+    def output_mark(self, watermark: int) -> int:
+        """The watermark of this operator's output when its input's is ``watermark``: no
+        result it emits from now on has an earlier event time.
+
+        A result's event time is its window's end - 1, and windows take records while the
+        watermark is below their end plus the lateness (a ``process`` window emits at once,
+        an aggregation when the watermark passes that). So with lateness every window that
+        ends above ``watermark - lateness`` may still emit, also one that a record up to the
+        lateness behind the watermark has yet to open: the earliest is the first such end."""
+        if not self.lateness or watermark <= NO_WATERMARK:
+            return watermark  # every window still to emit ends above the watermark
+        low = watermark - self.lateness
+        if self.gap:
+            return low  # a session can end anywhere: at low + 1 at the earliest
+        # Ends are start + size with the starts multiples of the slide.
+        end = low + 1 + (self.size - low - 1) % self.slide
+        return min(watermark, end - 1)
 
     def _starts(self, ts: int) -> list[int]:
         """Starts of the tumbling or hopping windows ``[start, start + size)`` holding ``ts``."""

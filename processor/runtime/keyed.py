@@ -463,7 +463,9 @@ class KeyedTask(Task):
         downstream shuffle partition, if it changed: after the epoch's records, before the
         barrier. ``out`` None: a replayed checkpoint, whose marks are committed already (only
         what was sent is remembered)."""
-        current = self._watermarks.current
+        assert self.chain is not None
+        # Held back to what the stage's windows may still emit (StageChain.output_watermark).
+        current = self.chain.output_watermark
         idle = self._watermarks.all_idle
         if current <= NO_WATERMARK and not idle:
             return

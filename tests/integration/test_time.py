@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections import Counter
 from pathlib import Path
 
 from confluent_kafka import Producer
 
+from processor.pipeline.reference import SinkRecord
+from tests.integration import chained_windows
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed
 from tests.timecheck import MINUTE, OUT_OF_ORDER, PAGES, Click, View, pairs, records, windows
@@ -140,5 +143,74 @@ def test_windows_and_join_exact_under_a_kill(kafka_bootstrap: str, tmp_path: Pat
         assert sum(len(p) for p in late.values()) == 5
         for name, want in expected.items():  # nothing else happened to them
             assert records(read_committed(kafka_bootstrap, sinks[name])) == want
+    finally:
+        run.stop()
+
+
+CHAINED = Path(__file__).resolve().parent / "chained_windows.py"
+
+
+def test_a_window_with_lateness_feeds_a_window_downstream(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """``window(1000, lateness_ms=500).count()``, key_by, ``window(1000).sum()``, one worker
+    SIGKILLed mid-stream: the second window's results are exactly the events per window, and
+    nothing is late. Event time moves about 300 ms per chunk fed, so checkpoints forward the
+    first stage's watermark while its windows wait out their lateness, and some events come
+    up to 400 ms behind that watermark (within the lateness) and still count."""
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        CHAINED,
+        {"events": "events", "windows": "windows"},
+        source_partitions=2,
+        interval_ms=300,
+    )
+    rng = random.Random(7)
+    t0 = 1_700_000_000_000
+    # Each event less than bound + 400 ms behind its place: behind its partition's watermark
+    # (newest - bound) by less than the lateness, so no event is late at the first window.
+    behind = chained_windows.OUT_OF_ORDER_MS + chained_windows.LATENESS_MS - 100
+    stamps = [t0 + 3 * i - rng.randrange(behind) for i in range(4000)]
+    events = [json.dumps({"k": rng.choice("abcd"), "ts": ts}).encode() for ts in stamps]
+    topic = run.topics["events"]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    sent = [0]
+
+    def send(chunk: list[bytes]) -> None:
+        for raw in chunk:
+            producer.produce(topic, raw, partition=sent[0] % 2)
+            sent[0] += 1
+        assert producer.flush(60) == 0
+
+    per_window = Counter(ts - ts % 1000 for ts in stamps)
+    expected: Counter[SinkRecord] = Counter(
+        (f"all@{s}".encode(), str(n).encode()) for s, n in per_window.items()
+    )
+    late_topic = f"{run.job}.late"
+    run.start_coordinator(exit_when_idle=False)
+    run.start_worker(0)
+    run.start_worker(1)
+    try:
+        run.feed_values(events, 20, send)
+        wait_until(run._sources_committed, 60, "committed positions in every source partition")
+        run.kill_worker(1)
+        run.start_worker(1)
+        assert run._feeder is not None
+        run._feeder.join(120)
+        # Far ahead on both partitions: every window of the data closes, in both stages.
+        closing = json.dumps({"k": "closing", "ts": t0 + 10 * 60_000}).encode()
+        send([closing, closing])
+
+        def done() -> bool:
+            late = read_committed(kafka_bootstrap, late_topic)
+            got = records(read_committed(kafka_bootstrap, run.topics["windows"]))
+            return any(late.values()) or sum(got.values()) >= len(expected)
+
+        wait_until(done, 120, "every window of the second stage, or a late record")
+        late = read_committed(kafka_bootstrap, late_topic)
+        assert not any(late.values()), f"{sum(map(len, late.values()))} records late"
+        got = records(read_committed(kafka_bootstrap, run.topics["windows"]))
+        assert got == expected, (sorted((got - expected).items())[:3], len(expected - got))
     finally:
         run.stop()
