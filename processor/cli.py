@@ -108,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     savepoint.add_argument("--list", action="store_true", help="list the savepoints")
     savepoint.add_argument("--delete", metavar="NAME", help="delete a savepoint")
     savepoint.add_argument("--timeout", type=float, default=120, help="seconds to wait")
+    savepoint.add_argument(
+        "--last-completed",
+        action="store_true",
+        help="copy the last completed checkpoint now rather than wait for the next one "
+        "(a job that is stopped)",
+    )
 
     status = sub.add_parser("status", help="the coordinator's checkpoint and task status")
     status.add_argument("--url", default="http://127.0.0.1:9400", help="coordinator's metrics URL")
@@ -247,7 +253,7 @@ def _savepoint(args: argparse.Namespace, settings: Settings) -> int:
             print(f"deleted savepoint {args.delete}")
             return 0
         name = args.name or f"{settings.job_name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-        taken = savepoint.take(settings, name, args.timeout)
+        taken = savepoint.take(settings, name, args.timeout, args.last_completed)
     except SavepointError as exc:
         print(f"processor: {exc}", file=sys.stderr)
         return 1

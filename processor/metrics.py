@@ -84,7 +84,8 @@ last_restore_seconds = Gauge(
 task_failed_permanently = Counter(
     "processor_task_failed_permanently",
     "Tasks stopped for good (not restarted), by reason: records_deleted = records a committed "
-    "position still needs were deleted (retention)",
+    "position still needs were deleted (retention); channels_changed = its snapshot was taken "
+    "with other upstream tasks (a source topic gained partitions)",
     [*_TASK, "reason"],
 )
 shuffle_purges = Counter(

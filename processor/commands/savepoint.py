@@ -4,7 +4,10 @@ Taking one waits for the next checkpoint the job completes after the command sta
 aligned checkpoint, like any other), then copies it out of the job's reach
 (`state/savepoints.py`). The job's retention may delete that checkpoint's files while the
 copy runs; the copy is verified file by file, and on a missing file it starts again from the
-checkpoint completed next.
+checkpoint completed next. ``--last-completed`` copies the job's last completed checkpoint at
+once instead, for a job that cannot run any more (its source topics gained partitions, see
+`processor.runtime.layout`): its snapshots are there while no task has committed
+``PROCESSOR_RETAINED_CHECKPOINTS`` later ones (retention deletes them then).
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ from processor.kafka import clients
 from processor.runtime.keyed import STATE_FORMAT
 from processor.state.factory import open_storage
 from processor.state.savepoints import Savepoint, SavepointError, SavepointStore, now_iso
-from processor.state.storage import SnapshotMissing
+from processor.state.storage import CheckpointStorage, SnapshotMissing
 
 _ATTEMPTS = 5
 
 
-def take(settings: Settings, name: str, timeout_s: float) -> Savepoint:
+def take(
+    settings: Settings, name: str, timeout_s: float, last_completed: bool = False
+) -> Savepoint:
     if settings.guarantee != "exactly_once":
         # A snapshot of an unaligned task holds records past its barriers: no consistent cut.
         raise SavepointError("savepoints need PROCESSOR_GUARANTEE=exactly_once")
@@ -44,6 +49,8 @@ def take(settings: Settings, name: str, timeout_s: float) -> Savepoint:
     checkpoints = _Checkpoints(settings)
     try:
         after = checkpoints.newest_id()
+        if last_completed:
+            return _copy_last(settings, graph, name, store, storage, checkpoints.newest)
         deadline = time.monotonic() + timeout_s
         problem = ""
         for _ in range(_ATTEMPTS):
@@ -65,6 +72,27 @@ def take(settings: Settings, name: str, timeout_s: float) -> Savepoint:
         raise SavepointError(f"could not copy a checkpoint in {_ATTEMPTS} attempts{problem}")
     finally:
         checkpoints.close()
+
+
+def _copy_last(
+    settings: Settings,
+    graph: JobGraph,
+    name: str,
+    store: SavepointStore,
+    storage: CheckpointStorage,
+    record: dict[str, Any] | None,
+) -> Savepoint:
+    if record is None:
+        raise SavepointError(f"job {settings.job_name} has completed no checkpoint")
+    savepoint = savepoint_of(record, graph, name)
+    with tempfile.TemporaryDirectory(prefix="processor-savepoint-") as tmp:
+        try:
+            store.save(savepoint, storage, settings.job_name, Path(tmp))
+        except SnapshotMissing as exc:
+            raise SavepointError(
+                f"checkpoint {savepoint.checkpoint_id} cannot be copied any more ({exc})"
+            ) from None
+    return savepoint
 
 
 def savepoint_of(record: dict[str, Any], graph: JobGraph, name: str) -> Savepoint:
@@ -110,7 +138,7 @@ class _Checkpoints:
                 f"job {settings.job_name} has no {self._topic} topic: no coordinator ever ran it"
             )
         self._consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
-        self._newest: dict[str, Any] | None = None
+        self.newest: dict[str, Any] | None = None  # the newest completed checkpoint read
 
     def newest_id(self) -> int:
         _, high = self._consumer.get_watermark_offsets(TopicPartition(self._topic, 0), timeout=10)
@@ -120,12 +148,12 @@ class _Checkpoints:
             for msg in self._consumer.consume(1000, 0.5):
                 self._take(msg.value() if msg.error() is None else None)
                 position = max(position, (msg.offset() or 0) + 1)
-        return int(self._newest["id"]) if self._newest else 0
+        return int(self.newest["id"]) if self.newest else 0
 
     def wait_newer(self, after: int, deadline: float) -> dict[str, Any] | None:
         while time.monotonic() < deadline:
-            if self._newest is not None and int(self._newest["id"]) > after:
-                return self._newest
+            if self.newest is not None and int(self.newest["id"]) > after:
+                return self.newest
             for msg in self._consumer.consume(100, 0.5):
                 self._take(msg.value() if msg.error() is None else None)
         return None
@@ -134,8 +162,8 @@ class _Checkpoints:
         if not value:
             return
         record = json.loads(value)
-        if self._newest is None or int(record["id"]) > int(self._newest["id"]):
-            self._newest = record
+        if self.newest is None or int(record["id"]) > int(self.newest["id"]):
+            self.newest = record
 
     def close(self) -> None:
         self._consumer.close()

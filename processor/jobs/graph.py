@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from processor.pipeline.plan import Plan, Stage
 
@@ -78,6 +79,11 @@ class JobGraph:
         inputs' of a join)."""
         assert stage.upstreams, "a source stage has no channels"
         return sum(parallelism[u.name] for u in stage.upstreams)
+
+    def channel_layout(self, stage: Stage, parallelism: Mapping[str, int]) -> list[list[Any]]:
+        """``[[upstream stage, its tasks], ...]`` in channel order: what a keyed task's
+        channel numbers mean (a join's right input comes after its left input's tasks)."""
+        return [[u.name, parallelism[u.name]] for u in stage.upstreams]
 
     def channel_base(self, key_by: str, parallelism: Mapping[str, int]) -> int:
         """The channel of task 0 of the stage running ``key_by``, in the stage it writes to:

@@ -110,6 +110,15 @@ class Pipeline:
                 f"source({topic!r}, value={value!r}): value must be one of {VALUE_FORMATS}"
             )
         where = f"source({topic!r})"
+        for other in self.sources:
+            if other.topic == topic:
+                # Source tasks commit their positions per topic partition in the job's group:
+                # two stages on one topic would overwrite each other's.
+                raise PipelineError(
+                    f"{where} is read twice (source {other.name!r} reads it already): read a "
+                    f"topic once and branch the stream, s = p.source({topic!r}); s.map(...); "
+                    "s.filter(...)"
+                )
         node = Node("source", self._name(name, topic), None, keyed=False, topic=topic)
         node.value_format = value
         if timestamp is not None:

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from processor.models.records import encode_shuffle
 from processor.pipeline.api import Node
+from processor.pipeline.floors import Floors
 from processor.pipeline.ops import (
     TAGGED,
     UNSET,
@@ -280,6 +281,7 @@ class StageChain:
         self._state = state
         self._late_topic = late_topic
         self._watermark = NO_WATERMARK  # the task's (see `watermark`)
+        self.floors: Floors | None = None  # per-key watermarks inherited from a savepoint
         self.late: Counter[str] = Counter()  # late records by operator (not yet counted)
         self.sinks: dict[str, list[tuple[bytes | None, bytes]]] = {}
         self.dead: list[DeadRecord] = []
@@ -429,6 +431,8 @@ class StageChain:
         graph order) and drop join records that can meet nothing any more."""
         self._watermark = watermark
         dead = len(self.dead)
+        if self.floors is not None and watermark >= self.floors.highest:
+            self.inherit(None)  # passed: every key's lateness is the task's own again
         if self._join is not None:
             self._join.fire(watermark, quiet)
         for node, op in self._windows.items():
@@ -439,6 +443,15 @@ class StageChain:
                 self._push(node, out, quiet)
         if quiet:
             del self.dead[dead:]  # dead-lettered already, when the watermark first came
+
+    def inherit(self, floors: Floors | None) -> None:
+        """Lateness floors from a savepoint (`processor.pipeline.floors`) for the windows and
+        the join, unless the watermark has passed them all."""
+        if floors is not None and floors.highest <= self.watermark:
+            floors = None
+        self.floors = floors
+        for op in self.timed_operators().values():
+            op.floor = None if floors is None else floors.of
 
     def timed_operators(self) -> dict[bytes, WindowOperator | JoinOperator]:
         """State prefix -> operator, for the timers to rebuild after a restore."""

@@ -42,6 +42,9 @@ class _Timed:
         self._load = load
         self._cache: dict[str, Any] = {}  # key text -> state (a dict), or DELETED
         self._timers: list[tuple[int, str]] = []
+        # After a savepoint: key text -> the watermark its old task had reached, which the
+        # lateness test also respects (`processor.pipeline.floors`); None once passed.
+        self.floor: Callable[[str], int] | None = None
 
     def _get(self, text: str) -> dict[str, Any]:
         state = self._cache.get(text, UNSET)
@@ -143,10 +146,11 @@ class WindowOperator(_Timed):
                 self._session(item, watermark, late)
             return []
         out: list[Item] = []
-        fold, lateness, size = self._fold, self.lateness, self.size
+        fold, lateness, size, floor = self._fold, self.lateness, self.size, self.floor
         for item in batch:
             (text, ts), value = item
-            starts = [s for s in self._starts(ts) if s + size + lateness > watermark]
+            closed = watermark if floor is None else max(watermark, floor(text))
+            starts = [s for s in self._starts(ts) if s + size + lateness > closed]
             if not starts:
                 late.append(item)
                 continue
@@ -193,7 +197,9 @@ class WindowOperator(_Timed):
             if int(slot) < end and start < other_end:  # they overlap: one session
                 merged.append(slot)
                 start, end = min(start, int(slot)), max(end, int(other_end))
-        if end + self.lateness <= watermark:
+        floor = self.floor
+        closed = watermark if floor is None else max(watermark, floor(text))
+        if end + self.lateness <= closed:
             late.append(item)  # even merged, its session closed already
             return
         try:
@@ -280,11 +286,11 @@ class JoinOperator(_Timed):
 
     def add(self, side: int, batch: list[Item], watermark: int, late: list[Item]) -> list[Item]:
         mine, theirs = self.SIDES[side], self.SIDES[1 - side]
-        within = self.within
+        within, floor = self.within, self.floor
         out: list[Item] = []
         for item in batch:
             (text, ts), value = item
-            if ts < watermark:
+            if ts < (watermark if floor is None else max(watermark, floor(text))):
                 late.append(item)
                 continue
             state = self._get(text)

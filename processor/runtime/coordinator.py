@@ -39,6 +39,7 @@ from processor.models import control
 from processor.runtime import status
 from processor.runtime.assignment import WorkerRegistry, assign
 from processor.runtime.keyed import STATE_FORMAT
+from processor.runtime.layout import check_history
 from processor.runtime.status import StatusBoard
 from processor.runtime.task import committed_after_fencing
 from processor.state.savepoints import SavepointError, open_savepoint
@@ -216,7 +217,15 @@ class CoordinatorService:
             self.health.beat()
             try:
                 self.setup()
-                return self._load_history()
+                last_id = self._load_history()
+                # A source stage with other tasks than the last completed checkpoint's: refused
+                # before any task runs with the changed channels (see runtime/layout.py).
+                changed = check_history(
+                    self.graph, self.parallelism, self.history[-1] if self.history else None
+                )
+                if changed is not None:
+                    raise SettingsError(changed)
+                return last_id
             except (KafkaException, TimeoutError) as exc:
                 clients.check_authentication(self.settings)
                 log.warning(

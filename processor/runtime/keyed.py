@@ -66,9 +66,12 @@ from processor.models.records import (
     encode_watermark,
 )
 from processor.pipeline.chain import DeadRecord, StageChain
+from processor.pipeline.floors import Floors
 from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks
 from processor.runtime import deadletter
 from processor.runtime.gaps import STATE_LOST, check_resume
+from processor.runtime.layout import META_KEY as LAYOUT_KEY
+from processor.runtime.layout import check_snapshot as check_layout
 from processor.runtime.task import (
     ClosedEpoch,
     Task,
@@ -82,7 +85,7 @@ from processor.runtime.task import (
 from processor.state.rocksdb.snapshot_process import SnapshotProcess
 from processor.state.rocksdb.snapshots import SnapshotAborted, SnapshotInfo, SnapshotRef
 from processor.state.rocksdb.store import RocksDBStore
-from processor.state.savepoints import open_savepoint
+from processor.state.savepoints import inherited_floors, open_savepoint
 from processor.state.storage import SnapshotMissing
 
 # Records for one topic: by key (partition None, a sink) or into one partition (a shuffle).
@@ -221,6 +224,7 @@ class KeyedTask(Task):
                 TopicPartition(self.topic, self.partition), timeout=30, cached=False
             )
             info = self._restore_snapshot(committed, db_path, low)
+            check_layout(info.meta, self._layout(), info.ref.checkpoint_id)
             positions = self._positions(info)
             info_meta = info.meta
             took = time.monotonic() - started
@@ -235,7 +239,7 @@ class KeyedTask(Task):
                 took,
             )
         elif self.settings.from_savepoint:
-            self._load_savepoint(db_path)
+            info_meta = self._load_savepoint(db_path)
         store = RocksDBStore(db_path)
         s = self.settings
         self.chain = StageChain(
@@ -274,19 +278,19 @@ class KeyedTask(Task):
             self._sent_mark = (self._watermarks.current, False)
         for prefix in self.chain.timed_operators():
             self.chain.restore_timers(prefix, store.items(prefix))
+        self.chain.inherit(Floors.from_json(meta.get("floors")))
 
-    def _load_savepoint(self, db_path: Path) -> None:
+    def _load_savepoint(self, db_path: Path) -> dict[str, Any]:
         """A job's first start from a savepoint: this partition's keys of the stage's
         operators, from every saved task (the partition count may have changed); the
-        shuffle, new with the job, is read from its start."""
+        shuffle, new with the job, is read from its start. Returns the time metadata to
+        start from: the saved tasks' watermarks as lateness floors."""
         started = time.monotonic()
         store, savepoint = open_savepoint(self.settings)
+        operators = [n.name for n in self.stage.stateful]
+        metas: dict[str, dict[str, Any]] = {}
         keys = store.load_partition(
-            savepoint,
-            [n.name for n in self.stage.stateful],
-            self.partition,
-            self.settings.shuffle_partitions,
-            db_path,
+            savepoint, operators, self.partition, self.settings.shuffle_partitions, db_path, metas
         )
         log.info(
             "%s: loaded %d keys from savepoint %s (checkpoint %d of job %s) in %.3fs",
@@ -297,6 +301,7 @@ class KeyedTask(Task):
             savepoint.job,
             time.monotonic() - started,
         )
+        return {"floors": inherited_floors(savepoint, metas, operators)}
 
     def _positions(self, info: SnapshotInfo) -> dict[Channel, int]:
         """The channel positions a snapshot holds the records up to."""
@@ -647,7 +652,12 @@ class KeyedTask(Task):
         future = self._snapshots.upload(
             checkpoint_id,
             local,
-            {"positions": positions, "state": STATE_FORMAT, **self._time_meta()},
+            {
+                "positions": positions,
+                "state": STATE_FORMAT,
+                LAYOUT_KEY: self._layout(),
+                **self._time_meta(),
+            },
         )
         lag = self._lag(consumer)
         self._waited_s = 0.0
@@ -659,12 +669,26 @@ class KeyedTask(Task):
         self._pending = _Pending(epoch, future, alignment_s, watermark, sent_before=sent_before)
         metrics.state_keys.labels(**self.labels).set(store.approximate_keys())
 
+    def _layout(self) -> list[list[Any]]:
+        """What this task's channel numbers mean (`processor.runtime.layout`)."""
+        ctx = self.ctx
+        # Without the assignment's stage sizes (a test's context) a one-input stage's
+        # channels are its upstream's tasks.
+        sizes = ctx.parallelism or {u.name: ctx.input_partitions for u in self.stage.upstreams}
+        return ctx.graph.channel_layout(self.stage, sizes)
+
     def _time_meta(self) -> dict[str, Any]:
         """The channels' watermarks, for the snapshot (timed stages only)."""
         if not self.stage.timed:
             return {}
+        assert self.chain is not None
+        floors = self.chain.floors  # inherited from a savepoint, until the watermark passes
         sent = None if self._sent_mark is None else list(self._sent_mark)
-        return {"watermarks": self._watermarks.snapshot(), "sent_watermark": sent}
+        return {
+            "watermarks": self._watermarks.snapshot(),
+            "sent_watermark": sent,
+            **({"floors": floors.to_json()} if floors is not None else {}),
+        }
 
     def _finish_checkpoint(self, out: TransactionalOutput, block: bool) -> None:
         """Commit the checkpoint whose snapshot is durable; acknowledge it once committed.

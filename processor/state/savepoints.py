@@ -3,7 +3,9 @@
 Layout, under ``savepoints/<name>/`` of the checkpoint storage (or at a location of its own):
 
     <task>/<owner>/...        each keyed task's snapshot, stored and verified as a checkpoint's
-                              (`SnapshotStore`: sizes and CRC-32 of every file)
+                              (`SnapshotStore`: sizes and CRC-32 of every file), with its
+                              metadata (its watermarks: the new job's lateness floors,
+                              `inherited_floors`)
     _savepoint.json           written last (present = complete): the checkpoint id, the
                               source positions, the keyed tasks and their operators
 
@@ -27,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from processor.config import S3Location, Settings
+from processor.pipeline.floors import Floors
+from processor.pipeline.time import NO_WATERMARK
 from processor.state.factory import open_storage
 from processor.state.rocksdb.snapshots import (
     SnapshotRef,
@@ -146,9 +150,12 @@ class SavepointStore:
         for task, owner in sorted(savepoint.tasks.items()):
             source = SnapshotStore(snapshots, f"{job_prefix}/{task}", generation=0)
             local = workdir / task
-            source.restore(SnapshotRef(savepoint.checkpoint_id, owner), local, reuse=False)
+            ref = SnapshotRef(savepoint.checkpoint_id, owner)
+            meta = source.restore(ref, local, reuse=False).meta
             target = SnapshotStore(self._storage, self._key(savepoint.name, task), generation=1)
-            info = target.upload(savepoint.checkpoint_id, local, {"savepoint": savepoint.name})
+            # The task's metadata goes along: its watermarks are the new job's floors.
+            meta = {**meta, "savepoint": savepoint.name}
+            info = target.upload(savepoint.checkpoint_id, local, meta)
             copied[task] = info.ref.owner
         done = Savepoint(**{**savepoint.__dict__, "tasks": copied})
         self._storage.put_bytes(
@@ -172,10 +179,11 @@ class SavepointStore:
         partition: int,
         partitions: int,
         dest: Path,
+        metas: dict[str, dict[str, Any]] | None = None,
     ) -> int:
         """Build the RocksDB state of keyed partition ``partition`` of ``partitions`` in
         ``dest``: the keys of ``operators`` that hash to it, from every saved task. Returns
-        the number of keys."""
+        the number of keys; ``metas`` gets each saved task's snapshot metadata."""
         wanted = {name.encode() for name in operators}
         loaded = 0
         store = RocksDBStore(dest)
@@ -186,9 +194,11 @@ class SavepointStore:
                 )
                 with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
                     local = Path(tmp) / "db"
-                    snapshots.restore(
+                    info = snapshots.restore(
                         SnapshotRef(savepoint.checkpoint_id, owner), local, reuse=False
                     )
+                    if metas is not None:
+                        metas[task] = info.meta
                     loaded += _copy_partition(local, store, wanted, partition, partitions)
         except BaseException:
             store.close()
@@ -196,6 +206,36 @@ class SavepointStore:
             raise
         store.close()
         return loaded
+
+
+def inherited_floors(
+    savepoint: Savepoint, metas: dict[str, dict[str, Any]], operators: Iterable[str]
+) -> list[list[int]]:
+    """Lateness floors (`processor.pipeline.floors`) for a keyed task of a new job whose
+    stage holds ``operators``: per saved stage holding any of them, the watermark each of its
+    tasks had reached (index: its partition), and the floors those tasks had inherited
+    themselves. Empty for a savepoint without watermarks (untimed, or of an older version)."""
+    wanted = set(operators)
+    layers: list[list[int]] = []
+    for stage, names in sorted(savepoint.operators.items()):
+        if not wanted & set(names):
+            continue
+        marks: dict[int, int] = {}
+        for task in savepoint.tasks:
+            name, _, index = task.rpartition("-")
+            if name != stage or not index.isdecimal():
+                continue
+            meta = metas.get(task, {})
+            watermarks = meta.get("watermarks")
+            current = watermarks.get("current") if isinstance(watermarks, dict) else None
+            marks[int(index)] = int(current) if isinstance(current, int) else NO_WATERMARK
+            carried = Floors.from_json(meta.get("floors"))
+            for layer in carried.layers if carried is not None else []:
+                if layer not in layers:
+                    layers.append(layer)
+        if marks:
+            layers.append([marks.get(i, NO_WATERMARK) for i in range(max(marks) + 1)])
+    return [layer for layer in layers if max(layer) > NO_WATERMARK]
 
 
 def _copy_partition(

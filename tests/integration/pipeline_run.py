@@ -34,7 +34,8 @@ class PipelineRun(JobRun):
     ``topics`` maps build()'s parameters to topic names; each gets the job's name in front,
     so that a run shares no topic with another one. The processes load a two-line pipeline
     file in ``workdir`` that calls build(); this process loads the same file for the
-    reference run.
+    reference run. ``topic_prefix``: the topics of another job's run instead (a job started
+    from that one's savepoint, with ``checkpoint_dir`` and ``from_savepoint`` settings).
     """
 
     def __init__(
@@ -45,12 +46,14 @@ class PipelineRun(JobRun):
         topics: Mapping[str, str],
         source_partitions: int = 2,
         interval_ms: int = 300,
+        topic_prefix: str = "",
         **settings: str,
     ) -> None:
         super().__init__(bootstrap, workdir, 0, interval_ms, **settings)
         self.bootstrap = bootstrap
         self.source_partitions = source_partitions
-        self.topics = {param: f"{self.job}.{name}" for param, name in topics.items()}
+        prefix = topic_prefix or self.job
+        self.topics = {param: f"{prefix}.{name}" for param, name in topics.items()}
         spec = workdir / "pipeline.py"
         build = f"runpy.run_path({str(module)!r})['build']"
         spec.write_text(f"import runpy\n\npipeline = {build}(**{self.topics!r})\n")

@@ -208,11 +208,18 @@ def test_a_pipeline_that_cannot_run_is_one_line_with_exit_code_2(
     )
     broken = tmp_path / "broken.py"
     broken.write_text("import no_such_module_here\n")
+    twice = tmp_path / "twice.py"
+    twice.write_text(
+        "from processor import Pipeline\npipeline = Pipeline()\n"
+        "pipeline.source('t', name='a').sink('o1')\npipeline.source('t', name='b').sink('o2')\n"
+    )
     cases = [
         (["local", "--pipeline", str(tmp_path / "missing.py")], "does not exist"),
         (["local", "--pipeline", f"{broken}:pipeline"], "does not import: ModuleNotFoundError"),
         (["worker", "--pipeline", f"{no_sink}:pipeline"], "has no sink"),
         (["coordinator", "--pipeline", f"{no_sink}:other"], "has no attribute 'other'"),
+        (["local", "--pipeline", f"{twice}:pipeline"], "source('t') is read twice"),
+        (["coordinator", "--pipeline", f"{twice}:pipeline"], "s = p.source('t'); s.map(...)"),
     ]
     for args, problem in cases:
         result = _processor(*args, "--bootstrap-servers", kafka_bootstrap, timeout=60)

@@ -22,6 +22,7 @@ from processor.kafka import clients
 from processor.models import control
 from processor.models.records import Barrier, encode_barrier, encode_counts
 from processor.runtime.keyed import KeyedTask
+from processor.runtime.layout import ChannelsChanged
 from processor.runtime.task import TaskContext, commit_metadata, committed_after_fencing
 from tests.integration.harness import wait_until
 
@@ -235,3 +236,31 @@ def test_corrupt_committed_snapshot_falls_back_to_an_intact_one(
     assert f"checkpoint 2 ({stored.parent.parent.name}) of " in caplog.text
     assert "is corrupt (CRC-32" in caplog.text
     assert "falling back to checkpoint 1 (" in caplog.text
+
+
+def test_a_snapshot_of_other_channels_stops_the_task_for_good(
+    keyed_run: Callable[[int], KeyedTaskRun],
+) -> None:
+    """The upstream source topic gained a partition while no completed checkpoint told the
+    coordinator: the restored task finds its snapshot's channel layout changed and stops for
+    good with the one line, before it reads (and emits) anything."""
+    run = keyed_run(2)
+    for channel in range(2):
+        run.data(channel, {"a": 1})
+    for channel in range(2):
+        run.barrier(channel, 1)
+    run.start()
+    run.wait_for_ack(1)
+    run.stop()
+
+    run.channels = 3
+    run._send(encode_counts(2, {"a": 5, "new": 1}), None)  # the new channel's records
+    run.start()
+    wait_until(lambda: run.error is not None, 60, "the task to stop")
+    assert isinstance(run.error, ChannelsChanged), run.error
+    assert str(run.error).startswith(
+        "checkpoint 1 was taken with 2 tasks of 'split' (channels 0-1), now 3 tasks of "
+        "'split' (channels 0-2): its positions and watermarks per channel would be misread; "
+    )
+    assert len(run.acks) == 1
+    run.verify()  # the output of checkpoint 1 and nothing else

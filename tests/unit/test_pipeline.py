@@ -101,6 +101,23 @@ def test_given_names_are_used_and_must_be_unique_and_topic_safe() -> None:
         s.sum(name="a b")
 
 
+def test_a_topic_read_by_two_sources_is_refused_with_the_branching_advice() -> None:
+    # Both stages would commit their positions as TopicPartition("in", p) in the job's
+    # group: a restart would resume each at the other's position.
+    p = Pipeline()
+    p.source("in", name="a").map(str).sink("out")
+    with pytest.raises(PipelineError) as caught:
+        p.source("in", name="b")
+    assert str(caught.value) == (
+        "source('in') is read twice (source 'a' reads it already): read a topic once and "
+        "branch the stream, s = p.source('in'); s.map(...); s.filter(...)"
+    )
+    with pytest.raises(PipelineError, match="read twice"):
+        p.source("in")  # unnamed too: not "operator name 'in' is used twice"
+    p.source("other").sink("out2")  # another topic is fine
+    assert [s.name for s in plan(p).stages] == ["a", "other"]
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
