@@ -67,7 +67,7 @@ from processor.models.records import (
 )
 from processor.pipeline.chain import StageChain
 from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks
-from processor.runtime import deadletter
+from processor.runtime.deadletter import DeadLetters
 from processor.runtime.gaps import STATE_LOST, check_resume
 from processor.runtime.task import (
     ClosedEpoch,
@@ -148,7 +148,8 @@ class KeyedTask(Task):
         skipped = metrics.records_skipped
         self._m_bad = skipped.labels(**self.labels, reason="malformed_shuffle")
         self._m_oversized = skipped.labels(**self.labels, reason="oversized_key")
-        self._m_failed = skipped.labels(**self.labels, reason="function_error")
+        s = ctx.settings
+        self._dlq = DeadLetters(s.dlq_topic, ctx.task_id, self.labels, clients.record_limit(s))
 
     def run(self) -> None:
         s = self.settings
@@ -240,6 +241,7 @@ class KeyedTask(Task):
             s.max_key_bytes,
             self.ctx.graph.late_topic,
             s.combine,
+            clients.record_limit(s),
         )
         self._store = store
         if self.stage.timed:
@@ -395,7 +397,7 @@ class KeyedTask(Task):
                 continue
             try:
                 channel, body = decode_shuffle(msg.value())  # type: ignore[arg-type]
-            except (ValueError, struct.error, TypeError):
+            except (ValueError, struct.error, TypeError, RecursionError):
                 # Not written by an upstream task: skip rather than crash-loop.
                 self._m_bad.inc()
                 continue
@@ -468,9 +470,7 @@ class KeyedTask(Task):
 
     def _dead_letter(self, out: TransactionalOutput) -> None:
         assert self.chain is not None
-        dead = self.chain.take_dead()
-        self._m_failed.inc(len(dead))
-        deadletter.failed(out, self.settings.dlq_topic, self.ctx.task_id, dead)
+        self._dlq.failed(out, self.chain.take_dead())
 
     def _flush(self, out: TransactionalOutput, checkpoint: bool = False) -> None:
         """The epoch so far: state -> RocksDB, output -> the open transaction.
