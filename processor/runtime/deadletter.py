@@ -131,11 +131,11 @@ class DeadLetters:
         # (RecordError) say all in their message.
         trace = exc if exc is not None and not isinstance(exc, RecordError) else None
         log.warning(
-            "%s: a record to %s (%s at %s): %s%s",
+            "%s: a dead record (%s at %s) into %s: %s%s",
             self.task,
-            self.topic,
             reason,
             where,
+            self.topic,
             error[:MAX_ERROR],
             f" ({more} more since the last report)" if more else "",
             exc_info=trace,

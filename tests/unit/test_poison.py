@@ -417,3 +417,34 @@ def test_a_dead_record_with_a_huge_key_or_error_still_fits() -> None:
     assert all(_size(r) <= 10_000 for r in fake.records)
     assert fake.records[0][3]["truncated.key"] == b"20000"
     assert fake.records[1][3]["error"] == b"\\ud800" * 10
+
+
+def test_dead_records_are_logged_once_per_kind_then_once_a_minute(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr("processor.runtime.deadletter.time.monotonic", lambda: now[0])
+    out: Any = _Out()
+    letters = _letters()
+
+    def failure() -> DeadRecord:
+        record: dict[str, int] = {}
+        try:
+            record["ts"]
+        except KeyError as exc:
+            return DeadRecord("events", "KeyError: 'ts'", "{}", exc=exc)
+        raise AssertionError
+
+    with caplog.at_level("WARNING", logger="processor.runtime.deadletter"):
+        letters.failed(out, [failure() for _ in range(3)])
+        letters.failed(out, [DeadRecord("events", "timestamp True ...", "{}")])
+        now[0] += 61
+        letters.failed(out, [failure()])
+    lines = [r for r in caplog.records if r.name == "processor.runtime.deadletter"]
+    assert [r.getMessage().split("job.dlq: ")[1] for r in lines] == [
+        "KeyError: 'ts'",
+        "timestamp True ...",
+        "KeyError: 'ts' (2 more since the last report)",
+    ]
+    assert [r.exc_info is not None for r in lines] == [True, False, True]
+    assert len(out.records) == 5
