@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from processor.config import Settings, SettingsError
+from processor.models import limits
 
 log = logging.getLogger(__name__)
 # librdkafka's own log lines, through Python logging instead of straight to stderr.
@@ -143,6 +144,13 @@ def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
 
 def producer(settings: Settings, **overrides: Any) -> Producer:
     return Producer(producer_config(settings, **overrides))
+
+
+def record_limit(settings: Settings) -> int:
+    """The largest record (key, value and headers) a task may hand its producer: librdkafka
+    refuses larger ones (MSG_SIZE_TOO_LARGE), so the tasks make them dead records instead."""
+    configured = producer_config(settings).get("message.max.bytes", 1_000_000)
+    return limits.record_limit(int(configured))
 
 
 def admin(settings: Settings) -> AdminClient:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from processor.models.limits import loads_deep
+
 BARRIER_HEADER = "processor.barrier"
 WATERMARK_HEADER = "processor.watermark"
 
@@ -148,7 +150,10 @@ def _pairs(body: list[Any]) -> bool:
 def decode_shuffle(value: bytes) -> tuple[int, dict[str, Any] | list[list[Any]]]:
     """Raise ValueError (or struct.error) for anything ``encode_shuffle`` did not write."""
     (channel,) = _CHANNEL.unpack_from(value)
-    body = json.loads(value[2:])
+    try:
+        body = json.loads(value[2:])
+    except RecursionError:  # a deep value encoded in a shallower stack than this one
+        body = loads_deep(value[2:])
     if isinstance(body, dict):
         return channel, body
     if isinstance(body, list) and _pairs(body):

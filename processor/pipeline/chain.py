@@ -34,11 +34,13 @@ import json
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
+from operator import itemgetter
 from typing import Any, Protocol
 
+from processor.models.limits import EVENT_TIME_LIMIT, event_time_error, record_limit
 from processor.models.records import encode_shuffle
 from processor.pipeline.api import Node
 from processor.pipeline.floors import Floors
@@ -50,6 +52,7 @@ from processor.pipeline.ops import (
     key_text,
     load_value,
     merger,
+    shown,
     sink_key_of,
     sink_value,
 )
@@ -62,7 +65,12 @@ from processor.pipeline.windows import Item, JoinOperator, WindowOperator
 _Body = dict[str, Any] | list[Sequence[Any]]
 # Well below Kafka's default 1 MB record limit, also after the broker's batch overhead.
 MAX_RECORD_BYTES = 512 * 1024
+# The hard limit (`processor.models.limits`) for librdkafka's default message.max.bytes.
+RECORD_LIMIT = record_limit(1_000_000)
+MAX_ERROR = 1000  # characters of an error kept for the DLQ (a user's message may be huge)
 _DELETED = object()
+_NOT_UTF8 = -2  # `ShuffleOut._partition` of a key no record can carry
+_KEY, _VALUE = itemgetter(0), itemgetter(1)
 
 
 class StateBackend(Protocol):
@@ -76,6 +84,11 @@ class DeadRecord:
     operator: str
     error: str
     value: str  # a short repr, for the DLQ record
+    reason: str = "function_error"  # its label in processor_records_skipped_total
+    # The index, in the batch `StageChain.values` got, of the source value it is, if it is
+    # one (the task writes that record's own bytes to the DLQ).
+    origin: int | None = None
+    exc: BaseException | None = field(default=None, compare=False, repr=False)  # to log
 
 
 class ShuffleOut:
@@ -89,12 +102,15 @@ class ShuffleOut:
         max_key_bytes: int,
         dead: Callable[[Node, Exception, Any], None],
         combine: bool = True,
+        max_record_bytes: int = RECORD_LIMIT,
     ) -> None:
         self.head = head  # the key_by node
         self.partitions = partitions
         self.oversized = 0  # keys too long to ship (counted, skipped)
         self._key_fn = head.fn
-        self._max_key_bytes = max_key_bytes
+        # Half a record at most: a key's sink record (key, digits) always fits.
+        self._max_key_bytes = min(max_key_bytes, max_record_bytes // 2)
+        self._max_record = max_record_bytes
         self._dead = dead  # a record that cannot be keyed or pre-aggregated: (node, error, value)
         # combine=False ships every record (benchmarks: the work of an engine without one).
         combiner = target.combiner if combine else None
@@ -190,6 +206,11 @@ class ShuffleOut:
                     p = self._partition(text)
                 if p >= 0:
                     parts[p][text] = partial
+                elif p == _NOT_UTF8:
+                    # A count stands for as many records (with the key as their value).
+                    copies = partial if self._count else 1
+                    for _ in range(copies):
+                        self._dead(self.head, _not_utf8(text), text if self._count else partial)
             for p, body in enumerate(parts):
                 out.extend((p, v) for v in self._encode(channel, body))
         if self._pairs:
@@ -201,36 +222,66 @@ class ShuffleOut:
                     p = self._partition(pair[0])
                 if p >= 0:
                     lists[p].append(pair)  # a tuple: JSON writes it as the list it decodes to
+                elif p == _NOT_UTF8:
+                    self._dead(self.head, _not_utf8(pair[0]), pair[1])
             for p, pairs in enumerate(lists):
                 out.extend((p, v) for v in self._encode(channel, pairs))
         self._counts, self._partials, self._pairs = Counter(), {}, []
         return out
 
     def _encode(self, channel: int, body: _Body) -> list[bytes]:
+        """``body`` as shuffle records; what cannot be shipped is dead: a value JSON or
+        UTF-8 cannot carry, or one item larger than a record may be."""
+        too_big: list[_Body] = []
         try:
-            return _encode_within(channel, body)
-        except (TypeError, ValueError):  # a value JSON cannot encode: find it, ship the rest
-            return _encode_within(channel, self._encodable(body))
+            out = _encode_within(channel, body, self._max_record, too_big)
+        except (TypeError, ValueError, RecursionError):  # find the items, ship the rest
+            out = self._encode_each(channel, body, too_big)
+        for single in too_big:
+            (value,) = single.values() if isinstance(single, dict) else (single[0][1],)
+            size = len(encode_shuffle(channel, single))
+            self._dead(self.head, _oversized(size, self._max_record), value)
+        return out
 
-    def _encodable(self, body: _Body) -> _Body:
-        """``body`` without the values JSON cannot encode (those are dead records)."""
-        items = list(body.items()) if isinstance(body, dict) else [(p[0], p[1:]) for p in body]
-        kept = []
-        for key, value in items:
+    def _encode_each(self, channel: int, body: _Body, too_big: list[_Body]) -> list[bytes]:
+        """The slow path of a body that did not encode: each item alone first (the ones
+        that fail are dead), then the others together again."""
+        singles: list[_Body] = (
+            [{k: v} for k, v in body.items()] if isinstance(body, dict) else [[p] for p in body]
+        )
+        kept: list[_Body] = []
+        alone: list[bytes] = []
+        for single in singles:
             try:
-                json.dumps(value)
-            except (TypeError, ValueError) as exc:
-                shown = value[0] if isinstance(body, list) else value
-                error = RecordError(f"value {shown!r:.80} is not JSON-encodable: {exc}")
-                self._dead(self.head, error, shown)
+                alone.append(encode_shuffle(channel, single))
+            except (TypeError, ValueError, RecursionError) as exc:
+                (value,) = single.values() if isinstance(single, dict) else (single[0][1],)
+                if isinstance(exc, RecursionError):
+                    error = RecordError(f"value {shown(value)} is nested too deeply", "too_deep")
+                else:
+                    error = RecordError(f"value {shown(value)} is not JSON-encodable: {exc}")
+                self._dead(self.head, error, value)
                 continue
-            kept.append((key, value))
-        return dict(kept) if isinstance(body, dict) else [[k, *v] for k, v in kept]
+            kept.append(single)
+        merged: _Body
+        if isinstance(body, dict):
+            merged = {k: v for single in kept for k, v in single.items()}  # type: ignore[union-attr]
+        else:
+            merged = [p for single in kept for p in single]
+        try:
+            return _encode_within(channel, merged, self._max_record, too_big)
+        except (TypeError, ValueError, RecursionError):  # deeper in the stack: one by one
+            fits = [v for v in alone if len(v) <= self._max_record]
+            too_big.extend(s for s, v in zip(kept, alone, strict=True) if len(v) > self._max_record)
+            return fits
 
     def _partition(self, text: str) -> int:
         p = self._partition_of.get(text)
         if p is None:
-            raw = text.encode()
+            try:
+                raw = text.encode()
+            except UnicodeEncodeError:  # a lone surrogate a function made: no record has it
+                return _NOT_UTF8
             if len(raw) > self._max_key_bytes:
                 self.oversized += 1
                 return -1
@@ -275,11 +326,19 @@ class StageChain:
         max_key_bytes: int = 32768,
         late_topic: str = "",
         combine: bool = True,
+        max_record_bytes: int = RECORD_LIMIT,
     ) -> None:
+        """``max_record_bytes``: the largest record (key and value) Kafka takes; a larger
+        one is a dead record."""
         self.stage = stage
         self.channel = channel
         self._state = state
         self._late_topic = late_topic
+        self._max_record = max_record_bytes
+        # The source values of the batch `values` is processing: a dead record that is one
+        # of them names it (found by identity, on the first dead record of the batch).
+        self._batch: list[Any] | None = None
+        self._ids: dict[int, int] | None = None
         self._watermark = NO_WATERMARK  # the task's (see `watermark`)
         self.floors: Floors | None = None  # per-key watermarks inherited from a savepoint
         self.late: Counter[str] = Counter()  # late records by operator (not yet counted)
@@ -287,7 +346,13 @@ class StageChain:
         self.dead: list[DeadRecord] = []
         self.shuffles = {
             n.name: ShuffleOut(
-                n, plan.target(n), shuffle_partitions[n.name], max_key_bytes, self._dead, combine
+                n,
+                plan.target(n),
+                shuffle_partitions[n.name],
+                max_key_bytes,
+                self._dead,
+                combine,
+                max_record_bytes,
             )
             for n in stage.shuffles
         }
@@ -324,17 +389,21 @@ class StageChain:
         """Decoded values of a source stage's input; in a timed pipeline with their Kafka
         timestamps (``times``), used unless the source has a timestamp function. Returns the
         highest event time among them (None if untimed or none)."""
-        head = self.stage.head
-        if not head.timed:
-            self._push(head, values, quiet)
-            return None
-        if head.timestamp_fn is not None:
-            items = self._stamped(head, values)
-        else:
-            assert times is not None, "a timed source needs the records' timestamps"
-            items = list(zip(times, values, strict=True))
-        self._push(head, items, quiet)
-        return max(t for t, _ in items) if items else None
+        self._batch = values
+        try:
+            head = self.stage.head
+            if not head.timed:
+                self._push(head, values, quiet)
+                return None
+            if head.timestamp_fn is not None:
+                items = self._stamped(head, values)
+            else:
+                assert times is not None, "a timed source needs the records' timestamps"
+                items = list(zip(times, values, strict=True))
+            self._push(head, items, quiet)
+            return max(t for t, _ in items) if items else None
+        finally:
+            self._batch = self._ids = None
 
     def _stamped(self, head: Node, values: list[Any]) -> list[tuple[int, Any]]:
         """(event time, value) by the source's timestamp function; a failure is dead."""
@@ -344,10 +413,11 @@ class StageChain:
         for value in values:
             try:
                 ts = fn(value)
-                if type(ts) is not int:
-                    if type(ts) is not float or ts != ts:
-                        raise RecordError(f"timestamp {ts!r:.40} is not a number of ms")
-                    ts = int(ts)
+                if type(ts) is not int and type(ts) is not float:
+                    raise RecordError(f"timestamp {shown(ts, 40)} is not a number of ms")
+                if not -EVENT_TIME_LIMIT < ts < EVENT_TIME_LIMIT:  # NaN and inf too
+                    raise RecordError(event_time_error(ts), "bad_event_time")
+                ts = int(ts)
             except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
                 self._dead(head, exc, value)
                 continue
@@ -473,9 +543,14 @@ class StageChain:
         records = self.sinks.setdefault(self._late_topic, [])
         for (text, _), value in late:
             try:
-                records.append((sink_key_of(text), sink_value(value)))
+                key, raw = sink_key_of(text), sink_value(value)
             except RecordError as exc:
                 self._dead(node, exc, value)
+                continue
+            if len(key) + len(raw) > self._max_record:
+                self._dead(node, _oversized(len(key) + len(raw), self._max_record), value)
+                continue
+            records.append((key, raw))
 
     def flush(self) -> None:
         """Aggregations' latest values into state and on to their children (in graph order:
@@ -501,7 +576,7 @@ class StageChain:
                 continue
             emitted = []
             for text, value in items:
-                raw = b"%d" % value if type(value) is int else self._encode(node, value)
+                raw = self._encode(node, value)
                 if raw is not None:  # else dead: neither stored nor emitted
                     writes[prefix + text.encode()] = raw
                     emitted.append((text, value))
@@ -555,10 +630,14 @@ class StageChain:
         rest: list[tuple[str, Any]] = []
         for text, value in items:
             if type(value) is int and text[:1] != TAGGED:
-                raw, encoded = text.encode(), b"%d" % value
-                writes[prefix + raw] = encoded
-                append((raw, encoded))
-                continue
+                try:
+                    raw, encoded = text.encode(), b"%d" % value
+                except ValueError:  # an int of over 4,300 digits: the general path refuses it
+                    pass
+                else:
+                    writes[prefix + raw] = encoded
+                    append((raw, encoded))
+                    continue
             stored = self._encode(node, value)
             if stored is not None:  # else dead: neither stored nor emitted
                 writes[prefix + text.encode()] = stored
@@ -800,6 +879,7 @@ class StageChain:
 
     def _sink(self, node: Node, batch: list[Any], keyed: bool) -> None:
         records = self.sinks.setdefault(node.topic, [])
+        start = len(records)
         try:
             if keyed:
                 # A plain string key's text is itself; an int's JSON its digits.
@@ -812,20 +892,72 @@ class StageChain:
                 )
             else:
                 records.extend((None, sink_value(v)) for v in batch)
-            return
-        except RecordError:
+            if _fit(records, start, keyed, self._max_record):
+                return
+        except (RecordError, ValueError, RecursionError):
             pass
+        del records[start:]  # extend() keeps what it appended before a failure
+        limit = self._max_record
         for item in batch:
             value = item[1] if keyed else item
             try:
                 key = sink_key_of(item[0]) if keyed else None
-                records.append((key, sink_value(value)))
+                raw = sink_value(value)
             except RecordError as exc:
                 self._dead(node, exc, value)
+                continue
+            size = len(raw) + (len(key) if key is not None else 0)
+            if size > limit:
+                self._dead(node, _oversized(size, limit), value)
+                continue
+            records.append((key, raw))
 
     def _dead(self, node: Node, exc: Exception, value: Any) -> None:
-        error = str(exc) if isinstance(exc, RecordError) else f"{type(exc).__name__}: {exc}"
-        self.dead.append(DeadRecord(node.name, error, f"{value!r:.200}"))
+        if isinstance(exc, RecordError):
+            error, reason = _text(exc), exc.reason
+        else:
+            error, reason = f"{type(exc).__name__}: {_text(exc)}", "function_error"
+        origin = None
+        if self._batch is not None:  # a source value of this batch, perhaps
+            ids = self._ids
+            if ids is None:
+                ids = self._ids = {}
+                for i, v in enumerate(self._batch):
+                    ids.setdefault(id(v), i)
+            origin = ids.get(id(value))
+        self.dead.append(
+            DeadRecord(node.name, error[:MAX_ERROR], shown(value, 200), reason, origin, exc)
+        )
+
+
+def _text(exc: Exception) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a user's exception whose __str__ fails
+        return f"<{type(exc).__name__} that cannot be shown>"
+
+
+def _fit(records: list[tuple[bytes | None, bytes]], start: int, keyed: bool, limit: int) -> bool:
+    """Whether every record from ``start`` on is at most ``limit`` bytes (a bound from the
+    largest key and value, in C loops; exact per record only if it fails)."""
+    new = records[start:] if start else records
+    if not new:
+        return True
+    largest = max(map(len, map(_VALUE, new)))
+    if keyed:
+        largest += max(map(len, map(_KEY, new)))
+    return largest <= limit
+
+
+def _not_utf8(text: str) -> RecordError:
+    return RecordError(f"key {shown(text)} is not UTF-8 (a lone surrogate)", "invalid_unicode")
+
+
+def _oversized(size: int, limit: int) -> RecordError:
+    return RecordError(
+        f"a record of {size} bytes: larger than Kafka takes ({limit}, from message.max.bytes)",
+        "oversized_record",
+    )
 
 
 def _window_before(node: Node, stage: Stage) -> Node | None:
@@ -847,23 +979,30 @@ def _state_prefix(node: Node) -> bytes:
     return f"{node.name}\0".encode()
 
 
-def _encode_within(channel: int, body: _Body) -> list[bytes]:
-    """``body`` as shuffle record values of at most about MAX_RECORD_BYTES each."""
+def _encode_within(channel: int, body: _Body, limit: int, too_big: list[_Body]) -> list[bytes]:
+    """``body`` as shuffle record values of at most about MAX_RECORD_BYTES each; a single
+    item above ``limit`` (Kafka's) goes to ``too_big`` instead."""
     if not body:
         return []
     value = encode_shuffle(channel, body)
-    if len(value) <= MAX_RECORD_BYTES or len(body) == 1:
+    target = min(MAX_RECORD_BYTES, limit)
+    if len(value) <= target:
+        return [value]
+    if len(body) == 1:
+        if len(value) > limit:
+            too_big.append(body)
+            return []
         return [value]
     # As many slices as the size asks for (a tenth to spare), so that a large body is
     # encoded about twice, not once per halving.
-    slices = min(len(body), -(-len(value) * 11 // (MAX_RECORD_BYTES * 10)))
+    slices = min(len(body), -(-len(value) * 11 // (target * 10)))
     step = -(-len(body) // slices)
     out: list[bytes] = []
     if isinstance(body, dict):
         items = list(body.items())
         for i in range(0, len(items), step):
-            out += _encode_within(channel, dict(items[i : i + step]))
+            out += _encode_within(channel, dict(items[i : i + step]), limit, too_big)
     else:
         for i in range(0, len(body), step):
-            out += _encode_within(channel, body[i : i + step])
+            out += _encode_within(channel, body[i : i + step], limit, too_big)
     return out

@@ -11,29 +11,57 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from processor.models.limits import MAX_JSON_DEPTH, json_problem, loads_deep
 from processor.pipeline.api import Node, ValueFormat
 
 _UNSET = object()
 
 
 class RecordError(Exception):
-    """A record that an operator or the encoding could not handle: it goes to the DLQ."""
+    """A record that an operator or the encoding could not handle: it goes to the DLQ.
+
+    ``reason``: its label in ``processor_records_skipped_total``."""
+
+    def __init__(self, message: str, reason: str = "function_error") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def shown(value: Any, width: int = 80) -> str:
+    """``repr(value)``, cut to ``width`` characters; never raises (a value may be nested too
+    deeply for repr, or be a user's object whose repr fails)."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"<{type(value).__name__} nested too deeply to show>"
+    except Exception as exc:  # noqa: BLE001 - a user's __repr__: show what failed instead
+        return f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
+    return text[:width]
 
 
 def decode(value_format: ValueFormat, raw: bytes) -> Any:
-    """A source record's value as the pipeline sees it; RecordError if it does not decode."""
+    """A source record's value as the pipeline sees it; RecordError if it does not decode
+    (or is JSON no pipeline could write again: see `processor.models.limits`)."""
     if value_format == "bytes":
         return raw
     try:
         text = raw.decode()
     except UnicodeDecodeError as exc:
-        raise RecordError(f"not UTF-8: {exc}") from None
+        raise RecordError(f"not UTF-8: {exc.reason} at byte {exc.start}", "non_utf8") from None
     if value_format == "text":
         return text
     try:
-        return json.loads(text)
+        value = json.loads(text)
+    except RecursionError:
+        error = f"not JSON: nested deeper than {MAX_JSON_DEPTH} levels"
+        raise RecordError(error, "too_deep") from None
     except ValueError as exc:
-        raise RecordError(f"not JSON: {exc}") from None
+        raise RecordError(f"not JSON: {exc}", "not_json") from None
+    problem = json_problem(raw, value)
+    if problem is not None:
+        reason, error = problem
+        raise RecordError(error, reason)
+    return value
 
 
 _TAGGED = "\0"  # starts the text of a key that is not a plain string
@@ -47,8 +75,10 @@ def key_text(key: Any) -> str:
         return key
     try:
         return _TAGGED + json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:
+        raise RecordError(f"key {shown(key)} is nested too deeply", "too_deep") from None
     except (TypeError, ValueError) as exc:
-        raise RecordError(f"key {key!r:.80} is not JSON-encodable: {exc}") from None
+        raise RecordError(f"key {shown(key)} is not JSON-encodable: {exc}") from None
 
 
 def key_of(text: str) -> Any:
@@ -58,13 +88,16 @@ def key_of(text: str) -> Any:
 
 def sink_key(key: Any) -> bytes:
     """A sink record's key: ``str(key)`` in UTF-8."""
-    return str(key).encode()
+    try:
+        return str(key).encode()
+    except UnicodeEncodeError as exc:  # a lone surrogate a function made
+        raise RecordError(f"key {shown(key)} is not UTF-8: {exc.reason}") from None
 
 
 def sink_key_of(text: str) -> bytes:
     """``sink_key(key_of(text))``, without the detour for the common plain string key."""
     if text[:1] != _TAGGED:
-        return text.encode()
+        return sink_key(text)
     return sink_key(key_of(text))
 
 
@@ -74,14 +107,16 @@ _SINK_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 def sink_value(value: Any) -> bytes:
     """A sink record's value: the value as JSON text (so a count is decimal text)."""
-    if type(value) is int:
-        return b"%d" % value  # the common case (counts), ten times faster than json.dumps
-    if isinstance(value, bytes):
-        raise RecordError("bytes are not JSON-encodable: decode them or map them to text")
     try:
+        if type(value) is int:
+            return b"%d" % value  # the common case (counts), ten times faster than json.dumps
+        if isinstance(value, bytes):
+            raise RecordError("bytes are not JSON-encodable: decode them or map them to text")
         return _SINK_JSON.encode(value).encode()
-    except (TypeError, ValueError) as exc:
-        raise RecordError(f"value {value!r:.80} is not JSON-encodable: {exc}") from None
+    except RecursionError:
+        raise RecordError(f"value {shown(value)} is nested too deeply", "too_deep") from None
+    except (TypeError, ValueError) as exc:  # a lone surrogate, an int of 4,300 digits, a set
+        raise RecordError(f"value {shown(value)} is not JSON-encodable: {exc}") from None
 
 
 def load_value(raw: bytes) -> Any:
@@ -89,7 +124,10 @@ def load_value(raw: bytes) -> Any:
     try:
         return int(raw)  # what sink_value wrote for an int; anything else is not an int
     except ValueError:
-        return json.loads(raw)
+        try:
+            return json.loads(raw)
+        except RecursionError:  # stored from a shallower stack than this one
+            return loads_deep(raw)
 
 
 def folder(node: Node) -> Callable[[Any, Any], Any]:
@@ -127,7 +165,7 @@ def _addend(value: Any) -> Any:
     fail would depend on the order the values arrive in, which shuffles do not keep."""
     if type(value) is int or type(value) is float:
         return value
-    raise RecordError(f"not a number: sum of {value!r:.80}")
+    raise RecordError(f"not a number: sum of {shown(value)}")
 
 
 UNSET = _UNSET

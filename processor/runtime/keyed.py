@@ -68,7 +68,7 @@ from processor.models.records import (
 from processor.pipeline.chain import DeadRecord, StageChain
 from processor.pipeline.floors import Floors
 from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks
-from processor.runtime import deadletter
+from processor.runtime.deadletter import DeadLetters
 from processor.runtime.gaps import STATE_LOST, check_resume
 from processor.runtime.layout import META_KEY as LAYOUT_KEY
 from processor.runtime.layout import check_snapshot as check_layout
@@ -158,7 +158,8 @@ class KeyedTask(Task):
         skipped = metrics.records_skipped
         self._m_bad = skipped.labels(**self.labels, reason="malformed_shuffle")
         self._m_oversized = skipped.labels(**self.labels, reason="oversized_key")
-        self._m_failed = skipped.labels(**self.labels, reason="function_error")
+        s = ctx.settings
+        self._dlq = DeadLetters(s.dlq_topic, ctx.task_id, self.labels, clients.record_limit(s))
 
     def run(self) -> None:
         s = self.settings
@@ -251,6 +252,7 @@ class KeyedTask(Task):
             s.max_key_bytes,
             self.ctx.graph.late_topic,
             s.combine,
+            clients.record_limit(s),
         )
         self._store = store
         if self.stage.timed:
@@ -414,7 +416,7 @@ class KeyedTask(Task):
                 continue
             try:
                 channel, body = decode_shuffle(msg.value())  # type: ignore[arg-type]
-            except (ValueError, struct.error, TypeError):
+            except (ValueError, struct.error, TypeError, RecursionError):
                 # Not written by an upstream task: skip rather than crash-loop.
                 self._m_bad.inc()
                 continue
@@ -491,11 +493,12 @@ class KeyedTask(Task):
     def _dead_letter(self, out: TransactionalOutput) -> None:
         """The dead records so far (and those of an aborted transaction) into the open one."""
         assert self.chain is not None
+        if self._dead_resend:
+            self._dlq.failed(out, self._dead_resend, again=True)
+            self._dead_in_txn.extend(self._dead_resend)
+            self._dead_resend = []
         dead = self.chain.take_dead()
-        self._m_failed.inc(len(dead))
-        dead = self._dead_resend + dead
-        self._dead_resend = []
-        deadletter.failed(out, self.settings.dlq_topic, self.ctx.task_id, dead)
+        self._dlq.failed(out, dead)
         self._dead_in_txn.extend(dead)
 
     def _flush(self, out: TransactionalOutput, checkpoint: bool = False) -> None:

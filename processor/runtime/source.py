@@ -29,10 +29,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from processor import faults, metrics
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput, open_output
+from processor.models import limits
 from processor.models.records import Barrier, Watermark, encode_barrier, encode_watermark
 from processor.pipeline.chain import StageChain
+from processor.pipeline.ops import RecordError, decode
 from processor.pipeline.time import NO_WATERMARK, SourceWatermarks
-from processor.runtime import deadletter, gaps
+from processor.runtime import gaps
+from processor.runtime.deadletter import DeadLetters
 from processor.runtime.task import (
     ClosedEpoch,
     Task,
@@ -74,6 +77,7 @@ class SourceTask(Task):
             s.max_key_bytes,
             ctx.graph.late_topic,
             s.combine,
+            clients.record_limit(s),
         )
         # Downstream shuffles: (key_by name, topic, partitions, this task's channel in it).
         self._shuffles = self.shuffle_outputs()
@@ -93,10 +97,8 @@ class SourceTask(Task):
         skipped = metrics.records_skipped
         self._m_null = skipped.labels(**self.labels, reason="null")
         self._m_empty = skipped.labels(**self.labels, reason="empty")
-        self._m_utf8 = skipped.labels(**self.labels, reason="non_utf8")
-        self._m_json = skipped.labels(**self.labels, reason="not_json")
         self._m_oversized = skipped.labels(**self.labels, reason="oversized_key")
-        self._m_failed = skipped.labels(**self.labels, reason="function_error")
+        self._dlq = DeadLetters(s.dlq_topic, ctx.task_id, self.labels, clients.record_limit(s))
 
     def request_checkpoint(self, checkpoint_id: int, triggered_at: float) -> None:
         # Only the newest trigger matters (older ones are superseded). The time goes first:
@@ -180,16 +182,11 @@ class SourceTask(Task):
                 self._m_empty.inc()
         self._records_in += len(msgs)
         self._m_in.inc(len(msgs))
-        decoded: list[object]
-        try:
-            if self._format == "text":
-                decoded = [v.decode() for v in values]
-            elif self._format == "json":
-                decoded = [json.loads(v) for v in values]
-            else:
-                decoded = list(values)
-        except ValueError:  # UnicodeDecodeError too
-            decoded = self._decode_each(msgs, out, times)
+        # The messages the decoded values came from (None: not worked out yet).
+        kept: list[Message] | None = msgs if len(values) == len(msgs) else None
+        decoded = self._decode(values, times)
+        if decoded is None:  # a record in it is not for the pipeline: one at a time
+            decoded, kept = self._decode_each(msgs, out, times)
         newest = self.chain.values(decoded, times=times)
         if newest is not None:
             now = time.monotonic()
@@ -197,47 +194,65 @@ class SourceTask(Task):
                 # One partition per task: the batch's newest event time is the partition's.
                 self._watermarks.observe(p or 0, newest, now)
         if self.chain.has_dead:
-            self._dead_letter(out)
+            if kept is None:
+                kept = [m for m in msgs if m.error() is None and m.value()]
+            self._dead_letter(out, kept)
+
+    def _decode(self, values: list[bytes], times: list[int] | None) -> list[object] | None:
+        """The batch's values for the pipeline; None if one of them is not (see
+        `processor.models.limits`): a C loop per check, the records one by one only then."""
+        decoded: list[object]
+        try:
+            if self._format == "text":
+                decoded = [v.decode() for v in values]
+            elif self._format == "json":
+                decoded = [json.loads(v) for v in values]
+                if limits.json_problems(values, decoded):
+                    return None
+            else:
+                decoded = list(values)
+        except (ValueError, RecursionError):  # UnicodeDecodeError too
+            return None
+        if times is not None and not limits.in_range(times):
+            return None
+        return decoded
 
     def _decode_each(
         self, msgs: list[Message], out: TransactionalOutput, times: list[int] | None
-    ) -> list[object]:
-        """The slow path of a batch with an undecodable record: dead-letter the bad ones
-        (``times``, if given, is rebuilt for the ones kept)."""
+    ) -> tuple[list[object], list[Message]]:
+        """The slow path of a batch with a record the pipeline cannot take: dead-letter
+        those (``times``, if given, is rebuilt for the ones kept). Returns the values and
+        the messages they came from."""
         decoded: list[object] = []
+        kept: list[Message] = []
         if times is not None:
             times.clear()
         for msg in msgs:
-            value = msg.value()
-            if msg.error() is not None or not value:
+            raw = msg.value()
+            if msg.error() is not None or not raw:
                 continue
-            if times is not None:
-                times.append(msg.timestamp()[1])
+            ts = msg.timestamp()[1] if times is not None else 0
             try:
-                text = value.decode()
-            except UnicodeDecodeError as exc:
-                self._m_utf8.inc()
-                error = f"not UTF-8: {exc.reason} at byte {exc.start}"
-            else:
-                if self._format == "text":
-                    decoded.append(text)
-                    continue
-                try:
-                    decoded.append(json.loads(text))
-                    continue
-                except ValueError as exc:
-                    self._m_json.inc()
-                    error = f"not JSON: {exc}"
+                if (
+                    times is not None
+                    and not -limits.EVENT_TIME_LIMIT < ts < limits.EVENT_TIME_LIMIT
+                ):
+                    raise RecordError(limits.event_time_error(ts), "bad_event_time")
+                value = decode(self._format, raw)
+            except RecordError as exc:
+                self._dlq.source_record(out, msg, str(exc), exc.reason)
+                continue
+            decoded.append(value)
+            kept.append(msg)
             if times is not None:
-                times.pop()
-            where = (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
-            deadletter.undecodable(out, self.settings.dlq_topic, value, msg.key(), where, error)
-        return decoded
+                times.append(ts)
+        return decoded, kept
 
-    def _dead_letter(self, out: TransactionalOutput) -> None:
+    def _dead_letter(self, out: TransactionalOutput, batch: list[Message] | None = None) -> None:
+        """The chain's dead records into the DLQ; ``batch``: the messages of the values the
+        chain was last given (a dead record that is one of them is written as it came)."""
         dead = self.chain.take_dead()
-        self._m_failed.inc(len(dead))
-        deadletter.failed(out, self.settings.dlq_topic, self.ctx.task_id, dead)
+        self._dlq.failed(out, dead, batch.__getitem__ if batch is not None else None)
 
     def _flush(self, out: TransactionalOutput) -> None:
         """The stage's buffers into the open transaction: combined partial aggregates (a few

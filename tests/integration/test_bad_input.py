@@ -6,9 +6,12 @@ Outcomes: ``data`` (processed as text), ``dlq`` (skipped, counted and copied to 
 
 from __future__ import annotations
 
+import json
 import random
 import socket
+import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -23,7 +26,10 @@ from processor.models.records import (
     encode_counts,
     encode_shuffle,
 )
+from processor.pipeline.ops import sink_value
 from tests.integration.harness import JobRun, wait_until
+from tests.integration.pipeline_run import PipelineRun, read_committed
+from tests.integration.poison import poison, send
 
 Dead = tuple[bytes, dict[str, bytes]]
 
@@ -43,7 +49,12 @@ CASES: list[tuple[str, bytes | None, bool, str]] = [
     ("forged barrier header, text", b"forged barrier words", True, "data"),
     ("forged barrier header, barrier bytes", BARRIER_VALUE, True, "dlq"),
     ("oversized key", f"{LONG_WORD} tail".encode(), False, "skipped:oversized_key"),
+    ("UTF-8 of a lone surrogate", b"\xed\xa0\x80 surrogate", False, "dlq"),
+    ("200 KB of control characters", b"\x01" * 200_000 + b" controls", False, "data"),
 ]
+# Not UTF-8, with its key just under the producer's limit: too large for the DLQ's headers,
+# so the dead record keeps a prefix and says so.
+HUGE, HUGE_KEY = b"\xff" + b"x" * 999_699, b"K" * 200
 
 
 def _free_port() -> int:
@@ -59,6 +70,7 @@ def test_bad_input_table(kafka_bootstrap: str, tmp_path: Path) -> None:
         run.produce([b"good words before"])
         for _, value, forged, _ in CASES:
             run.produce([value], headers=BARRIER_HEADERS if forged else None)
+        send(run._producer, [(run.settings.input_topic, HUGE, HUGE_KEY, 0)])
         run.produce([b"good words after"])
         del run.expected[LONG_WORD]  # the one word too long to be a key
         run.start_coordinator()
@@ -80,16 +92,75 @@ def test_bad_input_table(kafka_bootstrap: str, tmp_path: Path) -> None:
         assert skipped == {
             "null": 1,
             "empty": 1,
-            "non_utf8": len(dlq_cases),
+            "non_utf8": len(dlq_cases) + 1,
             "oversized_key": 1,
         }
-        dead = _read_all(run, run.settings.dlq_topic, expect=len(dlq_cases))
-        assert [value for value, _ in dead] == dlq_cases
+        dead = _read_all(run, run.settings.dlq_topic, expect=len(dlq_cases) + 1)
+        assert [value for value, _ in dead[:-1]] == dlq_cases
+        huge, headers = dead[-1]
+        assert headers["truncated"] == b"%d" % len(HUGE) and HUGE.startswith(huge)
+        assert len(huge) + len(HUGE_KEY) + sum(len(k) + len(v) for k, v in headers.items()) < 10**6
         first_offset = 1 + [c for c, *_ in CASES].index("non-UTF-8")
         assert dead[0][1]["source.topic"] == run.settings.input_topic.encode()
         assert dead[0][1]["source.offset"] == str(first_offset).encode()
         assert dead[0][1]["error"].startswith(b"not UTF-8")
         assert run.expected["tail"] == 1 and run.expected["forged"] == 1
+        assert run.expected["controls"] == 1
+    finally:
+        run.stop()
+
+
+def test_bad_json_input_table(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A JSON pipeline (timestamp function, pass-through sink, windows): each poison record
+    dead once, counted by its reason, logged once per reason and kind of error (a user
+    function's error with its traceback), and the good records' output exact."""
+    port = _free_port()
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        Path(__file__).resolve().parent / "poison.py",
+        {"events": "events", "passthrough": "passthrough", "windows": "windows"},
+        source_partitions=1,
+    )
+    events = run.topics["events"]
+    t0 = int(time.time() * 1000)
+    good = [json.dumps({"k": "a", "ts": t0 + i}).encode() for i in range(4)]
+    no_time = [b'{"k": "a"}'] * 3  # KeyError in the timestamp function
+    cases = poison(t0 + 1)
+    records = good[:2] + [c.value for c in cases] + no_time + good[2:]
+    keys = [None] * 2 + [c.key for c in cases] + [None] * (len(no_time) + 2)
+    try:
+        send(run._producer, [(events, v, k, 0) for v, k in zip(records, keys, strict=True)])
+        run.start_coordinator()
+        run.start_worker(0, metrics_port=port)
+        run.wait_idle(120)
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
+            text = page.read().decode()
+        skipped = Counter[str]()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if (
+                    sample.name == "processor_records_skipped_total"
+                    and sample.labels.get("job") == run.job
+                ):
+                    skipped[sample.labels["reason"]] += int(sample.value)
+        want = Counter(c.reason for c in cases) + Counter(function_error=len(no_time))
+        assert +skipped == want
+        dead = read_committed(kafka_bootstrap, run.settings.dlq_topic)
+        assert sum(map(len, dead.values())) == len(cases) + len(no_time)
+        through = [
+            v
+            for part in read_committed(kafka_bootstrap, run.topics["passthrough"]).values()
+            for _, v, _ in part
+        ]
+        assert through == [sink_value(json.loads(raw)) for raw in good]
+
+        log = run.log("worker-0")
+        assert log.count("Traceback") == 1 and "KeyError: 'ts'" in log  # 3 of them, one report
+        for reason in want:
+            assert f"({reason} at " in log, reason
+        assert " failed: " not in log
     finally:
         run.stop()
 

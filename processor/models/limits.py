@@ -1,0 +1,150 @@
+"""What a record may be: the bounds every record is held to, so that any record, of any
+content and size, becomes output or a dead record, and never a task that fails on it.
+
+- JSON input nested deeper than `MAX_JSON_DEPTH` levels is dead at the source: Python's
+  parser and encoder recurse, so a deeper document would fail wherever the stack happens to
+  be deeper (an encode, a copy, the next stage's decode). The bound leaves every later step
+  hundreds of frames to spare.
+- JSON input holding a lone surrogate (an escape like ``\\ud800`` naming half a character,
+  which ``json.loads`` accepts) is dead at the source: no UTF-8 text, so no key, sink record
+  or shuffle record, can carry it.
+- Event times are integers of milliseconds strictly within ±`EVENT_TIME_LIMIT` (2^53, about
+  285,000 years either side of 1970): floats hold them exactly, and every window end and
+  watermark derived from them stays far inside the int64 they are packed in.
+- A record the engine writes (sink, shuffle, ``<job>.late``, ``<job>.dlq``) is at most
+  `record_limit` bytes, key and headers included: librdkafka refuses a larger one
+  (MSG_SIZE_TOO_LARGE), so it is a dead record instead; a dead record too large for the DLQ
+  keeps a prefix of its value.
+
+Pure, standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+MAX_JSON_DEPTH = 200
+EVENT_TIME_LIMIT = 1 << 53
+# librdkafka counts a record as key + value + headers + 36 bytes (measured with 2.x); the
+# rest is headroom for the batch framing, within the broker's default 1 MiB + 12 bytes.
+RECORD_OVERHEAD = 512
+HEADER_OVERHEAD = 16  # per header: its name's and value's lengths as varints
+
+# The start of an escape of a UTF-16 surrogate (paired or not): \uD800 to \uDFFF.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# A high surrogate escape not followed by a low one, or a low one not after a high one: in
+# text where no backslash is escaped (so every backslash-u starts an escape), a lone one.
+_LONE_SURROGATE = re.compile(
+    rb"\\u[dD](?:[89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD])[c-fC-F])"
+)
+
+
+def record_limit(message_max_bytes: int) -> int:
+    """The largest record (key + value + headers) to send to a producer whose
+    ``message.max.bytes`` is ``message_max_bytes``."""
+    return message_max_bytes - RECORD_OVERHEAD
+
+
+def headers_size(headers: Sequence[tuple[str, bytes]]) -> int:
+    return sum(len(name) + len(value) + HEADER_OVERHEAD for name, value in headers)
+
+
+def json_problem(raw: bytes, value: Any) -> tuple[str, str] | None:
+    """Why ``value`` (``json.loads(raw)``) cannot enter a pipeline: (metric reason, error),
+    or None. Cheap unless ``raw`` is large or holds a surrogate escape."""
+    if _SURROGATE_ESCAPE.search(raw) is not None:
+        try:
+            json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError as exc:
+            return "invalid_unicode", f"not valid Unicode: a lone surrogate ({exc.reason})"
+    if _too_deep(raw, value):
+        return "too_deep", f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    return None
+
+
+def json_problems(raws: list[bytes], values: list[Any]) -> bool:
+    """Whether any ``values[i]`` (decoded from ``raws[i]``) has a `json_problem`: C loops
+    over the whole batch first, one record at a time only where one may have."""
+    if not raws:
+        return False
+    joined = b"\n".join(raws)
+    if b"\\" in joined and (
+        # An escaped backslash may make text look like an escape: then record by record.
+        _LONE_SURROGATE.search(joined) is not None
+        if b"\\\\" not in joined
+        else _SURROGATE_ESCAPE.search(joined) is not None
+    ):
+        return any(json_problem(r, v) is not None for r, v in zip(raws, values, strict=True))
+    if max(map(len, raws)) <= 2 * MAX_JSON_DEPTH:
+        return False
+    # Each level takes two bytes and a bracket; counting the brackets is a C loop.
+    limit = MAX_JSON_DEPTH
+    brackets = [r.count(b"[") + r.count(b"{") if len(r) > 2 * limit else 0 for r in raws]
+    if max(brackets) <= limit:
+        return False
+    return any(_too_deep(raw, value) for raw, value in zip(raws, values, strict=True))
+
+
+def _too_deep(raw: bytes, value: Any) -> bool:
+    # Each level takes two bytes and a bracket; counting the brackets is a C loop.
+    return (
+        len(raw) > 2 * MAX_JSON_DEPTH
+        and raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
+        and _deeper_than(value, MAX_JSON_DEPTH)
+    )
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` has more than ``limit`` levels of lists and dicts (without
+    recursion: it may be deep enough to exhaust the stack)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if type(item) is list:
+            children: Any = item
+        elif type(item) is dict:
+            children = item.values()
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def loads_deep(raw: bytes | str) -> Any:
+    """``json.loads`` on a thread of its own: a fresh stack. For a value that was encoded
+    in a shallower stack than the caller's (the caller's ``json.loads`` raised
+    RecursionError): decoding needs no more depth than encoding did."""
+    result: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(json.loads(raw))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="json-deep", daemon=True)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def in_range(times: list[int]) -> bool:
+    """Whether every time of ``times`` (Kafka timestamps: int64) is a valid event time."""
+    return not times or (max(times) < EVENT_TIME_LIMIT and min(times) > -EVENT_TIME_LIMIT)
+
+
+def event_time_error(ts: Any) -> str:
+    return (
+        f"event time {ts!r:.40} is not an integer of ms within ±2^53 (about 285,000 years "
+        "around 1970)"
+    )
