@@ -63,8 +63,11 @@ from processor.pipeline import reference
 from processor.pipeline.api import Pipeline
 from processor.pipeline.load import load_pipeline
 from processor.pipeline.reference import SinkOutput
+from tests import chaincheck
 from tests.conftest import TEST_REGION, create_bucket
 from tests.integration.harness import JobRun, control_messages, recovery_times
+from tests.integration.pipeline_run import read_committed
+from tests.integration.poison import poison
 from tests.s3server import S3Server
 from tests.sinkcheck import SinkCheck, check_sink
 from tests.timecheck import (
@@ -84,8 +87,14 @@ S3_PORT = int(os.environ.get("PROCESSOR_TEST_CHAOS_S3_PORT", "19392"))
 S3_BUCKET = "chaos"
 WORKERS = 3
 CLICKS_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "clicks.py"
-SOURCE_PARTITIONS = 3  # of each of the clicks run's two source topics
+CHAINED_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "promotions.py"
+SOURCE_PARTITIONS = 3  # of each of the clicks run's two source topics (the chained run's clicks)
+PROMOTION_PARTITIONS = 2  # of the chained run's promotions
 NEVER_IDLE_MS = 3_600_000  # the clicks run's idle_ms: longer than any fault and the run
+# The chained run's idle_ms: shorter than its longer pauses (worker SIGKILL 1-5 s before the
+# restart, SIGSTOP 3-6 s), far longer than the feed's gaps.
+CHAINED_IDLE_MS = 2000
+POISON_EVERY = 20_000  # the chained run mixes a set of poison records into each so many clicks
 
 
 @dataclass
@@ -98,7 +107,8 @@ class Summary:
     duplicated: int = 0
     unknown: int = 0
     wrong: int = 0  # pipeline sinks: final values that differ (non-numeric), dead-letter count
-    late: int = 0  # clicks run: records in <job>.late (none can be late)
+    late: int = 0  # clicks and chained runs: records in <job>.late (none can be late)
+    dead: int = 0  # chained run: DLQ records, each a poison record of the input (checked)
     sinks: dict[str, SinkCheck] = field(default_factory=dict)
     recovery_s: list[float] = field(default_factory=list)
     duration_s: float = 0.0
@@ -121,6 +131,7 @@ class Summary:
                 {
                     "wrong": self.wrong,
                     "late": self.late,
+                    **({"dead": self.dead} if self.dead else {}),
                     "sinks": {t: c.to_json() for t, c in self.sinks.items()},
                 }
                 if self.sinks
@@ -146,19 +157,27 @@ def run_chaos(
     port: int = PORT,
     s3_port: int = S3_PORT,
     clicks: int = 0,
+    chained: int = 0,
 ) -> Summary:
     """``pipeline``: ``file.py:attribute`` to run instead of the built-in word count;
-    ``clicks``: run examples/clicks.py on that many clicks instead (``words`` is unused)."""
+    ``clicks``: run examples/clicks.py on that many clicks instead (``words`` is unused);
+    ``chained``: run examples/promotions.py on that many clicks, with poison records."""
     rng = random.Random(seed)
-    summary = Summary(words=0 if clicks else words)
+    timed = clicks or chained
+    summary = Summary(words=0 if timed else words)
     job_settings: dict[str, str] = {}
     graph: Pipeline | None = None
-    if clicks:
-        spec = workdir.resolve() / "clicks_pipeline.py"
-        build = f"runpy.run_path({str(CLICKS_EXAMPLE)!r})['build']"
-        spec.write_text(f"import runpy\n\npipeline = {build}(idle_ms={NEVER_IDLE_MS})\n")
+    if timed:
+        example, idle = (
+            (CLICKS_EXAMPLE, NEVER_IDLE_MS) if clicks else (CHAINED_EXAMPLE, CHAINED_IDLE_MS)
+        )
+        spec = workdir.resolve() / f"{example.stem}_pipeline.py"
+        build = f"runpy.run_path({str(example)!r})['build']"
+        spec.write_text(f"import runpy\n\npipeline = {build}(idle_ms={idle})\n")
         graph, _ = load_pipeline(str(spec))
         job_settings = {"pipeline": str(spec), "input_topic": "clicks"}
+        if chained:  # three keyed stages: 12 keyed tasks rather than 24 on a small machine
+            job_settings["shuffle_partitions"] = "4"
     elif pipeline:
         pipeline = _absolute(pipeline)  # the same file whatever the processes' directory
         graph, stages = load_pipeline(pipeline)
@@ -181,14 +200,21 @@ def run_chaos(
             "s3_secret_access_key": s3_server.secret_access_key,
         }
     # Each S3 checkpoint is a dozen requests per task: 1 s rather than 500 ms between them.
-    partitions = SOURCE_PARTITIONS if clicks else 4
+    partitions = SOURCE_PARTITIONS if timed else 4
     run = JobRun(
         broker.bootstrap, workdir, partitions, 1000 if s3 else 500, **storage, **job_settings
     )
-    feed: _ClicksFeed | None = None
+    feed: _ClicksFeed | _ChainedFeed | None = None
     if clicks:
         feed = _ClicksFeed(run, clicks, seed)
         summary.events = len(feed.clicks) + len(feed.views)
+    elif chained:
+        feed = _ChainedFeed(run, chained, seed)
+        summary.events = len(feed.clicks) + len(feed.promotions)
+        # Fed from before the job starts: with a short idle_ms, partitions that the job had
+        # found empty for that long would be idle when the records come, and some of these
+        # late (by design, and depending on timing).
+        feed.start(seconds=10.0 + faults * 3.3)
     started = time.monotonic()
     kills: list[tuple[float, str]] = []  # (time, worker id) of worker kills, for recovery times
     try:
@@ -196,10 +222,10 @@ def run_chaos(
         for i in range(WORKERS):
             run.start_worker(i)
         # The input keeps coming while faults happen: about 1.5 faults per second of feed.
-        if feed is not None:  # once the job runs, spread over about as long as the faults take
+        if isinstance(feed, _ClicksFeed):  # once the job runs, over about as long as the faults
             run.wait_for_checkpoints(1, timeout=120)
             feed.start(seconds=max(10.0, faults * 2.0))
-        else:
+        elif feed is None:
             run.feed(words, seconds=max(10.0, faults * 0.7), seed=seed)
         run.wait_for_checkpoints(2, timeout=120)
         broker_at = rng.randrange(faults) if broker_restart else -1
@@ -217,7 +243,7 @@ def run_chaos(
                 summary.faults["S3 outage"] += 1
             else:
                 kind = rng.choices(["kill", "coordinator", "stop"], weights=[6, 2, 1])[0]
-                _inject(run, rng, kind, kills, summary)
+                _inject(run, rng, kind, kills, summary, long_pauses=bool(chained))
             time.sleep(rng.uniform(0.2, 1.0))
         for i in run.dead_workers():
             run.start_worker(i)
@@ -247,13 +273,16 @@ def _inject(
     kind: str,
     kills: list[tuple[float, str]],
     summary: Summary,
+    long_pauses: bool = False,
 ) -> None:
+    """``long_pauses``: a killed worker stays down 1-5 s rather than up to 3, a stopped one
+    3-6 s rather than 3 (the chained run's sources go idle after 2 s)."""
     i = rng.randrange(WORKERS)
     if kind == "kill":
         if run.workers[i].poll() is None:
             kills.append((time.time(), f"worker-{i}"))
             run.kill_worker(i)
-            time.sleep(rng.uniform(0, 3))
+            time.sleep(rng.uniform(1, 5) if long_pauses else rng.uniform(0, 3))
         run.start_worker(i)
         summary.faults["worker SIGKILL"] += 1
     elif kind == "coordinator":
@@ -266,7 +295,8 @@ def _inject(
             run.start_worker(i)
             return
         run.kill_worker(i, signal.SIGSTOP)
-        time.sleep(3.0)  # past the 2 s heartbeat timeout: its tasks move and fence it
+        # Past the 2 s heartbeat timeout: its tasks move and fence it.
+        time.sleep(rng.uniform(3, 6) if long_pauses else 3.0)
         run.kill_worker(i, signal.SIGCONT)
         summary.faults["worker SIGSTOP (zombie)"] += 1
 
@@ -355,6 +385,111 @@ class _ClicksFeed:
         summary.wrong += len(read_records(settings, settings.dlq_topic, timeout=120))
 
 
+# A record of the chained run's feed: (topic, value, key, partition).
+_Placed = tuple[str, bytes, bytes | None, int]
+
+
+class _ChainedFeed:
+    """The chained run's input (tests/chaincheck.py): clicks and promotions round-robin over
+    the partitions of their topics, in the order of their places in event time, with a set
+    of poison records (tests/integration/poison.py) mixed into each `POISON_EVERY` clicks at
+    random places, then a closing click and promotion in every partition."""
+
+    def __init__(self, run: JobRun, clicks: int, seed: int) -> None:
+        self.run = run
+        now = int(time.time() * 1000)
+        t0 = (now - clicks * 50 - 15 * MINUTE) // MINUTE * MINUTE  # recent, as the clicks run's
+        self.clicks, self.promotions, order = chaincheck.stream(t0, clicks, seed)
+        last = max(e["ts"] for e in order)
+        self.end = last + 3 * MINUTE
+        assert chaincheck.closes_everything(last, self.end)
+        admin = clients.admin(run.settings)
+        clients.ensure_topic(admin, "clicks", SOURCE_PARTITIONS)
+        clients.ensure_topic(admin, "promotions", PROMOTION_PARTITIONS)
+        rng = random.Random(seed + 1)
+        sets = max(1, clicks // POISON_EVERY)
+        # Click number -> the poison cases to send after it (each case once per set).
+        after: dict[int, list[int]] = collections.defaultdict(list)
+        for _ in range(sets):
+            for case in range(len(poison(0))):
+                after[rng.randrange(clicks)].append(case)
+        parts = {"clicks": SOURCE_PARTITIONS, "promotions": PROMOTION_PARTITIONS}
+        sent = {"clicks": 0, "promotions": 0}
+        offsets = {(topic, p): 0 for topic, n in parts.items() for p in range(n)}
+        last_ts = dict.fromkeys(range(SOURCE_PARTITIONS), t0)
+        self.placed: list[_Placed] = []
+        # (partition, offset) in clicks -> the poison record's value and key.
+        self.poison: dict[tuple[int, int], tuple[bytes, bytes | None]] = {}
+
+        def place(topic: str, value: bytes, key: bytes | None, partition: int) -> None:
+            self.placed.append((topic, value, key, partition))
+            offsets[topic, partition] += 1
+
+        clicked = 0
+        for event in order:
+            topic = "promotions" if event["id"].startswith("p") else "clicks"
+            partition = sent[topic] % parts[topic]
+            sent[topic] += 1
+            place(topic, json.dumps(event).encode(), None, partition)
+            if topic == "clicks":
+                last_ts[partition] = event["ts"]
+                for case in after.get(clicked, []):
+                    p = rng.randrange(SOURCE_PARTITIONS)
+                    record = poison(last_ts[p], key="page")[case]
+                    self.poison[p, offsets["clicks", p]] = (record.value, record.key)
+                    place("clicks", record.value, record.key, p)
+                clicked += 1
+        for topic, n in parts.items():
+            closing = {"id": "close", "page": "closing", "ts": self.end}
+            for p in range(n):
+                place(topic, json.dumps(closing).encode(), None, p)
+
+    def start(self, seconds: float) -> None:
+        self.run.feed_values(self.placed, seconds, self._send)
+
+    def _send(self, chunk: list[_Placed]) -> None:
+        for topic, value, key, partition in chunk:
+            self.run._produce(topic, value, key=key, partition=partition)
+        self.run._flush()
+
+    def verify(self, summary: Summary) -> None:
+        """Every window of both stages and every pair exactly once, nothing else, nothing
+        late, and the DLQ holding each poison record once, as it came."""
+        settings = self.run.settings
+        for param, want in chaincheck.expected(self.clicks, self.promotions).items():
+            topic = chaincheck.SINKS[param]
+            got = read_records(settings, topic, timeout=120)
+            check = check_sink(SinkOutput(False, list(want.elements())), got)
+            summary.sinks[topic] = check
+            summary.records_verified += check.records
+            summary.lost += check.lost
+            summary.duplicated += check.duplicated
+            summary.unknown += check.unknown
+        summary.late = len(read_records(settings, f"{settings.job_name}.late", timeout=120))
+        letters = read_committed(settings.bootstrap_servers, settings.dlq_topic, timeout=120)
+        found: collections.Counter[tuple[int, int]] = collections.Counter()
+        for key, value, headers in itertools.chain.from_iterable(letters.values()):
+            summary.dead += 1
+            at = (
+                int(headers.get("source.partition", b"-1")),
+                int(headers.get("source.offset", b"-1")),
+            )
+            sent = self.poison.get(at)
+            if sent is None or headers.get("source.topic") != b"clicks" or key != sent[1]:
+                summary.unknown += 1
+                continue
+            truncated = headers.get("truncated")
+            if value is None or not (
+                value == sent[0]
+                if truncated is None
+                else int(truncated) == len(sent[0]) and sent[0].startswith(value)
+            ):
+                summary.wrong += 1
+            found[at] += 1
+        summary.duplicated += sum(n - 1 for n in found.values())
+        summary.lost += len(self.poison.keys() - found.keys())
+
+
 def _absolute(spec: str) -> str:
     path, colon, attr = spec.rpartition(":")
     if not colon or not path.endswith(".py"):
@@ -377,7 +512,15 @@ def main() -> int:
         action="store_true",
         help="run examples/clicks.py (event-time windows and a join) instead",
     )
-    parser.add_argument("--events", type=int, default=100_000, help="--clicks: clicks to feed")
+    parser.add_argument(
+        "--chained",
+        action="store_true",
+        help="run examples/promotions.py (a window with lateness feeding a window and a "
+        "join) with poison records instead",
+    )
+    parser.add_argument(
+        "--events", type=int, default=100_000, help="--clicks, --chained: clicks to feed"
+    )
     parser.add_argument("--port", type=int, default=PORT, help="the broker's (controller: +1)")
     parser.add_argument("--s3-port", type=int, default=S3_PORT)
     parser.add_argument("--keep", default="", help="a directory for the logs, kept afterwards")
@@ -396,6 +539,7 @@ def main() -> int:
             port=args.port,
             s3_port=args.s3_port,
             clicks=args.events if args.clicks else 0,
+            chained=args.events if args.chained else 0,
         )
     report = summary.to_json()
     print(json.dumps(report, indent=1))

@@ -12,9 +12,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 
@@ -25,6 +25,8 @@ from processor.jobs.wordcount import words
 from processor.kafka import clients
 from processor.models import control
 from processor.state.rocksdb.snapshots import unseal_manifest
+
+T = TypeVar("T")
 
 
 class JobRun:
@@ -136,9 +138,9 @@ class JobRun:
 
     def feed_values(
         self,
-        values: list[bytes],
+        values: Sequence[T],
         seconds: float,
-        send: Callable[[list[bytes]], None],
+        send: Callable[[list[T]], None],
         hold_halfway: bool = False,
     ) -> None:
         """``send`` ``values`` in chunks in the background, spread over ``seconds``. With
@@ -153,7 +155,7 @@ class JobRun:
                     if hold_halfway and i == chunks // 2:
                         self.halfway.set()
                         self._resume.wait(300)
-                    send(values[i * size : (i + 1) * size])
+                    send(list(values[i * size : (i + 1) * size]))
                     time.sleep(seconds / chunks)
             except BaseException as exc:  # noqa: BLE001 - raised again by drain()
                 self._feed_error = exc

@@ -46,26 +46,28 @@ class Poison:
     windowed: bool = False  # counted in the windows all the same (dead at the pass-through)
 
 
-def poison(ts: int) -> list[Poison]:
-    """Each poison record; ``ts``: the event time of the ones that have a valid one."""
-    deep = b'{"k": "a", "ts": %d, "d": %s}' % (ts, b"[" * 300 + b"]" * 300)
+def poison(ts: int, key: str = "k") -> list[Poison]:
+    """Each poison record; ``ts``: the event time of the ones that have a valid one; ``key``:
+    the field the pipeline keys by (``"k"`` here)."""
+    k = key.encode()
+    deep = b'{"%s": "a", "ts": %d, "d": %s}' % (k, ts, b"[" * 300 + b"]" * 300)
     # 1e5 is 100000.0 written again: 4 bytes grow to 9, 700 KB to 1.6 MB.
-    grows = b'{"k": "big", "ts": %d, "v": [%s]}' % (ts, b",".join([b"1e5"] * 175_000))
+    grows = b'{"%s": "big", "ts": %d, "v": [%s]}' % (k, ts, b",".join([b"1e5"] * 175_000))
     return [
-        Poison("surrogate key", b'{"k": "\\ud800", "ts": %d}' % ts, None, "invalid_unicode"),
+        Poison("surrogate key", b'{"%s": "\\ud800", "ts": %d}' % (k, ts), None, "invalid_unicode"),
         Poison(
             "surrogate value",
-            b'{"k": "a", "ts": %d, "v": "x\\udfff"}' % ts,
+            b'{"%s": "a", "ts": %d, "v": "x\\udfff"}' % (k, ts),
             None,
             "invalid_unicode",
         ),
         Poison("5000 unclosed brackets", b"[" * 5000, None, "too_deep"),
         Poison("a document nested 300 deep", deep, None, "too_deep"),
-        Poison("event time 1e19", b'{"k": "a", "ts": 1e19}', None, "bad_event_time"),
-        Poison("event time -1e19", b'{"k": "a", "ts": -1e19}', None, "bad_event_time"),
-        Poison("event time inf", b'{"k": "a", "ts": 1e400}', None, "bad_event_time"),
-        Poison("event time NaN", b'{"k": "a", "ts": NaN}', None, "bad_event_time"),
-        Poison("event time true", b'{"k": "a", "ts": true}', None, "function_error"),
+        Poison("event time 1e19", b'{"%s": "a", "ts": 1e19}' % k, None, "bad_event_time"),
+        Poison("event time -1e19", b'{"%s": "a", "ts": -1e19}' % k, None, "bad_event_time"),
+        Poison("event time inf", b'{"%s": "a", "ts": 1e400}' % k, None, "bad_event_time"),
+        Poison("event time NaN", b'{"%s": "a", "ts": NaN}' % k, None, "bad_event_time"),
+        Poison("event time true", b'{"%s": "a", "ts": true}' % k, None, "function_error"),
         Poison("grows past the limit", grows, None, "oversized_record", windowed=True),
         # With its key just under the producer's limit: too large for the DLQ's headers.
         Poison("999,900 bytes, not JSON", b"{" + b"x" * 999_699, b"K" * 200, "not_json"),

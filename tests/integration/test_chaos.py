@@ -69,3 +69,23 @@ def test_chaos_short_on_event_time_windows_and_a_join(tmp_path: Path) -> None:
     }
     assert all(check.records > 0 for check in summary.sinks.values()), report
     assert summary.exact, report
+
+
+def test_chaos_short_on_chained_timed_stages_with_poison_records(tmp_path: Path) -> None:
+    """examples/promotions.py (a window with lateness feeding a window and a join) exact after
+    worker and coordinator SIGKILLs and a zombie while both sources are fed, with poison
+    records among the clicks and the sources' idle_ms (2 s) shorter than the pauses (seed 4:
+    kill 3.9 s, kill 2.6 s, coordinator, kill 4.3 s, stop 5.5 s): nothing late, the DLQ holds
+    each poison record once."""
+    summary = run_chaos(tmp_path, words=0, faults=5, seed=4, broker_restart=False, chained=6000)
+    report = summary.to_json()
+    print(json.dumps(report))
+    assert set(summary.faults) == NO_BROKER_RESTART
+    assert set(summary.sinks) == {
+        "clicks-per-page-second",
+        "clicks-per-site-10s",
+        "promotion-clicks",
+    }
+    assert all(check.records > 0 for check in summary.sinks.values()), report
+    assert summary.dead == 11, report  # one set of poison records (tests/integration/poison.py)
+    assert summary.exact, report

@@ -29,7 +29,9 @@ def _encoded(values: Mapping[str, object]) -> dict[bytes | None, bytes]:
     return {k.encode(): json.dumps(v).encode() for k, v in values.items()}
 
 
-@pytest.mark.parametrize("name", ["wordcount", "two_shuffles", "revenue", "sensor_average"])
+@pytest.mark.parametrize(
+    "name", ["wordcount", "two_shuffles", "revenue", "sensor_average", "clicks", "promotions"]
+)
 def test_every_example_loads(name: str) -> None:
     load_pipeline(str(EXAMPLES / f"{name}.py"))
 
