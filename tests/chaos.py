@@ -4,6 +4,7 @@
     python -m tests.chaos --storage s3 ...                          # checkpoints in S3
     python -m tests.chaos --pipeline examples/two_shuffles.py:pipeline ...   # a user pipeline
     python -m tests.chaos --clicks --events 100000 --faults 40 --seed 1     # event time
+    python -m tests.chaos --chained --events 200000 --faults 100 --seed 1   # timed stages
     (tests/integration/test_chaos.py runs a short version in CI)
 
 Faults: SIGKILL of a worker (restarted after a random pause), SIGKILL of the coordinator
@@ -33,6 +34,24 @@ hopping window's record can be late for some of its windows and counted in other
 example's own 5 s the job waits idle for the feed, and as the partitions' source tasks read
 their first records a fraction of a second apart, the first of them are late: seed 1, 40
 faults, made 715 records of the first 30 s of event time late.)
+
+With ``--chained`` the job runs examples/promotions.py: two timed stages in a chain, clicks per
+page and second in a window with 2 s of lateness, whose results are keyed again by site into
+a ten-second window and by page into a join with a second topic's promotions. ``--events``
+clicks and a promotion per 2 s of their event time (tests/chaincheck.py), with a set of
+poison records (tests/integration/poison.py: lone surrogates, nesting past the parser, event
+times out of range or not numbers, a record that grows past Kafka's limit once written
+again, one of almost 1 MB that is no JSON) mixed into every 20,000 clicks at random places,
+and a closing click and promotion in every partition. Clicks come up to 2.8 s before their
+place in event time: many behind the watermark, within the lateness, none beyond it. The
+sources' ``idle_ms`` is 2 s, shorter than the pauses: a killed worker stays down 1-5 s, a
+stopped one 3-6 s. The feed starts before the job and never pauses for long, so a
+failure-free run finds no partition idle and puts nothing into ``<job>.late``; the check is
+that this one does not either, that each window of both stages and each pair is there once
+with its exact value and nothing else is, and that the DLQ holds each poison record once, as
+it came (its headers name its input offset). No broker restart: while the broker is down no
+partition has records, every one may go idle by design, and which records are late after
+depends on which source reads first.
 
 PROCESSOR_TEST_CHAOS_PORT and PROCESSOR_TEST_CHAOS_S3_PORT move the ports
 (the broker's controller takes the next one).
@@ -533,7 +552,7 @@ def main() -> int:
             args.words,
             args.faults,
             args.seed,
-            not args.no_broker_restart,
+            not args.no_broker_restart and not args.chained,
             s3=args.storage == "s3",
             pipeline=args.pipeline,
             port=args.port,
