@@ -5,7 +5,8 @@ the watermark that do come are *late*: windows and joins write them to ``<job>.l
 
 - A source task's watermark is, over its partitions, the minimum of (highest timestamp seen
   minus ``out_of_orderness_ms``); a partition with no record for ``idle_ms`` of wall time
-  does not hold it back, and a task whose partitions are all idle says so (an *idle* mark).
+  spent reading it does not hold it back, and a task whose partitions are all idle says so
+  (an *idle* mark).
 - A keyed task's watermark is the minimum over its input channels' latest watermarks,
   ignoring idle channels. It never goes back. A channel that has sent no watermark yet holds
   it back (until its task sends one, or an idle mark).
@@ -26,29 +27,46 @@ from typing import Any
 
 # No watermark yet: below every event time.
 NO_WATERMARK = -(1 << 62)
+# Of the wall time between two reads of a source task, what counts towards idleness at most:
+# more than a read and its batch take, less than any sensible idle_ms.
+READ_GAP_S = 0.25
 
 
 class SourceWatermarks:
-    """A source task's watermark over its partitions."""
+    """A source task's watermark over its partitions.
 
-    def __init__(
-        self, partitions: list[int], out_of_orderness_ms: int, idle_ms: int, now: float
-    ) -> None:
+    A partition is idle after ``idle_ms`` spent *reading* it without a record: time the task
+    was not reading (restoring, waiting for a commit, stopped, starved of CPU) is no sign
+    that the partition has nothing, and counting it would mark idle a partition whose records
+    are waiting, and make them late downstream when it is read again. The task reports each
+    read (`polled`); of the time between two reads at most `READ_GAP_S` counts.
+    """
+
+    def __init__(self, partitions: list[int], out_of_orderness_ms: int, idle_ms: int) -> None:
         self._bound = out_of_orderness_ms
         self._idle_s = idle_ms / 1000
         self._max: dict[int, int] = {}  # partition -> highest event time seen
-        # partition -> wall time of its last record (of the start for one with none yet)
-        self._seen_at = {p: now for p in partitions}
+        # partition -> seconds spent reading since its last record
+        self._quiet = dict.fromkeys(partitions, 0.0)
+        self._read_at: float | None = None  # the last read's wall time (None: no read yet)
 
-    def observe(self, partition: int, max_time_ms: int, now: float) -> None:
-        """Records of ``partition`` up to ``max_time_ms`` were read at ``now``."""
+    def polled(self, now: float) -> None:
+        """The task read its partitions at ``now`` (whether records came or not)."""
+        if self._read_at is not None:
+            step = min(now - self._read_at, READ_GAP_S)
+            for p in self._quiet:
+                self._quiet[p] += step
+        self._read_at = now
+
+    def observe(self, partition: int, max_time_ms: int) -> None:
+        """Records of ``partition`` up to ``max_time_ms`` were read."""
         if max_time_ms > self._max.get(partition, NO_WATERMARK):
             self._max[partition] = max_time_ms
-        self._seen_at[partition] = now
+        self._quiet[partition] = 0.0
 
-    def current(self, now: float) -> int | None:
+    def current(self) -> int | None:
         """The watermark, or None if every partition is idle."""
-        active = [p for p, at in self._seen_at.items() if now - at < self._idle_s]
+        active = [p for p, quiet in self._quiet.items() if quiet < self._idle_s]
         if not active:
             return None
         return min(self._max.get(p, NO_WATERMARK) for p in active) - self._bound

@@ -84,9 +84,7 @@ class SourceTask(Task):
         head = stage.head
         self._timed = head.timed
         self._kafka_times = head.timed and head.timestamp_fn is None
-        self._watermarks = SourceWatermarks(
-            partitions, head.out_of_orderness_ms, head.idle_ms, time.monotonic()
-        )
+        self._watermarks = SourceWatermarks(partitions, head.out_of_orderness_ms, head.idle_ms)
         self._sent_mark: tuple[int, bool] | None = None  # the last watermark written
         self._requested = 0
         self._requested_at = 0.0  # wall-clock time the coordinator triggered it
@@ -118,11 +116,14 @@ class SourceTask(Task):
             self._restore(consumer)
             self.state = "running"
             chain = self.chain
+            timed = self._timed
             while not self.ctx.stop.is_set():
                 # While a commit is in flight look again soon: its acknowledgement completes
                 # the checkpoint.
                 wait = 0.005 if self._committing is not None else 0.05
                 msgs = clients.consume_ready(consumer, s.consume_batch, wait)
+                if timed:
+                    self._watermarks.polled(time.monotonic())
                 if msgs:
                     self._process(msgs, out)
                     if chain.buffered >= s.flush_keys:
@@ -189,10 +190,9 @@ class SourceTask(Task):
             decoded, kept = self._decode_each(msgs, out, times)
         newest = self.chain.values(decoded, times=times)
         if newest is not None:
-            now = time.monotonic()
             for p in {m.partition() for m in msgs}:
                 # One partition per task: the batch's newest event time is the partition's.
-                self._watermarks.observe(p or 0, newest, now)
+                self._watermarks.observe(p or 0, newest)
         if self.chain.has_dead:
             if kept is None:
                 kept = [m for m in msgs if m.error() is None and m.value()]
@@ -324,7 +324,7 @@ class SourceTask(Task):
     def _send_watermark(self, out: TransactionalOutput) -> None:
         """This task's watermark (or idle mark) into every downstream shuffle partition, if
         it changed since the last one: after the epoch's records, before its barrier."""
-        current = self._watermarks.current(time.monotonic())
+        current = self._watermarks.current()
         if current is None:  # idle: the last time sent stays, marked idle
             mark = ((self._sent_mark or (NO_WATERMARK, True))[0], True)
         elif current <= NO_WATERMARK // 2:

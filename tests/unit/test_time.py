@@ -6,27 +6,61 @@ import random
 
 import pytest
 
-from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks, SourceWatermarks
+from processor.pipeline.time import (
+    NO_WATERMARK,
+    READ_GAP_S,
+    ChannelWatermarks,
+    SourceWatermarks,
+)
 
 
 def test_source_watermark_is_the_slowest_partitions_newest_time_less_the_bound() -> None:
-    marks = SourceWatermarks([0, 1], out_of_orderness_ms=100, idle_ms=1000, now=0.0)
-    assert marks.current(0.0) == NO_WATERMARK - 100  # partition 1 has said nothing yet
-    marks.observe(0, 5000, 0.1)
-    marks.observe(1, 3000, 0.1)
-    assert marks.current(0.2) == 2900
-    marks.observe(1, 2000, 0.3)  # older than what it saw: the bound does not go back
-    assert marks.current(0.3) == 2900
+    marks = SourceWatermarks([0, 1], out_of_orderness_ms=100, idle_ms=1000)
+    assert marks.current() == NO_WATERMARK - 100  # partition 1 has said nothing yet
+    marks.observe(0, 5000)
+    marks.observe(1, 3000)
+    assert marks.current() == 2900
+    marks.observe(1, 2000)  # older than what it saw: the bound does not go back
+    assert marks.current() == 2900
+
+
+def _read(marks: SourceWatermarks, start: float, end: float) -> None:
+    """Reads every 50 ms from ``start`` to ``end``, finding nothing."""
+    for i in range(round((end - start) / 0.05) + 1):
+        marks.polled(start + i * 0.05)
 
 
 def test_an_idle_partition_stops_holding_the_source_back() -> None:
-    marks = SourceWatermarks([0, 1], out_of_orderness_ms=0, idle_ms=1000, now=0.0)
-    marks.observe(0, 5000, 0.5)
-    assert marks.current(0.9) == NO_WATERMARK  # partition 1: silent, but not for 1 s yet
-    assert marks.current(1.0) == 5000  # now idle
-    assert marks.current(1.6) is None  # both idle
-    marks.observe(1, 7000, 1.7)
-    assert marks.current(1.7) == 7000
+    marks = SourceWatermarks([0, 1], out_of_orderness_ms=0, idle_ms=1000)
+    _read(marks, 0.0, 0.5)
+    marks.observe(0, 5000)
+    _read(marks, 0.55, 0.9)
+    assert marks.current() == NO_WATERMARK  # partition 1: silent, but not for 1 s yet
+    _read(marks, 0.95, 1.0)
+    assert marks.current() == 5000  # now idle
+    _read(marks, 1.05, 1.6)
+    assert marks.current() is None  # both idle
+    marks.polled(1.7)
+    marks.observe(1, 7000)
+    assert marks.current() == 7000
+
+
+def test_only_time_spent_reading_makes_a_partition_idle() -> None:
+    """Time the task did not read (a restore, a commit waited for, a stopped worker) is no
+    sign that its partition has nothing: counted, it made a restored source task mark its
+    partition idle at its first checkpoint, and the records it then read late downstream
+    (the chained chaos run, issue #22)."""
+    marks = SourceWatermarks([0], out_of_orderness_ms=0, idle_ms=1000)
+    marks.polled(3.0)  # the first read, after a restore of 3 s
+    assert marks.current() == NO_WATERMARK  # not idle: nothing said yet
+    marks.observe(0, 5000)
+    marks.polled(3.1)
+    marks.polled(6.0)  # e.g. a commit waited for, or SIGSTOP: at most READ_GAP_S counts
+    assert marks.current() == 5000
+    _read(marks, 6.0, 6.0 + 1.0 - READ_GAP_S - 0.1 - 0.06)
+    assert marks.current() == 5000
+    _read(marks, 6.9, 7.2)  # a second of reading without a record: idle now
+    assert marks.current() is None
 
 
 def test_task_watermark_is_the_minimum_over_channels_and_never_goes_back() -> None:
