@@ -49,7 +49,9 @@ stopped one 3-6 s. The feed starts before the job and never pauses for long, so 
 failure-free run finds no partition idle and puts nothing into ``<job>.late``; the check is
 that this one does not either, that each window of both stages and each pair is there once
 with its exact value and nothing else is, and that the DLQ holds each poison record once, as
-it came (its headers name its input offset). No broker restart: while the broker is down no
+it came with its input offset in the headers (the one too large to shuffle is dead at the
+shuffle's flush, when its batch is gone: a short repr naming the operator). No broker
+restart: while the broker is down no
 partition has records, every one may go idle by design, and which records are late after
 depends on which source reads first.
 

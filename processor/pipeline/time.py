@@ -6,7 +6,8 @@ the watermark that do come are *late*: windows and joins write them to ``<job>.l
 - A source task's watermark is, over its partitions, the minimum of (highest timestamp seen
   minus ``out_of_orderness_ms``); a partition with no record for ``idle_ms`` of wall time
   spent reading it does not hold it back, and a task whose partitions are all idle says so
-  (an *idle* mark).
+  (an *idle* mark), after the watermark of what it read before (an idle mark's time is
+  ignored).
 - A keyed task's watermark is the minimum over its input channels' latest watermarks,
   ignoring idle channels. It never goes back. A channel that has sent no watermark yet holds
   it back (until its task sends one, or an idle mark).
@@ -63,6 +64,10 @@ class SourceWatermarks:
         if max_time_ms > self._max.get(partition, NO_WATERMARK):
             self._max[partition] = max_time_ms
         self._quiet[partition] = 0.0
+
+    def progress(self) -> int:
+        """The watermark as if no partition were idle: what the records read so far allow."""
+        return min(self._max.get(p, NO_WATERMARK) for p in self._quiet) - self._bound
 
     def current(self) -> int | None:
         """The watermark, or None if every partition is idle."""

@@ -325,14 +325,23 @@ class SourceTask(Task):
         """This task's watermark (or idle mark) into every downstream shuffle partition, if
         it changed since the last one: after the epoch's records, before its barrier."""
         current = self._watermarks.current()
-        if current is None:  # idle: the last time sent stays, marked idle
-            mark = ((self._sent_mark or (NO_WATERMARK, True))[0], True)
+        sent = (self._sent_mark or (NO_WATERMARK, True))[0]
+        if current is None:  # idle
+            # What it read before going idle first: readers ignore an idle mark's time, and
+            # the records read since the last checkpoint would never close their windows.
+            progress = self._watermarks.progress()
+            if progress > max(sent, NO_WATERMARK // 2):
+                self._write_mark(out, (progress, False))
+                sent = progress
+            mark = (sent, True)
         elif current <= NO_WATERMARK // 2:
             return  # a partition has had no record yet: nothing to say
         else:
             mark = (current, False)
-        if mark == self._sent_mark:
-            return
+        if mark != self._sent_mark:
+            self._write_mark(out, mark)
+
+    def _write_mark(self, out: TransactionalOutput, mark: tuple[int, bool]) -> None:
         self._sent_mark = mark
         if not mark[1]:
             metrics.watermark_ms.labels(**self.labels).set(mark[0])

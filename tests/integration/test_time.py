@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from processor.pipeline.reference import SinkRecord
-from tests.integration import chained_windows
+from tests.integration import chained_windows, idle_window
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed
 from tests.timecheck import MINUTE, OUT_OF_ORDER, PAGES, Click, View, pairs, records, windows
@@ -212,5 +213,53 @@ def test_a_window_with_lateness_feeds_a_window_downstream(
         assert not any(late.values()), f"{sum(map(len, late.values()))} records late"
         got = records(read_committed(kafka_bootstrap, run.topics["windows"]))
         assert got == expected, (sorted((got - expected).items())[:3], len(expected - got))
+    finally:
+        run.stop()
+
+
+IDLE_WINDOW = Path(__file__).resolve().parent / "idle_window.py"
+
+
+def test_a_source_idle_at_its_next_checkpoint_forwards_what_it_read_first(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The last records of a stream read, then no checkpoint for longer than ``idle_ms``
+    (the coordinator stopped): the source's next mark is an idle one, whose time readers ignore.
+    It must send the watermark of what it read first, or the windows of those records never
+    close (before: the idle mark carried the last time sent, and the last window stayed
+    open)."""
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        IDLE_WINDOW,
+        {"events": "events", "windows": "windows"},
+        source_partitions=1,
+        interval_ms=300,
+    )
+    t0 = 1_700_000_000_000
+    topic = run.topics["events"]
+
+    def send(stamps: list[int]) -> None:
+        run.send(topic, [json.dumps({"k": "a", "ts": ts}).encode() for ts in stamps])
+
+    def windows() -> Counter[SinkRecord]:
+        return records(read_committed(kafka_bootstrap, run.topics["windows"]))
+
+    run.start_coordinator(exit_when_idle=False)
+    run.start_worker(0)
+    try:
+        send([t0 + 10 * i for i in range(200)])  # windows t0 and t0 + 1000; t0 + 1999 seen
+        first = Counter({(f"a@{t0}".encode(), b"100"): 1})
+        wait_until(lambda: windows() == first, 60, "the first window")
+        # No checkpoint while the source reads on and goes idle (a killed coordinator would
+        # make its successor restart the tasks, which read the record again).
+        assert run.coordinator is not None
+        run.coordinator.send_signal(signal.SIGSTOP)
+        time.sleep(1)  # the triggers it sent are taken
+        send([t0 + 5000])  # closes the window at t0 + 1000
+        time.sleep(3 * idle_window.IDLE_MS / 1000)
+        run.coordinator.send_signal(signal.SIGCONT)
+        second = first + Counter({(f"a@{t0 + 1000}".encode(), b"100"): 1})
+        wait_until(lambda: windows() == second, 60, "the window the last record closes")
     finally:
         run.stop()

@@ -125,3 +125,13 @@ def test_task_watermark_model(seed: int) -> None:
             expected = max(expected, min(active))
         assert marks.current == expected
         assert risen == (expected if expected > before else None)
+
+
+def test_progress_is_the_watermark_as_if_no_partition_were_idle() -> None:
+    marks = SourceWatermarks([0, 1], out_of_orderness_ms=100, idle_ms=1000)
+    marks.polled(0.0)
+    marks.observe(0, 5000)
+    marks.observe(1, 3000)
+    _read(marks, 0.05, 1.2)
+    assert marks.current() is None
+    assert marks.progress() == 2900  # what an idle mark must not lose (the source sends it)
