@@ -50,6 +50,10 @@ def record_limit(message_max_bytes: int) -> int:
     return message_max_bytes - RECORD_OVERHEAD
 
 
+# The largest record for librdkafka's default message.max.bytes.
+DEFAULT_RECORD_LIMIT = record_limit(1_000_000)
+
+
 def headers_size(headers: Sequence[tuple[str, bytes]]) -> int:
     return sum(len(name) + len(value) + HEADER_OVERHEAD for name, value in headers)
 

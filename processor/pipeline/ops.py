@@ -27,6 +27,14 @@ class RecordError(Exception):
         self.reason = reason
 
 
+def oversized(size: int, limit: int) -> RecordError:
+    """The error of a record of ``size`` bytes that Kafka would refuse."""
+    return RecordError(
+        f"a record of {size} bytes: larger than Kafka takes ({limit}, from message.max.bytes)",
+        "oversized_record",
+    )
+
+
 def shown(value: Any, width: int = 80) -> str:
     """``repr(value)``, cut to ``width`` characters; never raises (a value may be nested too
     deeply for repr, or be a user's object whose repr fails)."""

@@ -560,11 +560,12 @@ class KeyedTask(Task):
         starts = self._align_started is None and (
             outcome.completed is not None or self._aligner.pending is not None
         )
-        if starts and barrier.triggered_at_ms:
+        replayed = barrier.checkpoint_id <= self._replay_to  # its checkpoint is long done
+        if starts and barrier.triggered_at_ms and not replayed:
             # The first barrier of a checkpoint reached this task: Flink's start delay.
             delay = max(0.0, time.time() - barrier.triggered_at_ms / 1000)
             metrics.start_delay_seconds.labels(**self.labels).observe(delay)
-        if outcome.aborted is not None:
+        if outcome.aborted is not None and outcome.aborted > self._replay_to:
             self.ctx.report(
                 Decline(
                     self.ctx.task_id,
@@ -576,6 +577,13 @@ class KeyedTask(Task):
             self._align_started = None
             self._replayed(outcome.completed)
         elif outcome.completed is not None:
+            if self._replay_to:
+                # The log aligned checkpoint n in the first run, so the replay aligns it too:
+                # past it, the quiet records would be output nobody committed.
+                raise RuntimeError(
+                    f"the replay after the fallback aligned checkpoint {outcome.completed} "
+                    f"before the committed checkpoint {self._replay_to}"
+                )
             alignment_s = now - (self._align_started or now)
             self._align_started = None
             self._checkpoint(outcome, alignment_s, out, consumer, barrier.triggered_at_ms)
@@ -589,11 +597,7 @@ class KeyedTask(Task):
         it, committed). The replay ends with the committed checkpoint."""
         chain = self.chain
         assert chain is not None
-        chain.flush()
-        chain.take_sinks()  # empty: quiet operators emit nothing
-        for shuffle in chain.shuffles.values():
-            shuffle.take(0)
-        chain.take_dead()
+        chain.flush()  # quiet operators emit nothing, dead records included
         chain.late.clear()
         if self.stage.timed:
             self._send_watermark(None)

@@ -7,32 +7,30 @@ that skipped ids, a late channel), which a whole job only produces by chance.
 from __future__ import annotations
 
 import itertools
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from processor.commands.counts import read_updates
-from processor.config import Settings, load_settings
+from processor.config import load_settings
 from processor.jobs import load_graph
 from processor.kafka import clients
-from processor.models import control
 from processor.models.records import Barrier, encode_barrier, encode_counts
-from processor.runtime.keyed import KeyedTask
 from processor.runtime.layout import ChannelsChanged
-from processor.runtime.task import TaskContext, commit_metadata, committed_after_fencing
+from processor.runtime.task import commit_metadata, committed_after_fencing
 from tests.integration.harness import wait_until
+from tests.integration.keyed_thread import KeyedTaskThread
 
 
-class KeyedTaskRun:
-    """Shuffle partition 0 of a fresh job, and a keyed task reading it in a thread."""
+class KeyedTaskRun(KeyedTaskThread):
+    """Shuffle partition 0 of a fresh word-count job, and its keyed task in a thread."""
 
     def __init__(self, bootstrap: str, workdir: Path, channels: int) -> None:
         job = f"kt-{uuid.uuid4().hex[:8]}"
-        self.settings: Settings = load_settings(
+        settings = load_settings(
             bootstrap_servers=bootstrap,
             job_name=job,
             output_topic=f"{job}.counts",
@@ -40,16 +38,13 @@ class KeyedTaskRun:
             state_dir=workdir / "state",
             checkpoint_dir=workdir / "checkpoints",
         )
-        admin = clients.admin(self.settings)
-        clients.ensure_topic(admin, self.settings.shuffle_topic, 1)
-        clients.ensure_topic(admin, self.settings.output_topic, 1)
-        self.channels = channels
+        admin = clients.admin(settings)
+        clients.ensure_topic(admin, settings.shuffle_topic, 1)
+        clients.ensure_topic(admin, settings.output_topic, 1)
+        super().__init__(
+            settings, load_graph(settings), "count-0", settings.shuffle_topic, channels
+        )
         self.expected: dict[str, int] = {}
-        self.acks: list[control.Ack] = []
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self._task: KeyedTask | None = None
-        self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
 
     def data(self, channel: int, counts: dict[str, int]) -> None:
         for key, n in counts.items():
@@ -59,50 +54,6 @@ class KeyedTaskRun:
     def barrier(self, channel: int, checkpoint_id: int) -> None:
         value, headers = encode_barrier(Barrier(checkpoint_id, channel))
         self._send(value, headers)
-
-    def _send(self, value: bytes, headers: list[tuple[str, str | bytes | None]] | None) -> None:
-        self._producer.produce(self.settings.shuffle_topic, value, partition=0, headers=headers)
-        assert self._producer.flush(30) == 0
-
-    def start(self) -> None:
-        ctx = TaskContext(
-            settings=self.settings,
-            graph=load_graph(self.settings),
-            task_id="count-0",
-            worker_id="test",
-            input_partitions=self.channels,
-            report=self._report,
-            stop=threading.Event(),
-        )
-        self._task = KeyedTask(ctx, 0)
-        self._thread = threading.Thread(target=self._run, args=(self._task,), daemon=True)
-        self._thread.start()
-
-    def _run(self, task: KeyedTask) -> None:
-        try:
-            task.run()
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
-            self.error = exc
-
-    def _report(self, message: control.Message) -> None:
-        if isinstance(message, control.Ack):
-            self.acks.append(message)
-
-    def wait_for_ack(self, checkpoint_id: int, timeout: float = 60) -> control.Ack:
-        def acked() -> bool:
-            if self.error is not None:
-                raise AssertionError(f"the task failed: {self.error!r}")
-            return any(a.checkpoint == checkpoint_id for a in self.acks)
-
-        wait_until(acked, timeout, f"the ack of checkpoint {checkpoint_id}")
-        return next(a for a in self.acks if a.checkpoint == checkpoint_id)
-
-    def stop(self) -> None:
-        if self._task is not None and self._thread is not None:
-            self._task.ctx.stop.set()
-            self._thread.join(60)
-            assert not self._thread.is_alive()
-        self._task = self._thread = None
 
     def committed(self) -> dict[str, object]:
         tp = TopicPartition(self.settings.shuffle_topic, 0)

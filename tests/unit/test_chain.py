@@ -14,10 +14,11 @@ import pytest
 
 from processor import Pipeline
 from processor.models.records import decode_shuffle
-from processor.pipeline.chain import MAX_RECORD_BYTES, StageChain
+from processor.pipeline.chain import StageChain
 from processor.pipeline.load import load_pipeline
 from processor.pipeline.plan import Plan, plan
 from processor.pipeline.reference import run
+from processor.pipeline.shuffle_out import MAX_RECORD_BYTES
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

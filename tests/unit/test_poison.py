@@ -13,13 +13,14 @@ import pytest
 
 from processor import Pipeline
 from processor.models import limits
+from processor.models.limits import DEFAULT_RECORD_LIMIT as RECORD_LIMIT
 from processor.models.records import (
     Watermark,
     decode_shuffle,
     encode_shuffle,
     encode_watermark,
 )
-from processor.pipeline.chain import RECORD_LIMIT, DeadRecord, StageChain
+from processor.pipeline.chain import DeadRecord, StageChain
 from processor.pipeline.ops import RecordError, decode, load_value, shown, sink_value
 from processor.pipeline.plan import Plan, plan
 from processor.runtime.deadletter import DeadLetters

@@ -25,34 +25,22 @@ from processor.pipeline.ops import UNSET
 from processor.pipeline.plan import Plan, Stage, plan
 from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks
 from processor.pipeline.windows import WindowOperator
-from tests.unit.test_chain import DictBackend
+from tests.unit.test_windows import LATE, Harness
 
-LATE = "job.late"
 Items = list[tuple[str, Any, int]]  # (key, value, event time)
 BOUND = 300  # how far behind its newest record the upstream task's watermark is
 
 
-class Task:
-    """One keyed task's chain over a dict backend; `restart` rebuilds it from the state."""
-
-    def __init__(self, compiled: Plan, stage: Stage) -> None:
-        self.compiled, self.stage = compiled, stage
-        self.backend = DictBackend()
-        self.out: list[tuple[bytes | None, bytes]] = []
-        self.late: list[tuple[bytes | None, bytes]] = []
-        self.chain = self._chain()
+class Task(Harness):
+    """One keyed task's chain over a dict backend, with its downstream shuffle."""
 
     def _chain(self) -> StageChain:
         shuffles = {n.name: 1 for n in self.stage.shuffles}
         return StageChain(self.compiled, self.stage, 0, self.backend, shuffles, late_topic=LATE)
 
-    def flush(self) -> list[list[Any]]:
+    def shipped(self) -> list[list[Any]]:
         """The chain's epoch so far: sink records kept, shuffle bodies returned."""
-        self.chain.flush()
-        sinks = self.chain.take_sinks()
-        self.late += sinks.pop(LATE, [])
-        for records in sinks.values():
-            self.out += records
+        self.flush()
         bodies = []
         for shuffle in self.chain.shuffles.values():
             for _, raw in shuffle.take(0):
@@ -62,18 +50,12 @@ class Task:
         return bodies
 
     def restart(self) -> None:
-        """What a restore does: the flushed state, the watermark, timers from the state."""
-        assert not self.flush(), "a restart after a checkpoint: nothing unsent"
-        watermark, forwards = self.chain.watermark, self.chain.output_watermark
-        self.chain = self._chain()
-        self.chain.watermark = watermark
-        for prefix in self.chain.timed_operators():
-            items = sorted((k, v) for k, v in self.backend.data.items() if k.startswith(prefix))
-            self.chain.restore_timers(prefix, items)
+        """What a restore does, after a checkpoint: the held-back watermark it forwards is
+        recomputed from the restored watermark."""
+        assert not self.shipped(), "a restart after a checkpoint: nothing unsent"
+        forwards = self.chain.output_watermark
+        super().restart()
         assert self.chain.output_watermark == forwards, "recomputed from the watermark"
-
-    def emitted(self) -> Counter[tuple[str, str]]:
-        return Counter(((k or b"").decode(), v.decode()) for k, v in self.out)
 
 
 class Chained:
@@ -89,7 +71,7 @@ class Chained:
     def checkpoint(self, forward: bool = True) -> None:
         """The upstream task's flush: its records downstream, then (``forward``: at a
         checkpoint, not an early flush) its watermark if it changed."""
-        for body in self.up.flush():
+        for body in self.up.shipped():
             self.down.chain.shuffled(body, side=0)
         if not forward:
             return
