@@ -86,11 +86,20 @@ class ChannelWatermarks:
         self.current = NO_WATERMARK
 
     def on_mark(self, channel: int, time_ms: int, idle: bool) -> int | None:
-        """A watermark (or idle mark) of ``channel``; the task's new watermark if it rose."""
-        self._idle[channel] = idle
-        if not idle and time_ms > self._marks[channel]:
+        """A watermark (or idle mark) of ``channel``; the task's new watermark if it rose.
+
+        An idle mark's time still bounds what the channel sent before it: it counts as a
+        watermark of the channel before the channel goes idle (a task whose channels all
+        went idle in one epoch forwards one idle mark for both, and otherwise the progress
+        it carries would be lost downstream)."""
+        risen = None
+        if time_ms > self._marks[channel]:
             self._marks[channel] = time_ms
-        return self._recompute()
+            self._idle[channel] = False
+            risen = self._recompute()
+        self._idle[channel] = idle
+        again = self._recompute()
+        return risen if again is None else again
 
     def _recompute(self) -> int | None:
         active = [m for m, idle in zip(self._marks, self._idle, strict=True) if not idle]

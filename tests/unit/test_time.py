@@ -104,7 +104,8 @@ def test_snapshot_round_trip_and_mismatched_channel_counts() -> None:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_task_watermark_model(seed: int) -> None:
-    """Against a direct definition: max over time of min over non-idle channels' max."""
+    """Against a direct definition: max over time of min over non-idle channels' max, an
+    idle mark counting as a watermark of its channel just before the channel goes idle."""
     rng = random.Random(seed)
     channels = rng.randrange(1, 5)
     marks = ChannelWatermarks(channels)
@@ -116,11 +117,12 @@ def test_task_watermark_model(seed: int) -> None:
         is_idle = rng.random() < 0.2
         t = rng.randrange(1000)
         risen = marks.on_mark(c, t, is_idle)
-        idle[c] = is_idle
-        if not is_idle:
-            best[c] = max(best[c], t)
-        active = [b for b, i in zip(best, idle, strict=True) if not i]
         before = expected
+        if t > best[c]:
+            best[c], idle[c] = t, False
+            expected = max(expected, min(b for b, i in zip(best, idle, strict=True) if not i))
+        idle[c] = is_idle
+        active = [b for b, i in zip(best, idle, strict=True) if not i]
         if active:
             expected = max(expected, min(active))
         assert marks.current == expected
@@ -135,3 +137,17 @@ def test_progress_is_the_watermark_as_if_no_partition_were_idle() -> None:
     _read(marks, 0.05, 1.2)
     assert marks.current() is None
     assert marks.progress() == 2900  # what an idle mark must not lose (the source sends it)
+
+
+def test_an_idle_marks_time_counts_before_the_channel_goes_idle() -> None:
+    """A keyed task whose channels all went idle in one epoch forwards a single idle mark
+    with its risen watermark: downstream must take that time, or the windows it closes never
+    close (the chained chaos run, failure-free, 200,000 clicks: 978 of 3,003 second-stage
+    windows missing)."""
+    marks = ChannelWatermarks(2)
+    marks.on_mark(0, 50, False)
+    assert marks.on_mark(1, 60, False) == 50
+    assert marks.on_mark(0, 90, True) == 60  # channel 0 idle: channel 1 alone holds it
+    assert marks.on_mark(1, 120, True) == 120  # its last progress, then idle
+    assert marks.all_idle and marks.current == 120
+    assert marks.on_mark(1, 100, True) is None  # an older time: nothing moves
