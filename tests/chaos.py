@@ -75,9 +75,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from processor.commands import corpus
 from processor.commands.counts import read_records, read_updates
+from processor.config import Settings
 from processor.kafka import clients
 from processor.kafka.broker import LocalBroker
 from processor.pipeline import reference
@@ -393,17 +395,24 @@ class _ClicksFeed:
         if expected != windows(self.clicks, self.end + 100 * MINUTE):
             raise AssertionError("the closing records do not close every window of the data")
         expected["view_clicks"] = pairs(self.views, self.clicks)
-        for param, want in expected.items():
-            topic = SINKS[param]
-            got = read_records(settings, topic, timeout=120)
-            check = check_sink(SinkOutput(False, list(want.elements())), got)
-            summary.sinks[topic] = check
-            summary.records_verified += check.records
-            summary.lost += check.lost
-            summary.duplicated += check.duplicated
-            summary.unknown += check.unknown
-        summary.late = len(read_records(settings, f"{settings.job_name}.late", timeout=120))
+        _verify_sinks(settings, {SINKS[param]: want for param, want in expected.items()}, summary)
         summary.wrong += len(read_records(settings, settings.dlq_topic, timeout=120))
+
+
+def _verify_sinks(
+    settings: Settings, wanted: dict[str, collections.Counter[Any]], summary: Summary
+) -> None:
+    """Each sink topic holds exactly the records wanted of it (a multiset of (key, value)),
+    and the job's late topic what it holds, into ``summary``."""
+    for topic, want in wanted.items():
+        got = read_records(settings, topic, timeout=120)
+        check = check_sink(SinkOutput(False, list(want.elements())), got)
+        summary.sinks[topic] = check
+        summary.records_verified += check.records
+        summary.lost += check.lost
+        summary.duplicated += check.duplicated
+        summary.unknown += check.unknown
+    summary.late = len(read_records(settings, f"{settings.job_name}.late", timeout=120))
 
 
 # A record of the chained run's feed: (topic, value, key, partition).
@@ -483,16 +492,10 @@ class _ChainedFeed:
         """Every window of both stages and every pair exactly once, nothing else, nothing
         late, and the DLQ holding each poison record once, as it came."""
         settings = self.run.settings
-        for param, want in chaincheck.expected(self.clicks, self.promotions).items():
-            topic = chaincheck.SINKS[param]
-            got = read_records(settings, topic, timeout=120)
-            check = check_sink(SinkOutput(False, list(want.elements())), got)
-            summary.sinks[topic] = check
-            summary.records_verified += check.records
-            summary.lost += check.lost
-            summary.duplicated += check.duplicated
-            summary.unknown += check.unknown
-        summary.late = len(read_records(settings, f"{settings.job_name}.late", timeout=120))
+        expected = chaincheck.expected(self.clicks, self.promotions)
+        _verify_sinks(
+            settings, {chaincheck.SINKS[param]: want for param, want in expected.items()}, summary
+        )
         letters = read_committed(settings.bootstrap_servers, settings.dlq_topic, timeout=120)
         found: collections.Counter[tuple[int, int]] = collections.Counter()
         too_big = 0
