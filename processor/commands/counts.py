@@ -38,7 +38,7 @@ def read_records(
         partitions = clients.topic_partitions(consumer, topic) or 0
         ends: dict[int, int] = {}
         for p in range(partitions):
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            _, high = clients.watermark_offsets(consumer, TopicPartition(topic, p))
             if high > 0:
                 ends[p] = high
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])

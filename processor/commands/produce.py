@@ -7,19 +7,10 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 
 from processor.config import Settings
 from processor.kafka import clients
-
-# What a topic created a moment ago answers until its leader is known everywhere.
-_NEW_TOPIC_ERRORS = {
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._UNKNOWN_PARTITION,
-    KafkaError._TIMED_OUT,
-}
 
 
 def written_before(settings: Settings, topic: str, partitions: int, timeout: float = 30) -> bool:
@@ -27,26 +18,11 @@ def written_before(settings: Settings, topic: str, partitions: int, timeout: flo
     consumer = clients.consumer(settings)
     try:
         return any(
-            _high(consumer, TopicPartition(topic, p), timeout) > 0 for p in range(partitions)
+            clients.watermark_offsets(consumer, TopicPartition(topic, p), timeout)[1] > 0
+            for p in range(partitions)
         )
     finally:
         consumer.close()
-
-
-def _high(consumer: Consumer, tp: TopicPartition, timeout: float) -> int:
-    """The high watermark, waiting out a topic so new that its leader is not known yet."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return int(consumer.get_watermark_offsets(tp, timeout=10)[1])
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            retriable = isinstance(err, KafkaError) and (
-                err.retriable() or err.code() in _NEW_TOPIC_ERRORS
-            )
-            if not retriable or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def produce_lines(

@@ -141,7 +141,7 @@ class _Checkpoints:
         self.newest: dict[str, Any] | None = None  # the newest completed checkpoint read
 
     def newest_id(self) -> int:
-        _, high = self._consumer.get_watermark_offsets(TopicPartition(self._topic, 0), timeout=10)
+        _, high = clients.watermark_offsets(self._consumer, TopicPartition(self._topic, 0))
         position = 0
         deadline = time.monotonic() + 30
         while position < high and time.monotonic() < deadline:

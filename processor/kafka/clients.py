@@ -8,7 +8,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from processor.config import Settings, SettingsError
@@ -198,6 +205,41 @@ def ensure_topic(
             return count
         time.sleep(0.1)
     raise TimeoutError(f"topic {topic} was created but is not visible after {timeout}s")
+
+
+def watermark_offsets(
+    consumer: Consumer, tp: TopicPartition, timeout: float = 10
+) -> tuple[int, int]:
+    """``(low, high)`` of a partition from its leader, retried while the error is one a
+    leader election or a topic still being created clears (not leader, no leader yet,
+    unknown partition, timeout); anything else, or no answer by ``timeout``, raises."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=max(0.5, left), cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0]
+            transient = isinstance(err, KafkaError) and (
+                err.retriable() or err.code() in _TRANSIENT
+            )
+            if not transient or left <= 0:
+                raise
+        time.sleep(0.2)
+
+
+_TRANSIENT = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError._ALL_BROKERS_DOWN,
+}
 
 
 def consume_ready(consumer: Consumer, batch: int, wait: float) -> list[Message]:

@@ -189,9 +189,7 @@ class CoordinatorService:
         s = self.settings
         consumer = clients.consumer(s, **{"group.id": f"{s.job_name}.coordinator"})
         try:
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(s.checkpoints_topic, 0), timeout=10
-            )
+            _, high = clients.watermark_offsets(consumer, TopicPartition(s.checkpoints_topic, 0))
             consumer.assign([TopicPartition(s.checkpoints_topic, 0, OFFSET_BEGINNING)])
             records: dict[bytes, dict[str, Any]] = {}
             position = 0

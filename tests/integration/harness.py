@@ -307,7 +307,7 @@ def control_messages(run: JobRun) -> ControlLog:
     """Every message on the job's control topic, with its Kafka timestamp (seconds)."""
     consumer = clients.consumer(run.settings, **{"group.id": f"{run.job}.inspect"})
     tp = TopicPartition(run.settings.control_topic, 0)
-    _, high = consumer.get_watermark_offsets(tp, timeout=10)
+    _, high = clients.watermark_offsets(consumer, tp)
     consumer.assign([TopicPartition(tp.topic, 0, OFFSET_BEGINNING)])
     out: ControlLog = []
     position = 0

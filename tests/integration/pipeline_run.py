@@ -158,7 +158,7 @@ def read_committed(bootstrap: str, topic: str, timeout: float = 60) -> dict[int,
         out: dict[int, list[Record]] = {p: [] for p in partitions}
         ends = {}
         for p in partitions:
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            _, high = clients.watermark_offsets(consumer, TopicPartition(topic, p))
             if high > 0:
                 ends[p] = high
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])

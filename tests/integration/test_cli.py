@@ -12,6 +12,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
+from processor.kafka import clients
 from tests.integration.harness import wait_until
 
 
@@ -191,8 +192,7 @@ def test_produce_once_writes_a_topic_only_once(kafka_bootstrap: str, tmp_path: P
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         written = sum(
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in partitions
+            clients.watermark_offsets(consumer, TopicPartition(topic, p))[1] for p in partitions
         )
     finally:
         consumer.close()

@@ -125,7 +125,7 @@ class PipelineTaskRun(KeyedTaskThread):
         )
         try:
             tp = TopicPartition(topic, 0)
-            _, high = consumer.get_watermark_offsets(tp, timeout=10)
+            _, high = clients.watermark_offsets(consumer, tp)
             consumer.assign([TopicPartition(topic, 0, 0)])
             out: list[tuple[bytes | None, bytes, list[Any]]] = []
             position = 0

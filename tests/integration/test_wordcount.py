@@ -47,7 +47,7 @@ def _barriers(run: JobRun) -> list:  # type: ignore[type-arg]
         topic = settings.shuffle_topic
         ends = {}
         for p in range(settings.shuffle_partitions):
-            ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            ends[p] = clients.watermark_offsets(consumer, TopicPartition(topic, p))[1]
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
         seen = 0
         while seen < 200_000:

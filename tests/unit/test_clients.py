@@ -1,0 +1,44 @@
+"""``clients.watermark_offsets``: what a leader move or a new topic answers is retried,
+anything else is raised at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from processor.kafka import clients
+
+
+class _Answers:
+    """A consumer whose ``get_watermark_offsets`` raises the given errors, then answers."""
+
+    def __init__(self, *errors: int) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def get_watermark_offsets(self, tp: TopicPartition, **_: Any) -> tuple[int, int]:
+        self.calls += 1
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return 3, 7
+
+
+def test_a_leader_move_is_waited_out() -> None:
+    consumer = _Answers(KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+    assert clients.watermark_offsets(consumer, TopicPartition("t", 0)) == (3, 7)  # type: ignore[arg-type]
+    assert consumer.calls == 3
+
+
+def test_a_lasting_error_is_raised() -> None:
+    consumer = _Answers(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException):
+        clients.watermark_offsets(consumer, TopicPartition("t", 0))  # type: ignore[arg-type]
+    assert consumer.calls == 1
+
+
+def test_a_leader_that_never_comes_is_raised_at_the_deadline() -> None:
+    consumer = _Answers(*[KafkaError.NOT_LEADER_FOR_PARTITION] * 1000)
+    with pytest.raises(KafkaException):
+        clients.watermark_offsets(consumer, TopicPartition("t", 0), timeout=0.5)  # type: ignore[arg-type]
