@@ -84,7 +84,9 @@ def run(pipeline: Pipeline, inputs: Mapping[str, Iterable[bytes | None]]) -> Res
     def apply(node: Node, key: Any, value: Any) -> None:
         fn = node.fn
         kind = node.kind
-        if kind == "map":
+        if kind == "merge":
+            push(node, key, value)
+        elif kind == "map":
             assert fn is not None
             push(node, key, fn(value))
         elif kind == "filter":
@@ -129,9 +131,11 @@ def run(pipeline: Pipeline, inputs: Mapping[str, Iterable[bytes | None]]) -> Res
 
 
 def _changelog(sink: Node) -> bool:
-    node: Node | None = sink
-    while node is not None:
+    """Whether an aggregation is upstream of ``sink`` (on any path, through merges)."""
+    stack = [sink]
+    while stack:
+        node = stack.pop()
         if node.aggregated:
             return True
-        node = node.parent
+        stack.extend(node.inputs)
     return False
