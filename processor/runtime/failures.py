@@ -12,6 +12,8 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
 
 from processor.pipeline.dead import Position
 from processor.pipeline.ops import RecordError
@@ -23,23 +25,47 @@ REPORT_EVERY_S = 60.0  # then one line per operator at most this often
 TRACEBACK_BYTES = 4096  # of a traceback in a DLQ header
 
 
-def user_error(exc: BaseException | None) -> BaseException | None:
-    """``exc`` if it is a user function's failure, whose traceback says where it failed; the
-    engine's own refusals (RecordError: not JSON, too deep...) say all in their message."""
-    return exc if exc is not None and not isinstance(exc, RecordError) else None
+_Trace = tuple[type[BaseException], BaseException, TracebackType | None]
+_ENGINE = str(Path(__file__).resolve().parent.parent / "pipeline")  # processor/pipeline/
 
 
-def traceback_text(exc: BaseException, limit: int = TRACEBACK_BYTES) -> bytes:
-    """``exc``'s traceback as Python prints it, in UTF-8, at most ``limit`` bytes: past that,
-    its first line and its end (the innermost frames and the error), which say the most.
+def user_error(exc: BaseException | None) -> _Trace | None:
+    """``exc`` as logging's ``exc_info`` if it is a user function's failure, whose traceback
+    says where it failed; None for the engine's own refusals (RecordError: not JSON, too
+    deep...), which say all in their message.
 
-    Formatted here, when a dead record is written, from ``exc.__traceback__``: building a
-    dead record costs no formatting.
+    The traceback starts at the user's code: the engine's frames that called it are left
+    out, and so is the batch's first failure, which the engine caught before it ran the
+    records one at a time (the implicit context of this one).
     """
+    if exc is None or isinstance(exc, RecordError):
+        return None
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and _engine(tb):
+        tb = tb.tb_next
+    context = exc.__context__
+    if context is not None and context.__traceback__ is not None and _engine(context.__traceback__):
+        exc.__suppress_context__ = True  # raised up into the engine: not the user's
+    return type(exc), exc, tb
+
+
+def _engine(tb: TracebackType) -> bool:
+    return tb.tb_frame.f_code.co_filename.startswith(_ENGINE)
+
+
+def traceback_text(trace: _Trace, limit: int = TRACEBACK_BYTES) -> bytes:
+    """A user function's traceback (`user_error`) as Python prints it, in UTF-8, at most
+    ``limit`` bytes: past that, its first line and its end (the innermost frames and the
+    error), which say the most.
+
+    Formatted here, when a dead record is written, from the exception's ``__traceback__``:
+    building a dead record costs no formatting.
+    """
+    kind, exc, tb = trace
     try:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        text = "".join(traceback.format_exception(kind, exc, tb))
     except Exception:  # noqa: BLE001 - a user's exception whose __str__ fails
-        text = "".join(traceback.format_tb(exc.__traceback__)) + f"{type(exc).__name__}\n"
+        text = "".join(traceback.format_tb(tb)) + f"{kind.__name__}\n"
     raw = text.encode("utf-8", "backslashreplace")
     if len(raw) <= limit:
         return raw

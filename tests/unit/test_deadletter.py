@@ -15,7 +15,7 @@ from processor.pipeline.chain import DeadRecord, StageChain
 from processor.pipeline.dead import Position, dead_value
 from processor.pipeline.plan import plan
 from processor.runtime.deadletter import DeadLetters, StoppedOnError
-from processor.runtime.failures import TRACEBACK_BYTES, traceback_text
+from processor.runtime.failures import TRACEBACK_BYTES, traceback_text, user_error
 from tests.unit.test_chain import DictBackend
 from tests.unit.test_poison import _Msg, _Out
 
@@ -160,13 +160,37 @@ def test_a_traceback_header_is_at_most_4_kb_and_keeps_the_failing_end() -> None:
         error = exc
     full = "".join(traceback.format_exception(error)).encode()
     assert len(full) > 3 * TRACEBACK_BYTES
-    text = traceback_text(error)
+    trace = user_error(error)
+    assert trace is not None
+    text = traceback_text(trace)
     assert len(text) <= TRACEBACK_BYTES
     assert text.startswith(b"Traceback (most recent call last):\n  ...\n")
     assert text.endswith(b"ZeroDivisionError: integer division or modulo by zero\n")
     assert full.endswith(text.split(b"  ...\n", 1)[1])  # whole lines of the end
     small = ValueError("é")
-    assert traceback_text(small) == b"ValueError: \xc3\xa9\n"
+    assert traceback_text((ValueError, small, None)) == b"ValueError: \xc3\xa9\n"
+
+
+def test_a_traceback_shows_the_users_code_not_the_engines_retry() -> None:
+    """A map fails on a batch, then on its record alone: the DLQ traceback starts at the
+    user's function and does not repeat the batch's failure as its context."""
+    p = Pipeline()
+
+    def tenth(v: int) -> int:
+        return 10 // v
+
+    p.source("n", value="json").map(tenth).sink("out")
+    compiled = plan(p)
+    chain = StageChain(compiled, compiled.stages[0], 0, DictBackend(), {})
+    chain.values([1, 0, 2])
+    fake = _Out()
+    out: Any = fake
+    _letters(_Clock()).failed(out, chain.take_dead(), where=Position("n", 0))
+    trace = fake.records[0][3]["traceback"]
+    assert trace.startswith(b"Traceback (most recent call last):\n  File ")
+    assert b"in tenth\n" in trace.splitlines(keepends=True)[1]  # the first frame: the user's
+    assert b"During handling" not in trace and b"chain.py" not in trace
+    assert trace.endswith(b"ZeroDivisionError: integer division or modulo by zero\n")
 
 
 def test_dead_values_are_json_or_say_what_they_were() -> None:
