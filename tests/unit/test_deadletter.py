@@ -167,6 +167,11 @@ def test_a_traceback_header_is_at_most_4_kb_and_keeps_the_failing_end() -> None:
     assert text.startswith(b"Traceback (most recent call last):\n  ...\n")
     assert text.endswith(b"ZeroDivisionError: integer division or modulo by zero\n")
     assert full.endswith(text.split(b"  ...\n", 1)[1])  # whole lines of the end
+    fake = _Out()
+    out: Any = fake
+    dead = DeadRecord("f", "ZeroDivisionError: x", b"0", exc=error)
+    _letters(_Clock()).failed(out, [dead])
+    assert fake.records[0][3]["traceback"] == text  # the DLQ header: capped the same
     small = ValueError("é")
     assert traceback_text((ValueError, small, None)) == b"ValueError: \xc3\xa9\n"
 
