@@ -77,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     coord = sub.add_parser("coordinator", parents=[common], help="run the job's coordinator")
     coord.add_argument("--exit-when-idle", action="store_true", help="stop once all input is done")
+    coord.add_argument(
+        "--exit-when-stopped",
+        action="store_true",
+        help="exit with 3 once a task stops on a failing record (PROCESSOR_ON_ERROR=stop)",
+    )
     coord.add_argument("--allow-dropped-state", action="store_true", help=_DROPPED)
 
     worker = sub.add_parser("worker", parents=[common], help="run a worker")
@@ -187,11 +192,14 @@ def _run(args: argparse.Namespace) -> int:
     from processor import metrics
 
     if command == "coordinator":
+        from processor.commands.local import EXIT_STOPPED
         from processor.runtime.coordinator import CoordinatorService
 
         # The coordinator serves /metrics with its status page and API on the same port.
-        CoordinatorService(settings).run(_stop_event(), exit_when_idle=args.exit_when_idle)
-        return 0
+        stopped = CoordinatorService(settings).run(
+            _stop_event(), args.exit_when_idle, args.exit_when_stopped
+        )
+        return EXIT_STOPPED if stopped else 0
     if command == "worker":
         from processor.runtime.worker import Worker
 

@@ -145,6 +145,10 @@ class Settings(BaseSettings):
     # e.g. PROCESSOR_KAFKA_CONFIG='{"security.protocol": "SASL_SSL"}'.
     # Values are secrets (sasl.password, ssl.key.password...): never shown in a repr or a log.
     kafka_config: dict[str, SecretStr] = Field(default_factory=dict)
+    # What a record that fails (a user function raises, it does not decode, it cannot be
+    # written) does: dlq = it goes to <job>.dlq and the job goes on; stop = the job stops
+    # there, nothing of that epoch committed, and stops there again after a restart.
+    on_error: Literal["dlq", "stop"] = "dlq"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
 

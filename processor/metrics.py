@@ -88,6 +88,12 @@ task_failed_permanently = Counter(
     "with other upstream tasks (a source topic gained partitions)",
     [*_TASK, "reason"],
 )
+task_stopped = Gauge(
+    "processor_task_stopped",
+    "1 for a task stopped on a failing record (PROCESSOR_ON_ERROR=stop), by the record's "
+    "reason (function_error, not_json...): it is not restarted where it stopped",
+    [*_TASK, "reason"],
+)
 shuffle_purges = Counter(
     "processor_shuffle_purges",
     "delete_records calls on the shuffle topic, by outcome (ok, failed)",
@@ -143,6 +149,15 @@ def forget_task(job: str, task: str) -> None:
                 if sample.labels.get("job") == job and sample.labels.get("task") == task:
                     with contextlib.suppress(KeyError):
                         gauge.remove(*(sample.labels[n] for n in names))
+
+
+def forget_stopped(job: str, task: str) -> None:
+    """A stopped task moved away from this process: whoever runs it next says."""
+    for family in task_stopped.collect():
+        for sample in family.samples:
+            if sample.labels.get("job") == job and sample.labels.get("task") == task:
+                with contextlib.suppress(KeyError):
+                    task_stopped.remove(job, task, sample.labels["reason"])
 
 
 def serve(

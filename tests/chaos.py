@@ -501,19 +501,16 @@ class _ChainedFeed:
         too_big = 0
         for key, value, headers in itertools.chain.from_iterable(letters.values()):
             summary.dead += 1
-            if "source.topic" not in headers:
-                repr_ok = value is not None and value.startswith(b"{'page': 'big', 'ts': ")
-                if headers.get("operator") == b"by-page" and repr_ok:
+            if "offset" not in headers:  # not an input record as it came
+                json_ok = value is not None and value.startswith(b'{"page":"big","ts":')
+                if headers.get("operator") == b"by-page" and json_ok:
                     too_big += 1
                 else:
                     summary.unknown += 1
                 continue
-            at = (
-                int(headers.get("source.partition", b"-1")),
-                int(headers.get("source.offset", b"-1")),
-            )
+            at = (int(headers.get("partition", b"-1")), int(headers.get("offset", b"-1")))
             sent = self.poison.get(at)
-            if sent is None or headers.get("source.topic") != b"clicks" or key != sent[1]:
+            if sent is None or headers.get("topic") != b"clicks" or key != sent[1]:
                 summary.unknown += 1
                 continue
             truncated = headers.get("truncated")

@@ -5,6 +5,11 @@ would), the coordinator as much as a worker: a restarted coordinator resumes its
 ids from the control topic, so killing either shows recovery. Only exit code 2 (a
 configuration error, which a restart would only repeat) ends the job, and so does the
 coordinator's exit 0 under ``--until-idle`` (all input done). Ctrl-C stops everything cleanly.
+
+With ``PROCESSOR_ON_ERROR=stop`` a task that fails on a record stops (its worker keeps it
+stopped, it does not crash), and the coordinator, told so by the worker's heartbeat, exits
+with 3 (``EXIT_STOPPED``): the job ends, and ``processor local`` exits 1. Run again, it reads
+that record again and stops the same way: never a restart loop.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 EXIT_CONFIG_ERROR = 2
+EXIT_STOPPED = 3  # the coordinator's: a task stopped on a failing record (PROCESSOR_ON_ERROR)
+EXIT_FAILED = 1  # processor local's, then
 
 
 @dataclass
@@ -93,7 +100,7 @@ def run_local(
 
     coordinator = _Child(
         "coordinator",
-        ["coordinator", *(["--exit-when-idle"] if until_idle else [])],
+        ["coordinator", "--exit-when-stopped", *(["--exit-when-idle"] if until_idle else [])],
         {**child_env(metrics_port), "PROCESSOR_EXPECTED_WORKERS": str(workers)},
     )
     children = [coordinator]
@@ -117,6 +124,10 @@ def run_local(
                 if status == EXIT_CONFIG_ERROR:
                     log.error("%s exited with 2 (see its error above): stopping", child.name)
                     code = EXIT_CONFIG_ERROR
+                    stop.set()
+                elif status == EXIT_STOPPED and child is coordinator:
+                    log.error("a task stopped on a failing record (see its error above): stopping")
+                    code = EXIT_FAILED
                     stop.set()
                 elif status == 0 and child is coordinator and until_idle:
                     stop.set()  # every input record is committed: the job is done

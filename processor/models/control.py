@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 @dataclass(frozen=True)
 class TaskStatus:
-    state: str  # starting | running | failed
+    state: str  # starting | running | failed | stopped (PROCESSOR_ON_ERROR=stop)
     checkpoint: int  # last committed checkpoint id of the task
-    reason: str = ""  # why it failed for good (it is not restarted)
+    reason: str = ""  # why it failed for good or stopped (it is not restarted)
 
 
 @dataclass(frozen=True)

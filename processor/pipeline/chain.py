@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from processor.models.limits import DEFAULT_RECORD_LIMIT, EVENT_TIME_LIMIT, event_time_error
 from processor.pipeline.api import Node
+from processor.pipeline.dead import Position, dead_value
 from processor.pipeline.floors import Floors
 from processor.pipeline.ops import (
     TAGGED,
@@ -75,12 +76,14 @@ class StateBackend(Protocol):
 class DeadRecord:
     operator: str
     error: str
-    value: str  # a short repr, for the DLQ record
+    value: bytes  # for the DLQ record: its JSON (`dead.dead_value`)
     reason: str = "function_error"  # its label in processor_records_skipped_total
     # The index, in the batch `StageChain.values` got, of the source value it is, if it is
     # one (the task writes that record's own bytes to the DLQ).
     origin: int | None = None
-    exc: BaseException | None = field(default=None, compare=False, repr=False)  # to log
+    # What failed, with its traceback (formatted only if logged or written: see deadletter).
+    exc: BaseException | None = field(default=None, compare=False, repr=False)
+    where: Position | None = None  # where it was read, set by the task that knows
 
 
 class _KeyState:
@@ -725,7 +728,7 @@ class StageChain:
                     ids.setdefault(id(v), i)
             origin = ids.get(id(value))
         self.dead.append(
-            DeadRecord(node.name, error[:MAX_ERROR], shown(value, 200), reason, origin, exc)
+            DeadRecord(node.name, error[:MAX_ERROR], dead_value(value), reason, origin, exc)
         )
 
 

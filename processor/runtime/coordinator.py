@@ -236,7 +236,11 @@ class CoordinatorService:
             delay = min(10.0, delay * 2)
         return None
 
-    def run(self, stop: threading.Event, exit_when_idle: bool = False) -> None:
+    def run(
+        self, stop: threading.Event, exit_when_idle: bool = False, exit_when_stopped: bool = False
+    ) -> bool:
+        """Returns whether it ended because a task stopped on a failing record
+        (``exit_when_stopped``: end then, as ``processor local`` wants)."""
         s = self.settings
         server = None
         if s.metrics_port:
@@ -248,16 +252,16 @@ class CoordinatorService:
                     f"{s.metrics_host}:{s.metrics_port} ({exc.strerror})"
                 ) from None
         try:
-            self._run(stop, exit_when_idle)
+            return self._run(stop, exit_when_idle, exit_when_stopped)
         finally:
             if server is not None:
                 server.shutdown()
 
-    def _run(self, stop: threading.Event, exit_when_idle: bool) -> None:
+    def _run(self, stop: threading.Event, exit_when_idle: bool, exit_when_stopped: bool) -> bool:
         s = self.settings
         last_id = self._start(stop)
         if last_id is None:
-            return
+            return False
         tasks = self.graph.task_ids(self.parallelism)
         checkpoints = CheckpointCoordinator(
             tasks,
@@ -316,8 +320,12 @@ class CoordinatorService:
                             checkpoints.observe(status.checkpoint)
                             if status.state == "running":
                                 seen_running.add(task)
-                            if task not in placement and status.state != "failed":
+                            given_up = status.state in ("failed", "stopped")
+                            if task not in placement and not given_up:
                                 placement[task] = message.worker  # adopt what already runs
+                            if exit_when_stopped and status.state == "stopped" and status.reason:
+                                log.error("job stopped: task %s: %s", task, status.reason)
+                                return True
                     elif isinstance(message, control.Ack):
                         self._task_lag[message.task] = message.lag
                         if message.watermark_ms is not None:
@@ -392,10 +400,11 @@ class CoordinatorService:
                 metrics.checkpoints_in_progress.labels(**self._labels).set(len(checkpoints.pending))
                 if exit_when_idle and idle_streak >= 3:
                     log.info("job %s is idle: every input is consumed and committed", s.job_name)
-                    return
+                    return False
         finally:
             control_consumer.close()
             self._producer.flush(5)
+        return False
 
     def _send(self, message: control.Message) -> None:
         self._producer.produce(self.settings.control_topic, control.encode(message))
@@ -532,8 +541,8 @@ class CoordinatorService:
     def _stopped_task(self) -> tuple[str, str] | None:
         """A task its worker reports failed for good, and why (from the heartbeats)."""
         for task, (_, state, _, reason) in sorted(self._task_status.items()):
-            if state == "failed" and reason:
-                return task, f"failed for good: {reason}"
+            if state in ("failed", "stopped") and reason:
+                return task, f"{'stopped' if state == 'stopped' else 'failed for good'}: {reason}"
         return None
 
     def _failed(self, failed: FailedCheckpoint, repeated: bool = False) -> None:

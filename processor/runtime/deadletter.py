@@ -1,24 +1,29 @@
-"""Records the pipeline cannot handle go to ``<job>.dlq``, inside the task's transaction.
+"""Records the pipeline cannot handle go to ``<job>.dlq``, inside the task's transaction, or,
+with ``PROCESSOR_ON_ERROR=stop``, stop the task.
 
-Inside it, so that a dead record is written exactly once, like the output it is missing from.
-Headers say where it came from and why: a source record (undecodable, or refused by an
-operator of the source's stage while it was still that record) is written as it was, with
-its key, and headers naming its topic, partition and offset; any other dead record is a short
-repr of the value, with the task. Both name the error, and the operator when there is one.
+Inside the transaction, so that a dead record is written exactly once, like the output it is
+missing from. A source record (undecodable, or refused by an operator of the source's stage
+while it was still that record) is written as it came, key and value bytes; any other dead
+record is its value's JSON (`processor.pipeline.dead.dead_value`). Headers say why and where:
+``operator``, ``task``, ``error``, ``traceback`` (a user function's, at most 4 KB) and
+``topic``/``partition``/``offset``, those known (`Position`).
 
 A dead record is never too large for the DLQ itself: past the record limit its value (then
 its key) keeps a prefix, and a ``truncated`` header gives the original length.
 
-Every dead record is counted (``processor_records_skipped_total`` by reason) and logged: the
-first of each reason and operator at once, with the traceback of a user function's error,
-then at most one line per minute saying how many more came.
+Every dead record is counted (``processor_records_skipped_total`` by reason) and logged
+(`processor.runtime.failures`: the first 10 per operator in full, then a line a minute).
+
+With ``on_error="stop"`` nothing is written: the first dead record is logged at ERROR with
+its traceback and position, and `StoppedOnError` ends the task; its open transaction is
+aborted as the task closes, so nothing of the epoch is committed, and the record is read
+again, and fails again, by whoever runs the task next.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping
 
 from confluent_kafka import Message
@@ -28,11 +33,12 @@ from processor import metrics
 from processor.kafka.output import TransactionalOutput
 from processor.models.limits import HEADER_OVERHEAD, headers_size
 from processor.pipeline.chain import MAX_ERROR, DeadRecord
-from processor.pipeline.ops import RecordError
+from processor.pipeline.dead import Position
+from processor.runtime.failures import FailureLog, traceback_text, user_error
+from processor.runtime.task import PermanentTaskFailure
 
 log = logging.getLogger(__name__)
 
-REPORT_EVERY_S = 60.0
 _Headers = list[tuple[str, bytes]]
 
 
@@ -40,18 +46,37 @@ def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")  # an error may quote a lone surrogate
 
 
+class StoppedOnError(PermanentTaskFailure):
+    """``PROCESSOR_ON_ERROR=stop`` and a record failed: the task stops, and is not restarted
+    where it stopped. Its message names the operator, the record's position and the error:
+    the same each time the task reads that record again."""
+
+    state = "stopped"
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason  # the dead record's: its processor_task_stopped label
+
+
 class DeadLetters:
     """One task's dead records: into the DLQ topic of its transaction, counted and logged."""
 
-    def __init__(self, dlq: str, task: str, labels: Mapping[str, str], limit: int) -> None:
+    def __init__(
+        self,
+        dlq: str,
+        task: str,
+        labels: Mapping[str, str],
+        limit: int,
+        on_error: str = "dlq",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.topic = dlq
         self.task = task
         self.limit = limit  # of a record, key and headers included
+        self.stops = on_error == "stop"
         self._labels = dict(labels)
         self._counters: dict[str, Metric] = {}
-        # (reason, operator, exception type) -> when last logged / how many since
-        self._reported: dict[tuple[str, str, str], float] = {}
-        self._since: Counter[tuple[str, str, str]] = Counter()
+        self.log = FailureLog(task, dlq, clock)
 
     def source_record(
         self,
@@ -59,20 +84,17 @@ class DeadLetters:
         msg: Message,
         error: str,
         reason: str,
-        operator: str | None = None,
+        operator: str,
         exc: BaseException | None = None,
     ) -> None:
-        """A source record dead as it came: at decoding, or at ``operator``."""
-        headers: _Headers = [
-            ("source.topic", _utf8(msg.topic() or "")),
-            ("source.partition", b"%d" % (msg.partition() or 0)),
-            ("source.offset", b"%d" % (msg.offset() or 0)),
-        ]
-        if operator is not None:
-            headers += [("task", _utf8(self.task)), ("operator", _utf8(operator))]
-        headers.append(("error", _utf8(error[:MAX_ERROR])))
+        """A source record dead as it came: at decoding (``operator``: the source's name),
+        or at ``operator``."""
+        where = Position(msg.topic() or "", msg.partition(), msg.offset())
+        if self.stops:
+            self._stop(operator, error, reason, exc, where)
+        headers = self._headers(operator, error, exc, where)
         self._write(out, msg.value() or b"", msg.key(), headers)
-        self._note(reason, operator or "decoding", error, exc)
+        self._note(reason, operator, error, exc, where)
 
     def failed(
         self,
@@ -80,10 +102,13 @@ class DeadLetters:
         dead: list[DeadRecord],
         origin: Callable[[int], Message] | None = None,
         again: bool = False,
+        where: Position | None = None,
     ) -> None:
         """Records an operator refused; ``origin``: the source record of a dead record's
         `DeadRecord.origin`, when the task has it; ``again``: written before into a
-        transaction that was aborted (counted and logged then)."""
+        transaction that was aborted (counted and logged then); ``where``: the position of
+        a dead record that has none of its own (what the task knows: its topic and
+        partition)."""
         for record in dead:
             if origin is not None and record.origin is not None:
                 msg = origin(record.origin)
@@ -91,14 +116,32 @@ class DeadLetters:
                     out, msg, record.error, record.reason, record.operator, record.exc
                 )
                 continue
-            headers: _Headers = [
-                ("task", _utf8(self.task)),
-                ("operator", _utf8(record.operator)),
-                ("error", _utf8(record.error[:MAX_ERROR])),
-            ]
-            self._write(out, _utf8(record.value), None, headers)
+            at = record.where or where
+            if self.stops:
+                self._stop(record.operator, record.error, record.reason, record.exc, at)
+            headers = self._headers(record.operator, record.error, record.exc, at)
+            self._write(out, record.value, None, headers)
             if not again:
-                self._note(record.reason, record.operator, record.error, record.exc)
+                self._note(record.reason, record.operator, record.error, record.exc, at)
+
+    def tick(self) -> None:
+        """Log the counts of dead records a minute old (see `FailureLog.tick`)."""
+        self.log.tick()
+
+    def _headers(
+        self, operator: str, error: str, exc: BaseException | None, where: Position | None
+    ) -> _Headers:
+        headers: _Headers = [
+            ("operator", _utf8(operator)),
+            ("task", _utf8(self.task)),
+            ("error", _utf8(error[:MAX_ERROR])),
+        ]
+        trace = user_error(exc)
+        if trace is not None:
+            headers.append(("traceback", traceback_text(trace)))
+        if where is not None:
+            headers += where.headers()
+        return headers
 
     def _write(
         self, out: TransactionalOutput, value: bytes, key: bytes | None, headers: _Headers
@@ -116,30 +159,35 @@ class DeadLetters:
             value = value[: max(0, room - key_len)]
         out.produce(self.topic, value, key=key, headers=list(headers))
 
-    def _note(self, reason: str, where: str, error: str, exc: BaseException | None) -> None:
+    def _note(
+        self,
+        reason: str,
+        operator: str,
+        error: str,
+        exc: BaseException | None,
+        where: Position | None,
+    ) -> None:
         counter = self._counters.get(reason)
         if counter is None:
             counter = metrics.records_skipped.labels(**self._labels, reason=reason)
             self._counters[reason] = counter
         counter.inc()
-        key = (reason, where, type(exc).__name__ if exc is not None else "")
-        now = time.monotonic()
-        last = self._reported.get(key)
-        if last is not None and now - last < REPORT_EVERY_S:
-            self._since[key] += 1
-            return
-        self._reported[key] = now
-        more = self._since.pop(key, 0)
-        # A user function's traceback says where it failed; the engine's own refusals
-        # (RecordError) say all in their message.
-        trace = exc if exc is not None and not isinstance(exc, RecordError) else None
-        log.warning(
-            "%s: a dead record (%s at %s) into %s: %s%s",
-            self.task,
-            reason,
-            where,
-            self.topic,
-            error[:MAX_ERROR],
-            f" ({more} more since the last report)" if more else "",
-            exc_info=trace,
+        self.log.note(operator, reason, error[:MAX_ERROR], exc, where)
+
+    def _stop(
+        self,
+        operator: str,
+        error: str,
+        reason: str,
+        exc: BaseException | None,
+        where: Position | None,
+    ) -> None:
+        at = f" of {where}" if where is not None else ""
+        message = (
+            f"a record{at} failed at {operator} ({reason}): {error[:MAX_ERROR]} "
+            "(PROCESSOR_ON_ERROR=stop: the task stops, nothing of its epoch is committed)"
         )
+        # The traceback of the engine's own refusals (RecordError) is its own code: the
+        # message says it all. A user function's says where it failed.
+        log.error("%s: %s", self.task, message, exc_info=user_error(exc))
+        raise StoppedOnError(message, reason)

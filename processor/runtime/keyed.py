@@ -34,7 +34,7 @@ import shutil
 import struct
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ from processor.models.records import (
     encode_watermark,
 )
 from processor.pipeline.chain import DeadRecord, StageChain
+from processor.pipeline.dead import Position
 from processor.pipeline.floors import Floors
 from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks
 from processor.runtime.deadletter import DeadLetters
@@ -159,7 +160,9 @@ class KeyedTask(Task):
         self._m_bad = skipped.labels(**self.labels, reason="malformed_shuffle")
         self._m_oversized = skipped.labels(**self.labels, reason="oversized_key")
         s = ctx.settings
-        self._dlq = DeadLetters(s.dlq_topic, ctx.task_id, self.labels, clients.record_limit(s))
+        self._dlq = DeadLetters(
+            s.dlq_topic, ctx.task_id, self.labels, clients.record_limit(s), s.on_error
+        )
 
     def run(self) -> None:
         s = self.settings
@@ -430,8 +433,11 @@ class KeyedTask(Task):
                 continue
             offset: int = msg.offset()  # type: ignore[assignment]  # set on data messages
             if admit((partition, channel), offset) is _PROCESS:
+                dead = len(chain.dead)
                 chain.shuffled(body, quiet, sides[channel] if sides else 0)
                 applied += len(body)
+                if len(chain.dead) > dead:
+                    self._dead_at(dead, offset, out)
         self._records_in += applied
         self._m_in.inc(applied)
         if chain.late:
@@ -489,6 +495,17 @@ class KeyedTask(Task):
             value, headers = encode_watermark(Watermark(channel, current, idle))
             for p in range(partitions):
                 out.produce(topic, value, partition=p, headers=headers)
+
+    def _dead_at(self, start: int, offset: int, out: TransactionalOutput) -> None:
+        """The chain's dead records from ``start`` on came in the shuffle record at
+        ``offset``: that is where they were read. With PROCESSOR_ON_ERROR=stop, the task
+        stops at once."""
+        assert self.chain is not None
+        dead = self.chain.dead
+        where = Position(self.topic, self.partition, offset)
+        dead[start:] = [replace(d, where=where) for d in dead[start:]]
+        if self._dlq.stops:
+            self._dlq.failed(out, self.chain.take_dead())
 
     def _dead_letter(self, out: TransactionalOutput) -> None:
         """The dead records so far (and those of an aborted transaction) into the open one."""
@@ -642,6 +659,7 @@ class KeyedTask(Task):
         )
         flush_started_cpu = time.thread_time()
         self._flush(out, checkpoint=True)
+        self._dlq.tick()
         sent_before = self._sent_mark
         if self.stage.timed:
             self._send_watermark(out)

@@ -32,6 +32,7 @@ from processor.kafka.output import TransactionalOutput, open_output
 from processor.models import limits
 from processor.models.records import Barrier, Watermark, encode_barrier, encode_watermark
 from processor.pipeline.chain import StageChain
+from processor.pipeline.dead import Position
 from processor.pipeline.ops import RecordError, decode
 from processor.pipeline.time import NO_WATERMARK, SourceWatermarks
 from processor.runtime import gaps
@@ -96,7 +97,11 @@ class SourceTask(Task):
         self._m_null = skipped.labels(**self.labels, reason="null")
         self._m_empty = skipped.labels(**self.labels, reason="empty")
         self._m_oversized = skipped.labels(**self.labels, reason="oversized_key")
-        self._dlq = DeadLetters(s.dlq_topic, ctx.task_id, self.labels, clients.record_limit(s))
+        self._dlq = DeadLetters(
+            s.dlq_topic, ctx.task_id, self.labels, clients.record_limit(s), s.on_error
+        )
+        # Of a dead record derived from an input record: what the task knows of where.
+        self._read_from = Position(self.topic, partitions[0] if len(partitions) == 1 else None)
 
     def request_checkpoint(self, checkpoint_id: int, triggered_at: float) -> None:
         # Only the newest trigger matters (older ones are superseded). The time goes first:
@@ -240,7 +245,7 @@ class SourceTask(Task):
                     raise RecordError(limits.event_time_error(ts), "bad_event_time")
                 value = decode(self._format, raw)
             except RecordError as exc:
-                self._dlq.source_record(out, msg, str(exc), exc.reason)
+                self._dlq.source_record(out, msg, str(exc), exc.reason, self.chain.stage.head.name)
                 continue
             decoded.append(value)
             kept.append(msg)
@@ -252,7 +257,8 @@ class SourceTask(Task):
         """The chain's dead records into the DLQ; ``batch``: the messages of the values the
         chain was last given (a dead record that is one of them is written as it came)."""
         dead = self.chain.take_dead()
-        self._dlq.failed(out, dead, batch.__getitem__ if batch is not None else None)
+        origin = batch.__getitem__ if batch is not None else None
+        self._dlq.failed(out, dead, origin, where=self._read_from)
 
     def _flush(self, out: TransactionalOutput) -> None:
         """The stage's buffers into the open transaction: combined partial aggregates (a few
@@ -310,6 +316,7 @@ class SourceTask(Task):
             for p in range(partitions):
                 out.produce(topic, value, partition=p, headers=headers)
         out.commit_async()
+        self._dlq.tick()
         lag = self._lag(consumer)
         out.take_waited()  # within this step's time already
         self._committing = self._close_epoch(

@@ -222,7 +222,7 @@ tr.completed td:nth-child(2) {{ color: #137333; }}
 <th>full size</th><th>slowest task / reason</th></tr>{"".join(rows)}</table></div>
 <div><h2>Tasks</h2><table><tr><th>task</th><th>worker</th><th>state</th>
 <th>checkpoint</th><th>lag</th><th>watermark (UTC)</th><th>event-time lag</th>
-<th>failed for good because</th></tr>{tasks}</table>
+<th>failed for good / stopped because</th></tr>{tasks}</table>
 <h2>Workers</h2><table><tr><th>worker</th><th>status</th><th>heartbeat</th>
 <th>tasks</th></tr>{workers}</table></div>
 </div>

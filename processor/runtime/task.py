@@ -95,6 +95,7 @@ class PermanentTaskFailure(Exception):
     """
 
     reason = "permanent"
+    state = "failed"  # what the status page shows
 
 
 class Task:

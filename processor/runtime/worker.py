@@ -4,7 +4,8 @@ It follows the control topic (assignments, checkpoint triggers), heartbeats its 
 states, and forwards the tasks' acknowledgements. A task that fails is restarted after a
 backoff if it is still assigned here; its restart *is* its recovery (fence, restore, rewind).
 A task that fails for good (``PermanentTaskFailure``: e.g. records it needs were deleted) is not
-restarted while it stays assigned here: it is reported failed, with its one-line reason.
+restarted while it stays assigned here: it is reported failed, with its one-line reason; one
+that stopped on a failing record (``PROCESSOR_ON_ERROR=stop``) likewise, reported stopped.
 """
 
 from __future__ import annotations
@@ -48,11 +49,13 @@ class TaskRunner:
             self.task.run()
             self.task.state = "stopped"
         except PermanentTaskFailure as exc:
-            self.task.state = "failed"
+            self.task.state = exc.state  # "stopped": PROCESSOR_ON_ERROR=stop
             self.permanent = True
             self.error = str(exc)
             labels = self.task.labels
             metrics.task_failed_permanently.labels(**labels, reason=exc.reason).inc()
+            if exc.state == "stopped":
+                metrics.task_stopped.labels(**labels, reason=exc.reason).set(1)
             log.error("%s: %s (task stopped, not restarted)", self.task.ctx.task_id, exc)
         except Exception as exc:  # noqa: BLE001 - any failure means: restart from the last commit
             self.task.state = "failed"
@@ -85,8 +88,8 @@ class Worker:
         self._runners: dict[str, TaskRunner] = {}
         self._backoff: dict[str, float] = {}  # task -> monotonic time before which not to restart
         self._failures: dict[str, int] = {}  # task -> failures in a row
-        # Tasks that failed for good here: (reason, last committed checkpoint).
-        self._given_up: dict[str, tuple[str, int]] = {}
+        # Tasks that failed for good here: (reason, last committed checkpoint, state).
+        self._given_up: dict[str, tuple[str, int, str]] = {}
         # Per shuffle topic, shared by its keyed tasks here.
         self._purgers: dict[str, ShufflePurger] = {}
         if settings.shuffle_purge_interval_ms:
@@ -167,7 +170,8 @@ class Worker:
             if not runner.running:
                 del self._runners[task_id]
                 if runner.permanent:
-                    self._given_up[task_id] = (runner.error, runner.task.last_checkpoint)
+                    task = runner.task
+                    self._given_up[task_id] = (runner.error, task.last_checkpoint, task.state)
                 elif runner.task.state == "failed":
                     # Back off, so that a persistent failure is a slow retry, not a crash loop.
                     if now - self._backoff.get(task_id, now) > 60:
@@ -176,6 +180,7 @@ class Worker:
                     self._backoff[task_id] = now + min(_MAX_BACKOFF_S, 0.25 * 2**failures)
         for task_id in self._given_up.keys() - mine:
             del self._given_up[task_id]  # moved away: wherever it goes next tries afresh
+            metrics.forget_stopped(self.settings.job_name, task_id)
         if assignment is None:
             return
         for task_id in sorted(mine - self._runners.keys() - self._given_up.keys()):
@@ -187,7 +192,7 @@ class Worker:
                 # The coordinator runs another pipeline than this worker: say so, run nothing.
                 reason = f"this worker's pipeline has no stage for task {task_id}"
                 log.error("%s (is PROCESSOR_PIPELINE the same everywhere?)", reason)
-                self._given_up[task_id] = (reason, 0)
+                self._given_up[task_id] = (reason, 0, "failed")
                 continue
             self._runners[task_id] = TaskRunner(task)
             log.info("task %s started on %s", task_id, self.worker_id)
@@ -222,8 +227,8 @@ class Worker:
             t: control.TaskStatus(r.task.state, r.task.last_checkpoint)
             for t, r in self._runners.items()
         }
-        for t, (reason, checkpoint) in self._given_up.items():
-            tasks[t] = control.TaskStatus("failed", checkpoint, reason)
+        for t, (reason, checkpoint, state) in self._given_up.items():
+            tasks[t] = control.TaskStatus(state, checkpoint, reason)
         self.send(control.Heartbeat(self.worker_id, self.incarnation, tasks))
 
     def _stop_all(self) -> None:

@@ -125,8 +125,8 @@ class PipelineRun(JobRun):
         dead: Counter[tuple[str, str]] = Counter()
         for part in read_committed(self.bootstrap, self.settings.dlq_topic).values():
             for _, _, headers in part:
-                where = headers.get("operator") or headers["source.topic"]
-                name = source_names.get(where.decode(), where.decode())
+                where = headers["operator"].decode()  # a source's name: it did not decode
+                name = source_names.get(where, where)
                 dead[name, _kind(headers["error"].decode())] += 1
         _same("dlq", dead, Counter((name, _kind(error)) for name, error in expected.dead))
         return expected

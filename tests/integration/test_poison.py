@@ -115,8 +115,8 @@ def test_poison_records_become_dead_records_and_the_job_goes_on(
         assert len(letters) == len(dead)
         got: list[tuple[bytes, bytes | None]] = []
         for key, written, headers in letters:
-            assert headers["source.topic"] == events.encode()
-            partition, offset = int(headers["source.partition"]), int(headers["source.offset"])
+            assert headers["topic"] == events.encode()
+            partition, offset = int(headers["partition"]), int(headers["offset"])
             source_key, source_value, _ = inputs[partition][offset]
             assert key == source_key and written is not None and source_value is not None
             value = written

@@ -163,7 +163,7 @@ def test_plain_streams_reach_sinks_record_by_record_and_failures_are_dead() -> N
     chain.flush()
     assert chain.take_sinks() == {"tenths": [(None, b"10"), (None, b"2"), (None, b"5")]}
     assert [(d.operator, d.error, d.value) for d in chain.take_dead()] == [
-        ("n.map", "ZeroDivisionError: integer division or modulo by zero", "0")
+        ("n.map", "ZeroDivisionError: integer division or modulo by zero", b"0")
     ]
     keyed = compiled.stage("n.key_by")
     downstream = StageChain(compiled, keyed, 0, DictBackend(), {"n.key_by": 2})

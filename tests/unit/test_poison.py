@@ -205,9 +205,9 @@ def test_values_a_function_nests_too_deeply_are_dead_wherever_they_must_be_writt
     assert sorted(map(list, _shipped(chain))) == [["k", 1], ["k", 2], ["k", 3]]
     dead = chain.take_dead()
     assert sorted((d.operator, d.reason, d.value) for d in dead) == [
-        ("deep-key", "too_deep", "3"),
-        ("n.map.key_by", "too_deep", "<list nested too deeply to show>"),
-        ("n.map.sink", "too_deep", "<list nested too deeply to show>"),
+        ("deep-key", "too_deep", b"3"),
+        ("n.map.key_by", "too_deep", b"<list nested too deeply to show>"),
+        ("n.map.sink", "too_deep", b"<list nested too deeply to show>"),
     ]
 
 
@@ -394,17 +394,18 @@ def test_a_dead_source_record_keeps_its_bytes_and_key_and_fits_the_dlq() -> None
     out: Any = fake
     letters = _letters()
     big: Any = _Msg(b"\xff" * 990_000, b"k" * 20_000, 7)
-    letters.source_record(out, big, "not UTF-8: x", "non_utf8")
+    letters.source_record(out, big, "not UTF-8: x", "non_utf8", "e")
     small: Any = _Msg(b'{"ts": 1e19}', b"key", 8)
-    dead = DeadRecord("e", "event time 1e19 ...", "{'ts': 1e19}", "bad_event_time", 0)
+    dead = DeadRecord("e", "event time 1e19 ...", b'{"ts":1e19}', "bad_event_time", 0)
     letters.failed(out, [dead], [small].__getitem__)
     (_, value, key, headers), (_, value2, key2, headers2) = fake.records
     assert _size(fake.records[0]) <= RECORD_LIMIT
     assert headers["truncated"] == b"990000" and "truncated.key" not in headers
     assert key == b"k" * 20_000 and value == b"\xff" * len(value) and len(value) > 900_000
-    assert headers["source.offset"] == b"7" and headers["error"] == b"not UTF-8: x"
+    assert headers["offset"] == b"7" and headers["error"] == b"not UTF-8: x"
+    assert headers["topic"] == b"in" and headers["partition"] == b"3"
     assert (value2, key2) == (b'{"ts": 1e19}', b"key")
-    assert headers2["operator"] == b"e" and headers2["source.offset"] == b"8"
+    assert headers2["operator"] == b"e" and headers2["offset"] == b"8"
     assert "truncated" not in headers2
 
 
@@ -413,39 +414,8 @@ def test_a_dead_record_with_a_huge_key_or_error_still_fits() -> None:
     out: Any = fake
     letters = _letters(limit=10_000)
     msg: Any = _Msg(b"v" * 50, b"k" * 20_000, 1)
-    letters.source_record(out, msg, "e" * 50_000, "not_json")
-    letters.failed(out, [DeadRecord("op", "\ud800" * 10, "'x'")])
+    letters.source_record(out, msg, "e" * 50_000, "not_json", "n")
+    letters.failed(out, [DeadRecord("op", "\ud800" * 10, b'"x"')])
     assert all(_size(r) <= 10_000 for r in fake.records)
     assert fake.records[0][3]["truncated.key"] == b"20000"
     assert fake.records[1][3]["error"] == b"\\ud800" * 10
-
-
-def test_dead_records_are_logged_once_per_kind_then_once_a_minute(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    now = [1000.0]
-    monkeypatch.setattr("processor.runtime.deadletter.time.monotonic", lambda: now[0])
-    out: Any = _Out()
-    letters = _letters()
-
-    def failure() -> DeadRecord:
-        record: dict[str, int] = {}
-        try:
-            record["ts"]
-        except KeyError as exc:
-            return DeadRecord("events", "KeyError: 'ts'", "{}", exc=exc)
-        raise AssertionError
-
-    with caplog.at_level("WARNING", logger="processor.runtime.deadletter"):
-        letters.failed(out, [failure() for _ in range(3)])
-        letters.failed(out, [DeadRecord("events", "timestamp True ...", "{}")])
-        now[0] += 61
-        letters.failed(out, [failure()])
-    lines = [r for r in caplog.records if r.name == "processor.runtime.deadletter"]
-    assert [r.getMessage().split("job.dlq: ")[1] for r in lines] == [
-        "KeyError: 'ts'",
-        "timestamp True ...",
-        "KeyError: 'ts' (2 more since the last report)",
-    ]
-    assert [r.exc_info is not None for r in lines] == [True, False, True]
-    assert len(out.records) == 5
