@@ -85,6 +85,27 @@ class PipelineRun(JobRun):
 
         self.feed_values(items, seconds, send, True)
 
+    def feed_records(
+        self,
+        param: str,
+        records: list[tuple[bytes | None, bytes, list[tuple[str, bytes]], int | None]],
+        seconds: float,
+    ) -> None:
+        """``(key, value, headers, partition or None)`` records into build()'s topic
+        ``param``, as `feed_topic` (``inputs`` gets the values only)."""
+        topic = self.topics[param]
+        self.inputs[topic].extend(value for _, value, _, _ in records)
+
+        def send(
+            chunk: list[tuple[bytes | None, bytes, list[tuple[str, bytes]], int | None]],
+        ) -> None:
+            for key, value, headers, partition in chunk:
+                placed = {} if partition is None else {"partition": partition}
+                self._produce(topic, value, key=key, headers=headers, **placed)
+            self._flush()
+
+        self.feed_values(records, seconds, send, True)
+
     def kill_mid_stream(self, index: int) -> None:
         """SIGKILL worker ``index`` once half of the feed is in and a checkpoint has committed
         input of every source partition, then let the other half come and start its
