@@ -1,4 +1,4 @@
-"""``emit="record"`` through the engine, a worker SIGKILLed mid-stream and replaced: per key,
+"""``emit="record"`` through the engine, each worker SIGKILLed mid-stream and replaced: per key,
 the committed updates (read back by a read_committed reader of its own) are every update in
 order, none lost, none repeated: a count's are exactly 1, 2, ..., n and a last-value
 reduce's are the ``seq`` of the key's records, 1, 2, ..., n, the same as the reference run's."""
@@ -10,7 +10,13 @@ import random
 from pathlib import Path
 
 from processor.pipeline.plan import plan
-from tests.integration.pipeline_run import PipelineRun, read_committed, updates_per_key
+from tests.integration.harness import wait_until
+from tests.integration.pipeline_run import (
+    _LOADED,
+    PipelineRun,
+    read_committed,
+    updates_per_key,
+)
 
 PIPELINE = Path(__file__).resolve().parent / "emit_pipeline.py"
 PARTITIONS = 2
@@ -46,16 +52,35 @@ def test_per_record_updates_are_exact_after_a_kill(kafka_bootstrap: str, tmp_pat
             placed.append((NOT_JSON, 0))  # dead at the source: the sequences go on
     events = run.topics["events"]
     run.inputs[events].extend(value for value, _ in placed)
+    sent: list[int] = []
+
+    def send(chunk: list[tuple[bytes, int]]) -> None:
+        run.send_placed((events, v, p, None) for v, p in chunk)
+        sent.append(len(chunk))
+
+    def kill(index: int) -> None:
+        """SIGKILL worker ``index`` while the feed runs and the job commits as it goes: what
+        it emitted since the last checkpoint is aborted and done again by its replacement."""
+        run.wait_for_checkpoints(3, timeout=120)  # after a restart: recovered
+        assert 0 < sum(sent) < len(placed), "the kill must land mid-stream"
+        assert " started on " in run.log(f"worker-{index}"), f"worker-{index} runs no task"
+        run.kill_worker(index)
+        run.start_worker(index)
+
     try:
         run.start(workers=2)
-        run.feed_values(
-            placed,
-            seconds=4,
-            send=lambda chunk: run.send_placed((events, v, p, None) for v, p in chunk),
-            hold_halfway=True,
-        )
-        run.kill_mid_stream(1)
+        # A first few records until the job runs (it may take seconds to start), then the
+        # rest while it checkpoints as it goes.
+        first = len(placed) // 20
+        send(placed[:first])
+        wait_until(lambda: _LOADED.search(run.log("coordinator")), 60, "a checkpoint of input")
+        # Long enough for the first kill's recovery to end well before it does (18 s on a
+        # loaded 2-core machine): the second kill lands mid-stream too.
+        run.feed_values(placed[first:], seconds=30, send=send)
+        kill(1)
+        kill(0)
         run.drain(timeout=120)
+        assert run.completed_checkpoints() >= 8  # every key's updates span many epochs
         expected = run.verify()  # each key's full sequence, as the reference's; the DLQ
         assert [error[:8] for _, error in expected.dead] == ["not JSON"] * 4
         counts = updates_per_key(read_committed(kafka_bootstrap, run.topics["counts"]))
