@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 
 from processor.pipeline.plan import plan
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import (
-    _LOADED,
     PipelineRun,
     read_committed,
     updates_per_key,
@@ -52,34 +52,48 @@ def test_per_record_updates_are_exact_after_a_kill(kafka_bootstrap: str, tmp_pat
             placed.append((NOT_JSON, 0))  # dead at the source: the sequences go on
     events = run.topics["events"]
     run.inputs[events].extend(value for value, _ in placed)
-    sent: list[int] = []
 
-    def send(chunk: list[tuple[bytes, int]]) -> None:
-        run.send_placed((events, v, p, None) for v, p in chunk)
-        sent.append(len(chunk))
+    def feed(part: list[tuple[bytes, int]], seconds: float) -> None:
+        """``part`` in 10 chunks spread over ``seconds``, the job reading as they come."""
+        size = len(part) // 10 + 1
+        for i in range(0, len(part), size):
+            run.send_placed((events, v, p, None) for v, p in part[i : i + size])
+            time.sleep(seconds / 10)
 
     def kill(index: int) -> None:
-        """SIGKILL worker ``index`` while the feed runs and the job commits as it goes: what
-        it emitted since the last checkpoint is aborted and done again by its replacement."""
-        run.wait_for_checkpoints(3, timeout=120)  # after a restart: recovered
-        assert 0 < sum(sent) < len(placed), "the kill must land mid-stream"
+        """SIGKILL worker ``index`` right after a part of the feed, while the job works on
+        it: what the worker emitted since its last checkpoint is aborted and done again by
+        its replacement. Then wait until the job commits again (recovered)."""
         assert " started on " in run.log(f"worker-{index}"), f"worker-{index} runs no task"
         run.kill_worker(index)
         run.start_worker(index)
+        run.wait_for_checkpoints(3, timeout=180)
 
+    def done() -> bool:
+        """Every record's update committed in both sinks (or more: a repeat, failed below)."""
+        return all(
+            sum(map(len, read_committed(kafka_bootstrap, run.topics[t]).values())) >= RECORDS
+            for t in ("counts", "lasts")
+        )
+
+    # A coordinator that stays when the job is idle (between the parts of the feed).
+    run.start_coordinator(exit_when_idle=False)
+    run.start_worker(0)
+    run.start_worker(1)
     try:
-        run.start(workers=2)
-        # A first few records until the job runs (it may take seconds to start), then the
-        # rest while it checkpoints as it goes.
-        first = len(placed) // 20
-        send(placed[:first])
-        wait_until(lambda: _LOADED.search(run.log("coordinator")), 60, "a checkpoint of input")
-        # Long enough for the first kill's recovery to end well before it does (18 s on a
-        # loaded 2-core machine): the second kill lands mid-stream too.
-        run.feed_values(placed[first:], seconds=30, send=send)
+        # A first few records until the job runs (it may take seconds to start); then three
+        # parts, each spread over seconds while the job checkpoints as it goes, with a kill
+        # after the first and after the second.
+        third = len(placed) // 3
+        feed(placed[:100], 0)
+        wait_until(run._sources_committed, 120, "committed positions in every source partition")
+        feed(placed[100:third], 3)
         kill(1)
+        feed(placed[third : 2 * third], 3)
         kill(0)
-        run.drain(timeout=120)
+        feed(placed[2 * third :], 3)
+        wait_until(done, 180, "every update committed")
+        run.wait_for_checkpoints(2)  # an extra update would be committed by now
         assert run.completed_checkpoints() >= 8  # every key's updates span many epochs
         expected = run.verify()  # each key's full sequence, as the reference's; the DLQ
         assert [error[:8] for _, error in expected.dead] == ["not JSON"] * 4
