@@ -354,8 +354,8 @@ class StageChain:
 
     def flush(self) -> None:
         """Aggregations' latest values into state and on to their children (in graph order:
-        an aggregation's output may feed another); state of ``process`` and quiet updates
-        into state. Sink records and shuffle buffers are then ready to take."""
+        an aggregation's output may feed another; ``emit="record"`` ones into state only,
+        their updates went on already); state of ``process`` and quiet updates into state. Sink records and shuffle buffers are then ready to take."""
         writes: dict[bytes, bytes | None] = {}
         for node, dirty in self._dirty.items():
             prefix = _state_prefix(node)
