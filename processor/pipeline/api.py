@@ -16,6 +16,10 @@ from typing import Any, Literal, Self
 
 ValueFormat = Literal["text", "json", "bytes"]
 VALUE_FORMATS: tuple[ValueFormat, ...] = ("text", "json", "bytes")
+# When an aggregation emits: its latest value per key at each checkpoint, or an update per
+# input record.
+Emit = Literal["checkpoint", "record"]
+EMITS: tuple[Emit, ...] = ("checkpoint", "record")
 
 # Kinds of node. An aggregation ("count", "sum", "reduce", "aggregate") and "process" keep
 # state per key; "key_by" is where a stage ends and a shuffle begins. "window" marks the
@@ -66,10 +70,12 @@ class Node:
     merged: list[Node] = field(default_factory=list)  # merge: the inputs after ``parent``
     # Set by the planner: records leaving this node carry their event time.
     timed: bool = False
+    emit: Emit = "checkpoint"  # an aggregation's (not a windowed one's)
 
     @property
     def aggregated(self) -> bool:
-        """Its output is a changelog of per-key values (one update per key and checkpoint)."""
+        """Its output is a changelog of per-key values: one update per key and checkpoint,
+        or per input record (`per_record`)."""
         return self.kind in AGGREGATIONS and not self.windowed
 
     @property
@@ -78,6 +84,11 @@ class Node:
         if self.parent is None:
             return []
         return [self.parent, *self.merged]
+
+    @property
+    def per_record(self) -> bool:
+        """An aggregation that emits an update per input record (``emit="record"``)."""
+        return self.emit == "record"
 
     @property
     def windowed(self) -> bool:
@@ -256,25 +267,49 @@ class Stream:
 
 class _Aggregations:
     """count, sum, reduce, aggregate and process: per key on a `KeyedStream`, per key and
-    window on a `WindowedStream` (each says how it makes the node)."""
+    window on a `WindowedStream` (each says how it makes the node).
+
+    ``emit`` of count, sum, reduce and aggregate: ``"checkpoint"`` (the default) emits each
+    key's latest value once per checkpoint, a changelog whose last value per key is the
+    result; ``"record"`` emits ``(key, new value)`` for every input record, in input order
+    per key (no pre-aggregation before the shuffle: every update is seen)."""
 
     def _aggregation(self, kind: str, name: str | None, **attrs: Any) -> KeyedStream:
         raise NotImplementedError
 
-    def count(self, name: str | None = None) -> KeyedStream:
-        """Per key, the number of values so far."""
-        return self._aggregation("count", name)
+    def count(self, name: str | None = None, emit: Emit = "checkpoint") -> KeyedStream:
+        """Per key, the number of values so far.
 
-    def sum(self, name: str | None = None) -> KeyedStream:
-        """Per key, the sum of the values so far; a value that is not a number is dead."""
-        return self._aggregation("sum", name)
+        >>> p = Pipeline()
+        >>> counts = p.source("clicks").key_by(lambda url: url).count(emit="record")
+        >>> counts.sink("clicks-per-url")  # "a" "b" "a" -> (a, 1) (b, 1) (a, 2)
+        """
+        return self._aggregation("count", name, emit=_emit(emit, "count"))
 
-    def reduce(self, fn: Callable[[Any, Any], Any], name: str | None = None) -> KeyedStream:
+    def sum(self, name: str | None = None, emit: Emit = "checkpoint") -> KeyedStream:
+        """Per key, the sum of the values so far; a value that is not a number is dead.
+
+        >>> p = Pipeline()
+        >>> orders = p.source("orders", value="json").key_by(lambda o: o["user"])
+        >>> orders.map(lambda o: o["amount"]).sum().sink("revenue")
+        """
+        return self._aggregation("sum", name, emit=_emit(emit, "sum"))
+
+    def reduce(
+        self, fn: Callable[[Any, Any], Any], name: str | None = None, emit: Emit = "checkpoint"
+    ) -> KeyedStream:
         """Per key, ``fn(accumulated, value)`` folded over the values (the first one as is).
 
-        ``fn`` should be associative: records of one epoch are combined before the shuffle.
+        ``fn`` should be associative: with ``emit="checkpoint"`` records of one epoch are
+        combined before the shuffle.
+
+        >>> p = Pipeline()
+        >>> readings = p.source("readings", value="json").key_by(lambda r: r["sensor"])
+        >>> readings.reduce(lambda a, b: max(a, b, key=lambda r: r["value"])).sink("peaks")
         """
-        return self._aggregation("reduce", name, fn=_callable(fn, "reduce"))
+        return self._aggregation(
+            "reduce", name, fn=_callable(fn, "reduce"), emit=_emit(emit, "reduce")
+        )
 
     def aggregate(
         self,
@@ -282,11 +317,24 @@ class _Aggregations:
         add: Callable[[Any, Any], Any],
         merge: Callable[[Any, Any], Any] | None = None,
         name: str | None = None,
+        emit: Emit = "checkpoint",
     ) -> KeyedStream:
-        """Per key, ``add(accumulator, value)`` from ``initial``; with ``merge(a, b)`` partial
-        accumulators of an epoch are combined before the shuffle."""
+        """Per key, ``add(accumulator, value)`` from ``initial``; with ``merge(a, b)`` (and
+        ``emit="checkpoint"``) partial accumulators of an epoch are combined before the
+        shuffle.
+
+        >>> p = Pipeline()
+        >>> readings = p.source("readings", value="json").key_by(lambda r: r["sensor"])
+        >>> readings.aggregate([0, 0], lambda a, r: [a[0] + r["value"], a[1] + 1]).sink("n")
+        """
         fn2 = None if merge is None else _callable(merge, "aggregate merge")
-        stream = self._aggregation("aggregate", name, fn=_callable(add, "aggregate"), fn2=fn2)
+        stream = self._aggregation(
+            "aggregate",
+            name,
+            fn=_callable(add, "aggregate"),
+            fn2=fn2,
+            emit=_emit(emit, "aggregate"),
+        )
         stream.node.initial = initial
         return stream
 
@@ -370,8 +418,19 @@ class WindowedStream(_Aggregations):
             raise PipelineError("process on session windows: sessions merge, their state cannot")
         if self.node.gap_ms and kind == "aggregate" and attrs.get("fn2") is None:
             raise PipelineError("aggregate on session windows needs merge= (sessions merge)")
+        if attrs.get("emit") == "record":
+            raise PipelineError(
+                f'{kind}(emit="record") on a window: a window emits once, when it closes '
+                "(for an update per record, aggregate without the window)"
+            )
         node = self.pipeline._child(self.node, kind, name, keyed=True, **attrs)
         return KeyedStream(self.pipeline, node)
+
+
+def _emit(emit: Any, what: str) -> Emit:
+    if emit not in EMITS:
+        raise PipelineError(f"{what}(emit={emit!r}): emit must be one of {EMITS}")
+    return emit  # type: ignore[no-any-return]
 
 
 def _ms(value: Any, what: str, positive: bool = False) -> int:

@@ -14,7 +14,8 @@ a list of ``(key text, value)`` pairs (`ops.key_text`: a string key is itself). 
   pre-aggregated per key when that stage is combinable.
 - count/sum/reduce/aggregate: per key, the latest value of this epoch in a dirty map (loaded
   from state on first touch); it reaches state and flows on to the operator's children at
-  `flush()`, once per key: a changelog of the latest values.
+  `flush()`, once per key: a changelog of the latest values. With ``emit="record"``
+  (`processor.pipeline.per_record`) an update per record flows on at once instead.
 - process: record by record, with a state handle per key; its output flows on at once.
 - sink: encoded records, taken by the task at flush.
 
@@ -55,6 +56,7 @@ from processor.pipeline.ops import (
     sink_key_of,
     sink_value,
 )
+from processor.pipeline.per_record import PerRecord
 from processor.pipeline.plan import Plan, Stage
 from processor.pipeline.shuffle_out import ShuffleOut
 from processor.pipeline.time import NO_WATERMARK
@@ -164,7 +166,12 @@ class StageChain:
         # event time, so the watermark of what it feeds is held back (`_mark_into`).
         self._before = {n: _windows_before(n, stage) for n in [*self._windows, *stage.shuffles]}
         self._marks = dict.fromkeys(self._windows, NO_WATERMARK)  # each window's input's
-        self._folders = {n: folder(n) for n in stage.nodes if n.aggregated}
+        self._folders = {n: folder(n) for n in stage.nodes if n.aggregated and not n.per_record}
+        self._per_record = {
+            n: PerRecord(n, _state_prefix(n), state, self._dead)
+            for n in stage.nodes
+            if n.aggregated and n.per_record
+        }
         # count and sum fold inline (no call per value): the word count path.
         self._adds = {n: n.kind for n in self._folders if n.kind in ("count", "sum")}
         # Per aggregation: key text -> latest value this epoch (emitted at flush) / set quietly.
@@ -260,6 +267,7 @@ class StageChain:
         """Keys and records waiting for `flush`/`take_sinks`: what an early flush bounds."""
         return (
             sum(map(len, self._dirty.values()))
+            + sum(map(len, self._per_record.values()))
             + sum(map(len, self.shuffles.values()))
             + sum(map(len, self.sinks.values()))
             + len(self.dead)
@@ -353,8 +361,8 @@ class StageChain:
 
     def flush(self) -> None:
         """Aggregations' latest values into state and on to their children (in graph order:
-        an aggregation's output may feed another); state of ``process`` and quiet updates
-        into state. Sink records and shuffle buffers are then ready to take."""
+        an aggregation's output may feed another; ``emit="record"`` ones into state only,
+        their updates went on already); state of ``process`` and quiet updates into state. Sink records and shuffle buffers are then ready to take."""
         writes: dict[bytes, bytes | None] = {}
         for node, dirty in self._dirty.items():
             prefix = _state_prefix(node)
@@ -380,6 +388,12 @@ class StageChain:
                     writes[prefix + text.encode()] = raw
                     emitted.append((text, value))
             self._push(node, emitted, quiet=False)
+        for node, per_record in self._per_record.items():  # emitted already: state only
+            prefix = _state_prefix(node)
+            for text, value in per_record.take():
+                raw = self._encode(node, value)
+                if raw is not None:
+                    writes[prefix + text.encode()] = raw
         for node, cache in self._process.items():
             prefix = _state_prefix(node)
             for text, value in cache.items():
@@ -519,8 +533,11 @@ class StageChain:
                 self.shuffles[node.name].add(keys, values, all_str)
             return
         elif node.aggregated:
-            self._aggregate(node, batch, quiet, self._folders[node], self._adds.get(node))
-            return
+            if not node.per_record:
+                self._aggregate(node, batch, quiet, self._folders[node], self._adds.get(node))
+                return
+            # At once, as process does; quietly in a replay (state only downstream too).
+            out = self._per_record[node].add(batch)
         elif kind == "process":
             out = self._process_batch(node, batch, quiet)
         elif kind == "sink":

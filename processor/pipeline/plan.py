@@ -7,7 +7,8 @@ sinks and to the shuffle topics of the stages downstream of it; its transaction 
 writes with its input positions, as for word count today.
 
 A stage downstream of a ``key_by`` whose only consumer is an aggregation that can merge
-partial results (count, sum, reduce, or aggregate with ``merge``) is *combinable*: the
+partial results (count, sum, reduce, or aggregate with ``merge``; and emits per checkpoint,
+not per record) is *combinable*: the
 upstream stage pre-aggregates each epoch per key and ships partial results, as word count's
 combiner does. That is exact because an epoch's partial results commit atomically with the
 input positions they cover.
@@ -61,10 +62,13 @@ class Stage:
 
     @property
     def combiner(self) -> Node | None:
-        """The aggregation whose partial results upstream may pre-aggregate, if any."""
+        """The aggregation whose partial results upstream may pre-aggregate, if any. Not one
+        that emits per record: pre-aggregation would merge the updates it must emit."""
         if self.head.kind != "key_by" or len(self.head.children) != 1:
             return None
         first = self.head.children[0]
+        if first.per_record:
+            return None
         if first.kind in ("count", "sum", "reduce"):
             return first
         if first.kind == "aggregate" and first.fn2 is not None:

@@ -2,9 +2,11 @@
 
 Tests compute the expected output with it from the records they wrote, independently of the
 engine's stages, shuffles, combiners, checkpoints and recoveries. Aggregations emit an update
-per record here and one per key and checkpoint in the engine, so a sink fed by an aggregation
-is a *changelog*: compare its final value per key (`SinkOutput.final`); compare any other
-sink's records as a multiset.
+per record here and, unless ``emit="record"``, one per key and checkpoint in the engine, so a
+sink fed by such an aggregation is a *changelog*: compare its final value per key
+(`SinkOutput.final`). A sink fed only by ``emit="record"`` aggregations gets every update in
+the engine too (`SinkOutput.updates`): compare each key's full sequence
+(`SinkOutput.sequences`). Compare any other sink's records as a multiset.
 """
 
 from __future__ import annotations
@@ -33,10 +35,22 @@ SinkRecord = tuple[bytes | None, bytes]
 class SinkOutput:
     changelog: bool
     records: list[SinkRecord] = field(default_factory=list)
+    # A changelog of every update (only emit="record" aggregations upstream): the engine
+    # emits each of them as well, not only the latest per checkpoint.
+    updates: bool = False
 
     def final(self) -> dict[bytes | None, bytes]:
         """The last value per key."""
         return dict(self.records)
+
+    def sequences(self) -> dict[bytes | None, list[bytes]]:
+        """Every value per key, in order. The engine's order per key is the same where each
+        key's records reach the aggregation in input order (one source partition per key,
+        one shuffle on the way) or where the updates do not depend on it (a count's)."""
+        out: dict[bytes | None, list[bytes]] = {}
+        for key, value in self.records:
+            out.setdefault(key, []).append(value)
+        return out
 
     def multiset(self) -> Counter[SinkRecord]:
         return Counter(self.records)
@@ -70,7 +84,7 @@ def run(pipeline: Pipeline, inputs: Mapping[str, Iterable[bytes | None]]) -> Res
     plan(pipeline)  # the same validation the engine applies
     state: dict[tuple[str, str], Any] = {}
     folders = {n: folder(n) for n in pipeline.nodes if n.aggregated}
-    result = Result({n.topic: SinkOutput(_changelog(n)) for n in pipeline.sinks}, [])
+    result = Result({n.topic: _output(n) for n in pipeline.sinks}, [])
 
     def push(node: Node, key: Any, value: Any) -> None:
         for child in node.children:
@@ -104,8 +118,11 @@ def run(pipeline: Pipeline, inputs: Mapping[str, Iterable[bytes | None]]) -> Res
             push(node, new_key, value)
         elif node.aggregated:
             at = (node.name, key_text(key))
-            state[at] = folders[node](state.get(at, UNSET), value)
-            push(node, key, state[at])
+            new = folders[node](state.get(at, UNSET), value)
+            if node.per_record and node.kind in ("reduce", "aggregate"):
+                sink_value(new)  # as the engine does: what state cannot hold is dead at once
+            state[at] = new
+            push(node, key, new)
         elif kind == "process":
             assert fn is not None
             handle = DictState(state, node.name, key_text(key))
@@ -130,12 +147,15 @@ def run(pipeline: Pipeline, inputs: Mapping[str, Iterable[bytes | None]]) -> Res
     return result
 
 
-def _changelog(sink: Node) -> bool:
-    """Whether an aggregation is upstream of ``sink`` (on any path, through merges)."""
+def _output(sink: Node) -> SinkOutput:
+    """A changelog if an aggregation is upstream (on any path, through merges); of every
+    update if all of them emit per record."""
+    aggregations = []
     stack = [sink]
     while stack:
         node = stack.pop()
         if node.aggregated:
-            return True
+            aggregations.append(node)
         stack.extend(node.inputs)
-    return False
+    changelog = bool(aggregations)
+    return SinkOutput(changelog, updates=changelog and all(n.per_record for n in aggregations))

@@ -130,14 +130,18 @@ class PipelineRun(JobRun):
 
     def verify(self) -> reference.Result:
         """Every sink, read back committed, against the reference run of the input: an
-        aggregation's changelog by its last value per key, any other sink as a multiset of
-        records (no loss, no duplicate); the DLQ as the reference's dead records, by where
+        aggregation's changelog by its last value per key, or by each key's full sequence of
+        updates when its aggregations emit per record (`reference.SinkOutput.sequences`
+        says when the order is the reference's); any other sink as a multiset of records
+        (no loss, no duplicate); the DLQ as the reference's dead records, by where
         (operator, or source for undecodable input) and kind of error. Returns the reference
         run."""
         expected = reference.run(self.pipeline, self.inputs)
         for topic, output in expected.sinks.items():
             got = read_committed(self.bootstrap, topic)
-            if output.changelog:
+            if output.updates:
+                _same(topic, updates_per_key(got), output.sequences())
+            elif output.changelog:
                 _same(topic, last_per_key(got), output.final())
             else:
                 records = [(k, v) for part in got.values() for k, v, _ in part]
@@ -174,6 +178,18 @@ def last_per_key(partitions: Mapping[int, list[Record]]) -> dict[bytes | None, b
             assert home.setdefault(key, partition) == partition, f"{key!r} in two partitions"
             final[key] = value
     return final
+
+
+def updates_per_key(partitions: Mapping[int, list[Record]]) -> dict[bytes | None, list[bytes]]:
+    """Every update per key, in order; every key's updates in one partition."""
+    updates: dict[bytes | None, list[bytes]] = {}
+    home: dict[bytes | None, int] = {}
+    for partition, records in partitions.items():
+        for key, value, _ in records:
+            assert home.setdefault(key, partition) == partition, f"{key!r} in two partitions"
+            assert value is not None, f"{key!r}: an update without a value"
+            updates.setdefault(key, []).append(value)
+    return updates
 
 
 def read_committed(bootstrap: str, topic: str, timeout: float = 60) -> dict[int, list[Record]]:
