@@ -359,3 +359,19 @@ def test_a_source_key_decodes_in_its_format_and_an_undecodable_one_is_refused(
         assert [o for o, _ in refused] == [2, 3]
         assert refused[0][1].startswith("key ")
     assert read.values == [(m.value() or b"").decode() for m in read.kept]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "bytes"])
+def test_a_batch_of_good_records_reads_in_one_pass_like_one_by_one(fmt: str) -> None:
+    p = Pipeline()
+    p.source("in", key="json", value=fmt).map(lambda v, m: v, meta=True).sink("out")  # type: ignore[arg-type]
+    head = plan(p).stages[0].head
+    msgs: list[Any] = [_Msg(b'{"v":%d}' % i, b"[%d]" % i, i, [("h", b"%d" % i)]) for i in range(3)]
+    msgs.insert(1, _Msg(b"", b"1", 9))  # empty: not a record for the pipeline
+    fast = source_meta._read_batch([m for m in msgs if m.value()], head)
+    assert fast is not None
+    bad: Any = _Msg(b'{"v":3}', b"{", 3)
+    slow = source_meta.read([*msgs, bad], head)  # a bad key: one by one
+    assert slow.refused[0][0].offset() == 3
+    assert (fast.values, fast.metas, fast.kept) == (slow.values, slow.metas, slow.kept)
+    assert [m.key for m in fast.metas] == [[0], [1], [2]]
