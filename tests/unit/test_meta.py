@@ -375,3 +375,30 @@ def test_a_batch_of_good_records_reads_in_one_pass_like_one_by_one(fmt: str) -> 
     assert slow.refused[0][0].offset() == 3
     assert (fast.values, fast.metas, fast.kept) == (slow.values, slow.metas, slow.kept)
     assert [m.key for m in fast.metas] == [[0], [1], [2]]
+
+
+def test_a_join_of_keys_by_meta_pairs_by_event_time_and_gives_meta_after() -> None:
+    p = Pipeline()
+    left = p.source("l", key="text").key_by(lambda v, m: m.key, meta=True)
+    right = p.source("r", key="text").key_by(lambda v, m: m.key, meta=True)
+    left.join(right, within_ms=5).map(lambda lr, m: [*lr, m.key, m.timestamp], meta=True).sink(
+        "out"
+    )
+    compiled = plan(p)
+    join = compiled.stages[2]
+    assert join.is_join and join.pair_widths == (3,)  # the join takes no metadata
+    shuffles = {n.name: 1 for s in compiled.stages for n in s.shuffles}
+    down = StageChain(compiled, join, 0, DictBackend(), shuffles)
+    for side, (topic, metas) in enumerate(
+        [("l", [Meta("a", 100), Meta("b", 100)]), ("r", [Meta("a", 103), Meta("b", 200)])]
+    ):
+        stage = compiled.stages[side]
+        up = StageChain(compiled, stage, 0, DictBackend(), shuffles)
+        newest = up.values([f"{topic}{m.key}" for m in metas], metas=metas)
+        assert newest == max(m.timestamp or 0 for m in metas)  # for the source's watermark
+        for _, value in up.shuffles[stage.shuffles[0].name].take(0):
+            _, body = decode_shuffle(value)
+            down.shuffled(body, side=side)
+    assert [(k, json.loads(v)) for k, v in down.take_sinks()["out"]] == [
+        (b"a", ["la", "ra", "a", 103])
+    ]
