@@ -6,6 +6,7 @@ undecodable key in the DLQ as it came. Every output checked exactly."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ MODULE = Path(__file__).with_name("meta_pipeline.py")
 USERS = 17
 RECORDS = 900
 BAD_KEY = 451  # the record whose key is not UTF-8
+# Recent: the broker deletes records with timestamps older than its retention at any time.
+START_MS = int(time.time() * 1000) // 1000 * 1000
 
 
 def _record(i: int) -> tuple[bytes, bytes, list[tuple[str, bytes | None]], int]:
@@ -25,7 +28,7 @@ def _record(i: int) -> tuple[bytes, bytes, list[tuple[str, bytes | None]], int]:
         headers.append(("source", b"web" if i % 3 == 1 else b"app"))
     if i % 5 == 0:
         headers += [("bin", bytes([i % 256, 0, 255])), ("nothing", None)]
-    return key, json.dumps({"i": i}).encode(), headers, 1_700_000_000_000 + i
+    return key, json.dumps({"i": i}).encode(), headers, START_MS + i
 
 
 def test_metadata_reaches_user_code_exactly_once_through_a_kill(
