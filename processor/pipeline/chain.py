@@ -26,6 +26,11 @@ In a timed pipeline (windows, joins) items carry their event time: an unkeyed it
 keep the time as they keep a key. Windowed operators and joins (`processor.pipeline.windows`)
 act on records at once and again when the task's watermark rises (`advance`); other
 aggregations, ``process`` and sinks drop the time.
+
+Where a pipeline uses record metadata (``Node.meta``: see `processor.pipeline.plan`), items
+carry a `processor.pipeline.meta.Meta` where a timed one carries the time (which the meta
+holds): ``(meta, value)``, ``((key text, meta), value)``. The operators that take them run
+in `processor.pipeline.metachain`; a pipeline without metadata never gets there.
 """
 
 from __future__ import annotations
