@@ -40,3 +40,11 @@ def build(events: str, outcomes: str, tagged: str, shuffled: str) -> Pipeline:
     s.map(_tag, meta=True).sink(tagged)
     s.key_by(lambda e: e["i"] % 3).map(_after, meta=True).sink(shuffled)
     return p
+
+
+def build_windowed(events: str, windows: str) -> Pipeline:
+    """Per Kafka key, records per event-time second: key_by(meta=True) into a window."""
+    p = Pipeline()
+    s = p.source(events, key="text", value="json", timestamp=lambda e: e["ts"])
+    s.key_by(lambda e, m: m.key, meta=True).window(size_ms=1000).count().sink(windows)
+    return p

@@ -105,3 +105,52 @@ def test_metadata_reaches_user_code_exactly_once_through_a_kill(
         assert headers["error"].startswith(b"key not UTF-8")
     finally:
         run.stop()
+
+
+def test_windows_over_keys_from_meta_close_by_event_time_through_a_kill(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    module = tmp_path / "windowed.py"
+    module.write_text(f"import runpy\nbuild = runpy.run_path({str(MODULE)!r})['build_windowed']\n")
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        module,
+        {"events": "events", "windows": "windows"},
+        shuffle_partitions="2",
+        expected_workers="2",
+    )
+    events = run.topics["events"]
+    start = START_MS // 1000 * 1000
+    n = 700
+
+    def send(chunk: list[int]) -> None:
+        for i in chunk:
+            ts = start + i * 10  # 100 records per second of event time
+            value = json.dumps({"ts": ts}).encode()
+            run._produce(events, value, key=f"u{i % 7}".encode())
+        if chunk and chunk[-1] == n - 1:  # past every window in both partitions: they close
+            for p in range(2):
+                late = json.dumps({"ts": start + 60_000}).encode()
+                run._produce(events, late, key=b"end", partition=p)
+        run._flush()
+
+    try:
+        run.start(workers=2)
+        run.feed_values(list(range(n)), 4, send, hold_halfway=True)
+        run.kill_mid_stream(1)
+        run.drain(timeout=120)
+        counts: dict[str, int] = {}
+        for i in range(n):
+            window = f"u{i % 7}@{start + i * 10 // 1000 * 1000}"
+            counts[window] = counts.get(window, 0) + 1
+        want = {k.encode(): b"%d" % c for k, c in counts.items()}
+        got = [
+            (k, v)
+            for part in read_committed(kafka_bootstrap, run.topics["windows"]).values()
+            for k, v, _ in part
+        ]
+        assert len(got) == len(want)  # each window once
+        assert dict(got) == want
+    finally:
+        run.stop()
