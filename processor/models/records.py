@@ -124,12 +124,13 @@ def channel_of(value: bytes) -> int:
 def encode_shuffle(channel: int, body: dict[str, Any] | Sequence[Sequence[Any]]) -> bytes:
     """A pipeline's shuffle record: the channel, then JSON: an object of partial aggregates
     by key (a combined shuffle; word count's format) or a list of ``[key, value]`` pairs
-    (``[key, value, event time ms]`` in a timed pipeline)."""
+    (``[key, value, event time ms]`` in a timed pipeline, ``[key, value, event time ms,
+    headers]`` into a stage that takes record metadata)."""
     text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
     return _CHANNEL.pack(channel) + text.encode()
 
 
-_FIRST, _THIRD = itemgetter(0), itemgetter(2)
+_FIRST, _THIRD, _FOURTH = itemgetter(0), itemgetter(2), itemgetter(3)
 
 
 def _pairs(body: list[Any]) -> bool:
@@ -140,10 +141,14 @@ def _pairs(body: list[Any]) -> bool:
     if set(map(type, body)) != {list}:
         return False
     lengths = set(map(len, body))
-    if lengths != {2} and lengths != {3}:
+    if lengths != {2} and lengths != {3} and lengths != {4}:
         return False
     if set(map(type, map(_FIRST, body))) != {str}:
         return False
+    if lengths == {4}:  # with metadata: a time (None after an untimed aggregation), headers
+        return set(map(type, map(_THIRD, body))) <= {int, type(None)} and set(
+            map(type, map(_FOURTH, body))
+        ) == {list}
     return lengths == {2} or set(map(type, map(_THIRD, body))) == {int}
 
 
@@ -158,4 +163,4 @@ def decode_shuffle(value: bytes) -> tuple[int, dict[str, Any] | list[list[Any]]]
         return channel, body
     if isinstance(body, list) and _pairs(body):
         return channel, body
-    raise ValueError("not a JSON object or a list of [key, value(, time)] pairs")
+    raise ValueError("not a JSON object or a list of [key, value(, time(, headers))] pairs")

@@ -71,6 +71,13 @@ class Node:
     # Set by the planner: records leaving this node carry their event time.
     timed: bool = False
     emit: Emit = "checkpoint"  # an aggregation's (not a windowed one's)
+    # Record metadata (`processor.pipeline.meta`). uses_meta: map, filter, flat_map or
+    # key_by given meta=True (``fn(value, meta)``). key_format: a source's ``key=``. Set by
+    # the planner: meta, records leaving this node carry a Meta; meta_in, it takes them.
+    uses_meta: bool = False
+    key_format: Any = None
+    meta: bool = False
+    meta_in: bool = False
 
     @property
     def aggregated(self) -> bool:
@@ -114,8 +121,14 @@ class Pipeline:
         timestamp: Callable[[Any], Any] | None = None,
         out_of_orderness_ms: int = 0,
         idle_ms: int = DEFAULT_IDLE_MS,
+        key: Any = None,
     ) -> Stream:
         """Records of an existing topic; one source task per partition.
+
+        ``key``: the Kafka key's format ("text", "json", "bytes", or an object with
+        ``loads(bytes)``), for functions given ``meta=True`` (``meta.key``); a key that
+        does not decode sends its record to the DLQ, as a value that does not.
+        ``p.source("carts", key="text").key_by(lambda v, meta: meta.key, meta=True)``
 
         Event time (used by windows and joins): ``timestamp(value)`` in milliseconds, by
         default the Kafka record's timestamp. The source's watermark is the highest timestamp
@@ -140,6 +153,12 @@ class Pipeline:
                 )
         node = Node("source", self._name(name, topic), None, keyed=False, topic=topic)
         node.value_format = value
+        if key is not None:
+            if key not in VALUE_FORMATS and not callable(getattr(key, "loads", None)):
+                raise PipelineError(
+                    f"{where} key={key!r}: one of {VALUE_FORMATS} or an object with loads()"
+                )
+            node.key_format = key
         if timestamp is not None:
             node.timestamp_fn = _callable(timestamp, f"{where} timestamp")
         node.out_of_orderness_ms = _ms(out_of_orderness_ms, f"{where} out_of_orderness_ms")
@@ -195,31 +214,43 @@ class Stream:
         """A stream of this one's kind (keyed stays keyed) over ``node``."""
         return type(self)(self.pipeline, node)
 
-    def map(self, fn: Callable[[Any], Any], name: str | None = None) -> Self:
-        return self._same(self._then("map", name, fn=_callable(fn, "map")))
+    def map(self, fn: Callable[..., Any], name: str | None = None, meta: bool = False) -> Self:
+        """``fn(value)`` in place of each value; with ``meta=True``, ``fn(value, meta)``
+        gets the record's `processor.Meta` too: ``s.map(lambda v, m: [m.key, v], meta=True)``."""
+        return self._same(self._then("map", name, fn=_callable(fn, "map"), uses_meta=_flag(meta)))
 
-    def filter(self, fn: Callable[[Any], bool], name: str | None = None) -> Self:
-        return self._same(self._then("filter", name, fn=_callable(fn, "filter")))
+    def filter(self, fn: Callable[..., bool], name: str | None = None, meta: bool = False) -> Self:
+        """The values for which ``fn(value)`` is true; with ``meta=True``, ``fn(value, meta)``:
+        ``s.filter(lambda v, m: ("source", b"web") in m.headers, meta=True)``."""
+        node = self._then("filter", name, fn=_callable(fn, "filter"), uses_meta=_flag(meta))
+        return self._same(node)
 
     def flat_map(
         self,
-        fn: Callable[[Any], Iterable[Any]],
+        fn: Callable[..., Iterable[Any]],
         name: str | None = None,
         batched: Callable[[list[Any]], Iterable[Any]] | None = None,
+        meta: bool = False,
     ) -> Self:
         """``fn(value)`` returns an iterable of values. ``batched``, if given, must do the same
         for a whole list of values at once (the outputs in order): the engine calls it per
         batch, and ``fn`` only to find the failing records of a batch it raised on. (On a keyed
-        stream every output keeps its value's key: no batch form.)"""
-        node = self._then("flat_map", name, fn=_callable(fn, "flat_map"))
-        if batched is not None and not self.node.keyed:
+        stream every output keeps its value's key: no batch form.) With ``meta=True``,
+        ``fn(value, meta)`` (no batch form either): every output keeps the record's meta.
+        ``s.flat_map(lambda v, m: [v] * len(m.headers), meta=True)``"""
+        node = self._then("flat_map", name, fn=_callable(fn, "flat_map"), uses_meta=_flag(meta))
+        if batched is not None and not self.node.keyed and not meta:
             node.batch_fn = _callable(batched, "flat_map batched")
         return self._same(node)
 
-    def key_by(self, fn: Callable[[Any], Any], name: str | None = None) -> KeyedStream:
-        """Key each value by ``fn(value)``: a shuffle, so that one task sees all of a key."""
+    def key_by(
+        self, fn: Callable[..., Any], name: str | None = None, meta: bool = False
+    ) -> KeyedStream:
+        """Key each value by ``fn(value)``: a shuffle, so that one task sees all of a key.
+        With ``meta=True``, ``fn(value, meta)``: ``s.key_by(lambda v, m: m.key, meta=True)``
+        keys by the Kafka key (read with ``source(..., key="text")``)."""
         node = self.pipeline._child(
-            self.node, "key_by", name, keyed=True, fn=_callable(fn, "key_by")
+            self.node, "key_by", name, keyed=True, fn=_callable(fn, "key_by"), uses_meta=_flag(meta)
         )
         return KeyedStream(self.pipeline, node)
 
@@ -343,7 +374,8 @@ class _Aggregations:
     ) -> KeyedStream:
         """``fn(value, state)`` returns values to emit under the same key; ``state`` is this
         key's value in the operator's state: ``get(default=None)``, ``set(value)``,
-        ``delete()``."""
+        ``delete()``; ``state.headers`` are the record's Kafka headers (``(name, bytes)``
+        pairs): ``lambda v, state: [dict(state.headers).get("source")]``."""
         return self._aggregation("process", name, fn=_callable(fn, "process"))
 
 
@@ -440,6 +472,12 @@ def _ms(value: Any, what: str, positive: bool = False) -> int:
             f"number of milliseconds, got {value!r}"
         )
     return value
+
+
+def _flag(meta: Any) -> bool:
+    if type(meta) is not bool:
+        raise PipelineError(f"meta={meta!r}: expected True or False")
+    return meta
 
 
 def _callable(fn: Any, what: str) -> Callable[..., Any]:

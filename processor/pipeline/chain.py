@@ -27,6 +27,11 @@ In a timed pipeline (windows, joins) items carry their event time: an unkeyed it
 keep the time as they keep a key. Windowed operators and joins (`processor.pipeline.windows`)
 act on records at once and again when the task's watermark rises (`advance`); other
 aggregations, ``process`` and sinks drop the time.
+
+Where a pipeline uses record metadata (``Node.meta``: see `processor.pipeline.plan`), items
+carry a `processor.pipeline.meta.Meta` where a timed one carries the time (which the meta
+holds): ``(meta, value)``, ``((key text, meta), value)``. The operators that take them run
+in `processor.pipeline.metachain`; a pipeline without metadata never gets there.
 """
 
 from __future__ import annotations
@@ -41,9 +46,11 @@ from operator import itemgetter
 from typing import Any, Protocol
 
 from processor.models.limits import DEFAULT_RECORD_LIMIT, EVENT_TIME_LIMIT, event_time_error
+from processor.pipeline import metachain
 from processor.pipeline.api import Node
 from processor.pipeline.dead import Position, dead_value
 from processor.pipeline.floors import Floors
+from processor.pipeline.meta import Headers, Meta
 from processor.pipeline.ops import (
     TAGGED,
     UNSET,
@@ -91,10 +98,11 @@ class DeadRecord:
 class _KeyState:
     """``process``'s state handle for one key, over the operator's epoch cache."""
 
-    __slots__ = ("_cache", "_load", "_text")
+    __slots__ = ("_cache", "_load", "_text", "headers")
 
     def __init__(self, cache: dict[str, Any], text: str, load: Callable[[str], Any]) -> None:
         self._cache, self._text, self._load = cache, text, load
+        self.headers: Headers = []  # the record's Kafka headers (set by `_process_batch`)
 
     def get(self, default: Any = None) -> Any:
         value = self._cache.get(self._text, UNSET)
@@ -186,14 +194,21 @@ class StageChain:
     # -- input ------------------------------------------------------------------------------
 
     def values(
-        self, values: list[Any], quiet: bool = False, times: list[int] | None = None
+        self,
+        values: list[Any],
+        quiet: bool = False,
+        times: list[int] | None = None,
+        metas: list[Meta] | None = None,
     ) -> int | None:
         """Decoded values of a source stage's input; in a timed pipeline with their Kafka
-        timestamps (``times``), used unless the source has a timestamp function. Returns the
-        highest event time among them (None if untimed or none)."""
+        timestamps (``times``), used unless the source has a timestamp function; in one with
+        metadata with their records' `Meta` (``metas``, the Kafka timestamps in them).
+        Returns the highest event time among them (None if untimed or none)."""
         self._batch = values
         try:
             head = self.stage.head
+            if head.meta:
+                return metachain.source_values(self, head, values, quiet, times, metas)
             if not head.timed:
                 self._push(head, values, quiet)
                 return None
@@ -239,6 +254,9 @@ class StageChain:
             self._shuffled(body, False, side)
 
     def _shuffled(self, body: dict[str, Any] | list[list[Any]], quiet: bool, side: int) -> None:
+        if self.stage.head.meta and not isinstance(body, dict):
+            self._push(self.stage.head, metachain.from_shuffle(body), quiet)
+            return
         if self.stage.timed and not isinstance(body, dict):
             items: list[Item] = [((t, ts), v) for t, v, ts in body]
             if self._join is None:
@@ -476,15 +494,24 @@ class StageChain:
 
     def _push(self, node: Node, batch: list[Any], quiet: bool) -> None:
         for child in node.children:
-            if batch:
+            if not batch:
+                continue
+            if child.kind == "merge":  # a union: every input's items on to its children
+                if node.meta != child.meta:  # an input that makes records without metadata
+                    self._push(child, metachain.into_merge(node, child, batch), quiet)
+                else:
+                    self._push(child, batch, quiet)
+            else:
                 self._apply(child, batch, quiet)
 
     def _apply(self, node: Node, batch: list[Any], quiet: bool) -> None:
         kind, fn, parent = node.kind, node.fn, node.parent
         assert parent is not None
-        if kind == "merge":  # a union: every input's items, as they are, to its children
-            self._push(node, batch, quiet)
-            return
+        if parent.meta or node.meta_in:  # records with metadata: `processor.pipeline.metachain`
+            converted = metachain.enter(self, node, batch, quiet)
+            if converted is None:
+                return
+            batch = converted
         keyed = parent.keyed
         if parent.timed:
             if kind in ("map", "filter", "flat_map"):
@@ -681,8 +708,13 @@ class StageChain:
         out: list[tuple[str, Any]] = []
         append = out.append
         load = partial(self._load, node)
+        meta = node.meta_in  # items ((key text, meta), value): see `metachain`
         for text, value in batch:
+            if meta:
+                text, headers = metachain.key_and_headers(text)
             handle = _KeyState(cache, text, load)
+            if meta:
+                handle.headers = headers
             try:
                 emitted = list(fn(value, handle))
             except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record

@@ -56,6 +56,14 @@ class Stage:
         return [n for n in self.nodes if n.kind == "sink"]
 
     @property
+    def pair_widths(self) -> tuple[int, ...]:
+        """Items of an uncombined shuffle record into this stage: [key, value], with the
+        event time in a timed stage, and the headers too in a stage that takes metadata
+        (which also takes them without: records an older version wrote before an upgrade)."""
+        width = 3 if self.head.timed else 2
+        return (width, 4) if self.head.meta else (width,)
+
+    @property
     def shuffles(self) -> list[Node]:
         """The key_by nodes this stage writes to: each one the head of a stage downstream."""
         return [n for n in self.nodes if n.kind == "key_by"]
@@ -134,6 +142,7 @@ def plan(pipeline: Pipeline) -> Plan:
         raise PipelineError("the pipeline has no sink: nothing would ever be written")
     _check_time(pipeline)
     _check_merges(pipeline)
+    _check_meta(pipeline)
     stages: list[Stage] = []
     heads = [n for n in pipeline.nodes if _is_head(n)]
     by_head: dict[Node, Stage] = {}
@@ -265,3 +274,36 @@ def _check_time(pipeline: Pipeline) -> None:
             node.timed = times.pop()
         elif node.kind in _KEEPS_TIME and parent is not None:
             node.timed = parent.timed
+
+
+# Nodes that pass their input's records on (a record's metadata rides along with its value).
+_KEEPS_META = frozenset({"map", "filter", "flat_map"})
+
+
+def _check_meta(pipeline: Pipeline) -> None:
+    """Mark the nodes whose records carry a `processor.pipeline.meta.Meta` (``meta``) and
+    those that take them (``meta_in``), from the nodes that use it back to the sources: only
+    those pay for it. A node uses it when given ``meta=True``, and ``process`` does (its
+    state handle has the record's headers). A source with ``key=`` carries it (its keys are
+    decoded). Records that aggregations, ``process``, windows and joins make carry none: a
+    node after one that uses metadata gets the key (and event time) alone.
+
+    A key_by ships metadata through its shuffle only if the stage after it takes it, so a
+    ``key_by(..., meta=True)`` before a ``count`` still combines.
+    """
+    for node in reversed(pipeline.nodes):  # children before their parents
+        takes = any(c.meta_in for c in node.children)
+        uses = node.uses_meta or (node.kind == "process" and not node.windowed)
+        if node.kind in _KEEPS_META:
+            node.meta = node.meta_in = uses or takes
+        elif node.kind == "key_by":
+            node.meta = takes
+            node.meta_in = uses or takes
+        elif node.kind == "source":
+            node.meta = takes or node.key_format is not None
+            node.meta_in = False
+        elif node.kind == "merge":  # its inputs' records, converted (`metachain.into_merge`)
+            node.meta = node.meta_in = takes
+        else:
+            node.meta = False
+            node.meta_in = uses

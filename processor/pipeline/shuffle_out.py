@@ -18,10 +18,12 @@ from typing import Any
 from processor.models.limits import DEFAULT_RECORD_LIMIT
 from processor.models.records import encode_shuffle
 from processor.pipeline.api import Node
+from processor.pipeline.meta import Meta, to_wire
 from processor.pipeline.ops import TAGGED, UNSET, RecordError, folder, key_text, oversized, shown
 from processor.pipeline.plan import Stage
 
-# Of a shuffle record: partials by key, or [key, value(, time)] pairs (lists or tuples).
+# Of a shuffle record: partials by key, or [key, value(, time(, headers))] pairs (lists or
+# tuples).
 _Body = dict[str, Any] | list[Sequence[Any]]
 # Well below Kafka's default 1 MB record limit, also after the broker's batch overhead.
 MAX_RECORD_BYTES = 512 * 1024
@@ -107,6 +109,18 @@ class ShuffleOut:
                 self._dead(self.head, exc, value)
                 continue
             self._pairs.append((text, value, ts))  # type: ignore[arg-type]
+
+    def add_meta(self, keys: list[Any], values: list[Any], metas: list[Meta]) -> None:
+        """Uncombined records with their event time and headers, for a stage that takes
+        metadata (`processor.pipeline.meta`)."""
+        pairs: list[Any] = self._pairs
+        for key, value, meta in zip(keys, values, metas, strict=True):
+            try:
+                text = key if type(key) is str and key[:1] != TAGGED else key_text(key)
+            except RecordError as exc:
+                self._dead(self.head, exc, value)
+                continue
+            pairs.append((text, value, meta.timestamp, to_wire(meta.headers)))
 
     def _keyable(self, keys: list[Any], values: list[Any]) -> tuple[list[str], list[Any]]:
         """Key texts and values of the records whose key can be shipped; the others are dead

@@ -387,7 +387,7 @@ class KeyedTask(Task):
         partition = self.partition
         channels = self.ctx.input_partitions
         combined = self.stage.combiner is not None
-        timed, sides = self.stage.timed, self._sides
+        widths, sides = self.stage.pair_widths, self._sides
         # Only right after a fallback restore: a replayed record's output is committed
         # already, so it goes into the state only.
         quiet = self._replay_to > 0
@@ -426,8 +426,9 @@ class KeyedTask(Task):
             if (
                 channel >= channels
                 or (type(body) is dict and not combined)
-                # Timed pairs carry their event time; untimed ones must not.
-                or (type(body) is list and body and len(body[0]) != (3 if timed else 2))
+                # Timed pairs carry their event time (and headers with metadata), untimed
+                # ones none.
+                or (type(body) is list and body and len(body[0]) not in widths)
             ):
                 self._m_bad.inc()  # no such upstream task, or not its format: not written by one
                 continue

@@ -35,7 +35,7 @@ from processor.pipeline.chain import StageChain
 from processor.pipeline.dead import Position
 from processor.pipeline.ops import RecordError, decode
 from processor.pipeline.time import NO_WATERMARK, SourceWatermarks
-from processor.runtime import gaps
+from processor.runtime import gaps, source_meta
 from processor.runtime.deadletter import DeadLetters
 from processor.runtime.task import (
     ClosedEpoch,
@@ -85,6 +85,7 @@ class SourceTask(Task):
         head = stage.head
         self._timed = head.timed
         self._kafka_times = head.timed and head.timestamp_fn is None
+        self._meta = head.meta  # its pipeline uses record metadata: see `source_meta`
         self._watermarks = SourceWatermarks(partitions, head.out_of_orderness_ms, head.idle_ms)
         self._sent_mark: tuple[int, bool] | None = None  # the last watermark written
         self._requested = 0
@@ -190,10 +191,17 @@ class SourceTask(Task):
         self._m_in.inc(len(msgs))
         # The messages the decoded values came from (None: not worked out yet).
         kept: list[Message] | None = msgs if len(values) == len(msgs) else None
-        decoded = self._decode(values, times)
-        if decoded is None:  # a record in it is not for the pipeline: one at a time
-            decoded, kept = self._decode_each(msgs, out, times)
-        newest = self.chain.values(decoded, times=times)
+        if self._meta:
+            read = source_meta.read(msgs, self.chain.stage.head)
+            for msg, exc in read.refused:
+                self._dlq.source_record(out, msg, str(exc), exc.reason)
+            newest = self.chain.values(read.values, metas=read.metas)
+            kept = read.kept
+        else:
+            decoded = self._decode(values, times)
+            if decoded is None:  # a record in it is not for the pipeline: one at a time
+                decoded, kept = self._decode_each(msgs, out, times)
+            newest = self.chain.values(decoded, times=times)
         if newest is not None:
             for p in {m.partition() for m in msgs}:
                 # One partition per task: the batch's newest event time is the partition's.

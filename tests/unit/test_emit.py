@@ -156,7 +156,7 @@ def test_a_failing_reduce_is_dead_and_the_key_sequence_goes_on() -> None:
     assert _out(chain) == [("k", 1), ("k", 3), ("k", 6)]
     dead = chain.take_dead()
     assert [(d.operator, d.error, d.value) for d in dead] == [
-        ("w.key_by.reduce", "ValueError: zero", "0")
+        ("w.key_by.reduce", "ValueError: zero", b"0")
     ]
     chain.flush()
     again = _chain(compiled, state)
@@ -169,7 +169,7 @@ def test_a_result_state_cannot_hold_is_dead_at_once_not_emitted() -> None:
     chain.shuffled([["k", 1], ["k", 2], ["k", 3], ["j", 2]])
     assert _out(chain) == [("k", 1), ("k", 4)]
     assert [(d.error[:40], d.value) for d in chain.take_dead()] == [
-        ("value {2} is not JSON-encodable: Object ", "2")
+        ("value {2} is not JSON-encodable: Object ", b"2")
     ] * 2
     chain.flush()
     assert state.data == {b"w.key_by.aggregate\0k": b"4"}  # none for j: its records are dead

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from processor import Pipeline
+from processor import Meta, Pipeline
 from processor.jobs.graph import JobGraph
 from processor.models.records import decode_shuffle
 from processor.pipeline.api import PipelineError
@@ -176,3 +176,27 @@ def test_a_window_on_either_input_of_a_merge_holds_the_shuffle_s_watermark_back(
     chain = StageChain(compiled, stage, 0, DictBackend(), {shuffle: 1})
     chain.advance(10_000)
     assert chain.output_watermark < 10_000 - 900
+
+
+def test_metadata_passes_a_merge_and_records_made_without_it_get_their_key() -> None:
+
+    p = Pipeline()
+    k = p.source("a", key="text").key_by(lambda v, m: m.key, meta=True)
+    seen: list[tuple[Any, Any]] = []
+
+    def note(v: Any, m: Any) -> Any:
+        seen.append((v, m.key))
+        return v
+
+    # A count's updates carry no metadata, the other input does: one form after the merge.
+    k.count().merge(k.map(lambda v: v)).map(note, meta=True).sink("o")
+    compiled = plan(p)
+    up = StageChain(compiled, compiled.stage("a"), 0, DictBackend(), {"a.key_by": 1})
+    up.values(["x", "y"], metas=[Meta("k1"), Meta("k2")])
+    down = StageChain(compiled, compiled.stage("a.key_by"), 0, DictBackend(), {})
+    for _, record in up.shuffles["a.key_by"].take(0):
+        down.shuffled(decode_shuffle(record)[1])
+    down.flush()
+    assert sorted(seen, key=repr) == sorted(
+        [(1, "k1"), (1, "k2"), ("x", "k1"), ("y", "k2")], key=repr
+    )
