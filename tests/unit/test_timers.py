@@ -17,33 +17,9 @@ from processor.pipeline.api import KeyedStream
 from processor.pipeline.chain import StageChain
 from processor.pipeline.plan import Plan, Stage, plan
 from processor.pipeline.time import NO_WATERMARK
+from tests.integration.carts_pipeline import CART_MS, expired, track
 from tests.unit.test_chain import DictBackend
 from tests.unit.test_windows import Harness
-
-CART_MS = 30_000
-
-
-def track(event: dict[str, Any], state: Any) -> list[Any]:
-    """The contract's cart example (issue 23)."""
-    cart = state.get({"items": 0})
-    if event["type"] == "add":
-        cart["items"] += 1
-        state.set(cart)
-        state.timers.set(state.timestamp + CART_MS)
-        return []
-    if event["type"] != "checkout":
-        return []
-    state.delete()
-    state.timers.clear()
-    return [{"user": state.key, "checked_out": cart["items"]}]
-
-
-def expired(at_ms: int, state: Any) -> list[Any]:
-    cart = state.get()
-    if cart is None or state.timers.pending():  # a later timer supersedes this one
-        return []
-    state.delete()
-    return [{"user": state.key, "abandoned": cart["items"], "at": at_ms}]
 
 
 def _stage(shape: Any, timed: bool = True) -> tuple[Plan, Stage]:
