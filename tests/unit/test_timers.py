@@ -19,6 +19,9 @@ from processor.pipeline.plan import Plan, Stage, plan
 from processor.pipeline.time import NO_WATERMARK
 from tests.integration.carts_pipeline import CART_MS, expired, track
 from tests.unit.test_chain import DictBackend
+from tests.unit.test_timed_stages import Chained, _chained
+from tests.unit.test_timed_stages import _drive as _timed_drive
+from tests.unit.test_timed_stages import _stream as _timed_stream
 from tests.unit.test_windows import Harness
 
 
@@ -365,3 +368,25 @@ def test_timer_pipelines_that_cannot_run(build: Any, error: str) -> None:
     with pytest.raises(PipelineError, match=error):
         build(keyed).sink("out")
         plan(p)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_timer_output_into_a_window_downstream_is_never_late(seed: int) -> None:
+    """Timers (some set behind the watermark) emit into a shuffle and a window downstream,
+    with checkpoints forwarding the upstream watermark and restarts: nothing is late there,
+    and every timer fired once."""
+
+    def arm(value: dict[str, Any], state: Any) -> list[Any]:
+        state.timers.set(state.timestamp + value["i"] % 7 * 500 - 1000)
+        return []
+
+    compiled, up, down = _chained(
+        lambda s: s.process(arm, on_timer=lambda at, state: [1]), lambda s: s.window(1000).sum()
+    )
+    c = Chained(compiled, up, down)
+    items = _timed_stream(seed, 0)
+    _timed_drive(c, items, seed)
+    assert c.up.late == [] and c.down.late == []
+    timers = {(k, ts + v["i"] % 7 * 500 - 1000) for k, v, ts in items}
+    assert sum(int(v) for _, v in c.down.out) == len(timers)
+    assert not c.up.backend.data and not c.down.backend.data
