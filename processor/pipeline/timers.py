@@ -57,10 +57,6 @@ class ProcessTimers:
         """``state.timers`` for the key whose text is ``text``."""
         return Timers(self, text)
 
-    @property
-    def pending_count(self) -> int:
-        return self._live
-
     def set(self, text: str, at_ms: Any) -> None:
         at = _time(at_ms)
         times = self._keys.setdefault(text, set())

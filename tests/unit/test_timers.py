@@ -390,3 +390,16 @@ def test_timer_output_into_a_window_downstream_is_never_late(seed: int) -> None:
     timers = {(k, ts + v["i"] % 7 * 500 - 1000) for k, v, ts in items}
     assert sum(int(v) for _, v in c.down.out) == len(timers)
     assert not c.up.backend.data and not c.down.backend.data
+
+
+def test_a_window_process_state_has_the_key_and_timestamp_too() -> None:
+    seen: list[tuple[Any, int]] = []
+
+    def look(value: Any, state: Any) -> list[Any]:
+        seen.append((state.key, state.timestamp))
+        return []
+
+    compiled, stage = _stage(lambda s: s.window(size_ms=100).process(look))
+    h = Harness(compiled, stage)
+    h.records([("a", {}, 150), ("\x00[1]", {}, 170)])
+    assert seen == [("a", 150), ([1], 170)]
