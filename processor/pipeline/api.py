@@ -68,6 +68,10 @@ class Node:
     within_ms: int = 0  # join
     other: Node | None = None  # join: the right input's key_by
     merged: list[Node] = field(default_factory=list)  # merge: the inputs after ``parent``
+    # process: the timer callback (`processor.pipeline.timers`), and whether its timers
+    # count in wall-clock ms instead of event time.
+    on_timer: Callable[..., Any] | None = None
+    processing_time: bool = False
     # Set by the planner: records leaving this node carry their event time.
     timed: bool = False
     emit: Emit = "checkpoint"  # an aggregation's (not a windowed one's)
@@ -370,13 +374,47 @@ class _Aggregations:
         return stream
 
     def process(
-        self, fn: Callable[[Any, Any], Iterable[Any]], name: str | None = None
+        self,
+        fn: Callable[[Any, Any], Iterable[Any]],
+        on_timer: Callable[[int, Any], Iterable[Any]] | None = None,
+        processing_time: bool = False,
+        name: str | None = None,
     ) -> KeyedStream:
         """``fn(value, state)`` returns values to emit under the same key; ``state`` is this
         key's value in the operator's state: ``get(default=None)``, ``set(value)``,
-        ``delete()``; ``state.headers`` are the record's Kafka headers (``(name, bytes)``
-        pairs): ``lambda v, state: [dict(state.headers).get("source")]``."""
-        return self._aggregation("process", name, fn=_callable(fn, "process"))
+        ``delete()``, and ``state.key`` (the key), ``state.timestamp`` (the record's event
+        time in ms: its Kafka timestamp unless the source has a timestamp function),
+        ``state.headers`` (its Kafka headers, ``(name, bytes)`` pairs:
+        ``dict(state.headers).get("source")``).
+
+        With ``on_timer``, ``state.timers`` sets timers for the key: ``set(at_ms)``,
+        ``delete(at_ms)``, ``clear()``, ``pending()`` (a sorted list). Each fires once, when
+        the watermark passes ``at_ms`` (with ``processing_time=True``: when the wall clock
+        does), calling ``on_timer(at_ms, state)`` with the key's state; what it returns is
+        emitted under the key. Timers are part of the snapshot::
+
+            def track(event, state):
+                state.set(event)
+                state.timers.set(state.timestamp + 30_000)
+                return []
+
+            def expired(at_ms, state):
+                return [] if state.timers.pending() else [state.get()]
+
+            events.key_by(lambda e: e["user"]).process(track, on_timer=expired)
+        """
+        timer = None if on_timer is None else _callable(on_timer, "process on_timer")
+        if timer is not None and isinstance(self, WindowedStream):
+            raise PipelineError(
+                "process(on_timer=...) on windows: a window's state ends with the window; "
+                "set timers in a process on the keyed stream instead"
+            )
+        if processing_time and timer is None:
+            raise PipelineError("process(processing_time=True) needs on_timer=")
+        stream = self._aggregation("process", name, fn=_callable(fn, "process"))
+        stream.node.on_timer = timer
+        stream.node.processing_time = bool(processing_time)
+        return stream
 
 
 class KeyedStream(_Aggregations, Stream):

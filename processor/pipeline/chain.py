@@ -25,13 +25,18 @@ records included: their output is committed already.
 In a timed pipeline (windows, joins) items carry their event time: an unkeyed item is
 ``(time, value)``, a keyed one ``((key text, time), value)``, so map, filter and flat_map
 keep the time as they keep a key. Windowed operators and joins (`processor.pipeline.windows`)
-act on records at once and again when the task's watermark rises (`advance`); other
-aggregations, ``process`` and sinks drop the time.
+act on records at once and again when the task's watermark rises (`advance`); ``process``
+keeps the time (``state.timestamp``; its output has its record's), other aggregations and
+sinks drop it.
+
+A ``process`` with ``on_timer`` has timers (`processor.pipeline.timers`): event-time ones
+fire in `advance`, processing-time ones in `tick`; they are stored at `flush`.
 
 Where a pipeline uses record metadata (``Node.meta``: see `processor.pipeline.plan`), items
 carry a `processor.pipeline.meta.Meta` where a timed one carries the time (which the meta
 holds): ``(meta, value)``, ``((key text, meta), value)``. The operators that take them run
-in `processor.pipeline.metachain`; a pipeline without metadata never gets there.
+in `processor.pipeline.metachain`; a pipeline without metadata never gets there. A
+non-windowed ``process`` always takes them (``state.headers``).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from processor.pipeline.ops import (
     UNSET,
     RecordError,
     folder,
+    key_of,
     load_value,
     merger,
     oversized,
@@ -67,6 +73,7 @@ from processor.pipeline.per_record import PerRecord
 from processor.pipeline.plan import Plan, Stage
 from processor.pipeline.shuffle_out import ShuffleOut
 from processor.pipeline.time import NO_WATERMARK
+from processor.pipeline.timers import ProcessTimers, Timers, timers_name
 from processor.pipeline.windows import DELETED as _STATE_DELETED
 from processor.pipeline.windows import Item, JoinOperator, WindowOperator
 
@@ -96,13 +103,37 @@ class DeadRecord:
 
 
 class _KeyState:
-    """``process``'s state handle for one key, over the operator's epoch cache."""
+    """``process``'s state handle for one key, over the operator's epoch cache.
 
-    __slots__ = ("_cache", "_load", "_text", "headers")
+    ``timestamp``: the record's event time (None untimed); in ``on_timer``, the timer's."""
 
-    def __init__(self, cache: dict[str, Any], text: str, load: Callable[[str], Any]) -> None:
+    __slots__ = ("_cache", "_load", "_text", "_timers", "headers", "timestamp")
+
+    def __init__(
+        self,
+        cache: dict[str, Any],
+        text: str,
+        load: Callable[[str], Any],
+        timestamp: int | None = None,
+        timers: ProcessTimers | None = None,
+    ) -> None:
         self._cache, self._text, self._load = cache, text, load
+        self.timestamp, self._timers = timestamp, timers
         self.headers: Headers = []  # the record's Kafka headers (set by `_process_batch`)
+
+    @property
+    def key(self) -> Any:
+        """The key, as the key_by function returned it (JSON-decoded if not a string)."""
+        return key_of(self._text)
+
+    @property
+    def timers(self) -> Timers:
+        """This key's timers (`processor.pipeline.timers.Timers`)."""
+        if self._timers is None:
+            raise RecordError(
+                "state.timers: this process has no on_timer (process(fn, on_timer=...))"
+            )
+        return self._timers.of(self._text)
 
     def get(self, default: Any = None) -> Any:
         value = self._cache.get(self._text, UNSET)
@@ -169,11 +200,25 @@ class StageChain:
         self._join = (
             JoinOperator(stage.head, partial(self._load, stage.head)) if stage.is_join else None
         )
+        # Of each process with on_timer: its timers (`processor.pipeline.timers`).
+        self._timers = {
+            n: ProcessTimers(n)
+            for n in stage.nodes
+            if n.kind == "process" and n.on_timer is not None and not n.windowed
+        }
+        # Whether `tick` has processing-time timers to fire (the task reads the clock then).
+        self.ticks = any(t.processing_time for t in self._timers.values())
+        timed_process = [n for n, t in self._timers.items() if not t.processing_time]
         # Of each window and shuffle: the window before it in the stage (None: the stage's
         # input is its input). A window's results come after the watermark that passes their
         # event time, so the watermark of what it feeds is held back (`_mark_into`).
-        self._before = {n: _windows_before(n, stage) for n in [*self._windows, *stage.shuffles]}
-        self._marks = dict.fromkeys(self._windows, NO_WATERMARK)  # each window's input's
+        self._before = {
+            n: _windows_before(n, stage) for n in [*self._windows, *self._timers, *stage.shuffles]
+        }
+        # The watermark of each window's input, and of each event-time timer process's.
+        self._marks = dict.fromkeys([*self._windows, *timed_process], NO_WATERMARK)
+        # What `advance` fires, in graph order: what one emits reaches the next one first.
+        self._fired = [n for n in stage.nodes if n in self._marks]
         self._folders = {n: folder(n) for n in stage.nodes if n.aggregated and not n.per_record}
         self._per_record = {
             n: PerRecord(n, _state_prefix(n), state, self._dead)
@@ -330,14 +375,63 @@ class StageChain:
             self.inherit(None)  # passed: every key's lateness is the task's own again
         if self._join is not None:
             self._join.fire(watermark, quiet)
-        for node, op in self._windows.items():
+        for node in self._fired:
             # Only now: the results of the windows before it came under its old watermark.
-            mark = self._marks[node] = self._mark_into(node)
+            before, mark = self._marks[node], self._mark_into(node)
+            self._marks[node] = mark
+            op = self._windows.get(node)
+            if op is None:  # a process's event-time timers: those the watermark passed
+                self._fire_timers(node, mark - 1, before, quiet)
+                continue
             out = op.fire(mark, quiet)
             if out:
                 self._push(node, out, quiet)
         if quiet:
             del self.dead[dead:]  # dead-lettered already, when the watermark first came
+
+    def tick(self, now_ms: int, quiet: bool = False) -> None:
+        """The wall clock is at ``now_ms``: fire the processing-time timers it passed. In a
+        timed stage their output has the process's current watermark as event time."""
+        dead = len(self.dead)
+        for node, timers in self._timers.items():
+            if timers.processing_time:
+                low = self._mark_into(node) if node.timed else None
+                self._fire_timers(node, now_ms, low, quiet, event_time=False)
+        if quiet:
+            del self.dead[dead:]  # dead-lettered already, when the clock first came
+
+    def _fire_timers(
+        self, node: Node, through: int, low: int | None, quiet: bool, event_time: bool = True
+    ) -> None:
+        """A round of ``node``'s timers (those at or below ``through``): ``on_timer`` for
+        each, its output on to the node's children. Event time of the output in a timed stage
+        (``low`` not None): the timer's time, at least ``low`` (the watermark before this
+        round), so that none is behind a watermark forwarded already; a processing-time
+        timer's output has ``low``."""
+        timers = self._timers[node]
+        on_timer = node.on_timer
+        assert on_timer is not None
+        due = timers.due(through)
+        if not due:
+            return
+        cache, load = self._process[node], partial(self._load, node)
+        out: list[Any] = []
+        for at, text in due:
+            if not timers.take(at, text):
+                continue  # deleted, or fired already this round
+            handle = _KeyState(cache, text, load, at, timers)
+            try:
+                emitted = list(on_timer(at, handle))
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                self._dead(node, exc, {"timer": at, "key": key_of(text)})
+                continue
+            if low is None:
+                first: Any = text
+            else:
+                first = (text, max(at, low) if event_time else low)
+            out.extend((first, e) for e in emitted)
+        if out:
+            self._push(node, out, quiet)
 
     def inherit(self, floors: Floors | None) -> None:
         """Lateness floors from a savepoint (`processor.pipeline.floors`) for the windows and
@@ -348,12 +442,16 @@ class StageChain:
         for op in self.timed_operators().values():
             op.floor = None if floors is None else floors.of
 
-    def timed_operators(self) -> dict[bytes, WindowOperator | JoinOperator]:
+    def timed_operators(self) -> dict[bytes, WindowOperator | JoinOperator | ProcessTimers]:
         """State prefix -> operator, for the timers to rebuild after a restore."""
         ops: list[WindowOperator | JoinOperator] = list(self._windows.values())
         if self._join is not None:
             ops.append(self._join)
-        return {_state_prefix(op.node): op for op in ops}
+        found: dict[bytes, WindowOperator | JoinOperator | ProcessTimers]
+        found = {_state_prefix(op.node): op for op in ops}
+        for node, timers in self._timers.items():
+            found[_timers_prefix(node)] = timers
+        return found
 
     def restore_timers(self, prefix: bytes, items: Iterable[tuple[bytes, bytes]]) -> None:
         """Timers of the operator at ``prefix`` from its stored state (key, value)."""
@@ -380,7 +478,8 @@ class StageChain:
     def flush(self) -> None:
         """Aggregations' latest values into state and on to their children (in graph order:
         an aggregation's output may feed another; ``emit="record"`` ones into state only,
-        their updates went on already); state of ``process`` and quiet updates into state. Sink records and shuffle buffers are then ready to take."""
+        their updates went on already); state of ``process`` and quiet updates into state.
+        Sink records and shuffle buffers are then ready to take."""
         writes: dict[bytes, bytes | None] = {}
         for node, dirty in self._dirty.items():
             prefix = _state_prefix(node)
@@ -435,6 +534,10 @@ class StageChain:
                     raw = self._encode(op.node, state)
                     if raw is not None:
                         writes[key] = raw
+        for node, timers in self._timers.items():
+            prefix = _timers_prefix(node)
+            for text, times in timers.take_writes().items():
+                writes[prefix + text.encode()] = None if times is None else sink_value(times)
         self._state.write(writes)
 
     def _encode(self, node: Node, value: Any) -> bytes | None:
@@ -565,8 +668,6 @@ class StageChain:
                 return
             # At once, as process does; quietly in a replay (state only downstream too).
             out = self._per_record[node].add(batch)
-        elif kind == "process":
-            out = self._process_batch(node, batch, quiet)
         elif kind == "sink":
             if not quiet:
                 self._sink(node, batch, keyed)
@@ -701,27 +802,30 @@ class StageChain:
                 if target.get(text, None) is UNSET:
                     del target[text]  # every value for it failed: nothing to store or emit
 
-    def _process_batch(self, node: Node, batch: list[tuple[str, Any]], quiet: bool) -> list[Any]:
+    def _process_batch(self, node: Node, batch: list[Any], quiet: bool) -> list[Any]:
+        """Items ``((key text, meta), value)`` (a non-windowed process takes metadata: see
+        `metachain`); its output ``(key text, value)``, or ``((key text, event time),
+        value)`` in a timed stage, keeping each record's time."""
         fn = node.fn
         assert fn is not None
         cache = self._process[node]
-        out: list[tuple[str, Any]] = []
+        timers = self._timers.get(node)
+        out: list[Any] = []
         append = out.append
         load = partial(self._load, node)
-        meta = node.meta_in  # items ((key text, meta), value): see `metachain`
-        for text, value in batch:
-            if meta:
-                text, headers = metachain.key_and_headers(text)
-            handle = _KeyState(cache, text, load)
-            if meta:
-                handle.headers = headers
+        timed = node.timed
+        for first, value in batch:
+            text, meta = first
+            handle = _KeyState(cache, text, load, meta.timestamp, timers)
+            handle.headers = meta.headers
             try:
                 emitted = list(fn(value, handle))
             except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
                 self._dead(node, exc, value)
                 continue
+            key = (text, meta.timestamp) if timed else text
             for e in emitted:
-                append((text, e))
+                append((key, e))
         return out
 
     def _load(self, node: Node, text: str) -> Any:
@@ -825,6 +929,11 @@ def _windows_before(node: Node, stage: Stage) -> list[Node | None] | None:
 
 def _state_key(node: Node, text: str) -> bytes:
     return f"{node.name}\0{text}".encode()
+
+
+def _timers_prefix(node: Node) -> bytes:
+    """Where the timers of a ``process`` with ``on_timer`` are stored, per key."""
+    return f"{timers_name(node)}\0".encode()
 
 
 def _state_prefix(node: Node) -> bytes:

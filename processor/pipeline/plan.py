@@ -233,8 +233,9 @@ _KEEPS_TIME = frozenset({"source", "map", "filter", "flat_map", "key_by", "windo
 def _check_time(pipeline: Pipeline) -> None:
     """Mark the nodes whose records carry event time; refuse windows and joins without it.
 
-    A pipeline with a window or a join is timed from every source on (watermarks need every
-    channel). Aggregations other than windowed ones, ``process`` and sinks drop the time.
+    A pipeline with a window, a join or a ``process`` with event-time timers is timed from
+    every source on (watermarks need every channel). A ``process`` keeps the time (a timer's
+    output has the timer's); other aggregations than windowed ones, and sinks, drop it.
     """
     for node in pipeline.nodes:
         node.timed = False
@@ -248,7 +249,7 @@ def _check_time(pipeline: Pipeline) -> None:
                     )
         if node.kind == "window" and not node.children:
             raise PipelineError(f"window {node.name!r}: follow it with an aggregation")
-    if not any(n.kind in ("window", "join") for n in pipeline.nodes):
+    if not any(n.kind in ("window", "join") or _event_timers(n) for n in pipeline.nodes):
         return
     for node in pipeline.nodes:  # creation order: parents first
         parent = node.parent
@@ -269,9 +270,16 @@ def _check_time(pipeline: Pipeline) -> None:
             if len(times) > 1:
                 raise PipelineError(
                     f"merge {node.name!r}: some inputs carry event time and some do not (an "
-                    "aggregation or process drops it): merge streams of the same kind"
+                    "aggregation drops it): merge streams of the same kind"
                 )
             node.timed = times.pop()
+        elif node.kind == "process" and parent is not None:
+            if _event_timers(node) and not parent.timed:
+                raise PipelineError(
+                    f"process {node.name!r}: event-time timers need event time, which "
+                    f"{parent.name!r} does not carry (an aggregation before it drops it)"
+                )
+            node.timed = parent.timed
         elif node.kind in _KEEPS_TIME and parent is not None:
             node.timed = parent.timed
 
@@ -307,3 +315,8 @@ def _check_meta(pipeline: Pipeline) -> None:
         else:
             node.meta = False
             node.meta_in = uses
+
+
+def _event_timers(node: Node) -> bool:
+    """A ``process`` whose timers count in event time."""
+    return node.kind == "process" and node.on_timer is not None and not node.processing_time

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from processor.pipeline.api import Node
-from processor.pipeline.ops import UNSET, folder, key_text, merger, sink_key_of
+from processor.pipeline.ops import UNSET, folder, key_of, key_text, merger, sink_key_of
 from processor.pipeline.time import NO_WATERMARK
 
 # A timed keyed item: ((key text, event time ms), value).
@@ -162,7 +162,7 @@ class WindowOperator(_Timed):
                     if fold is not None:
                         state[slot] = fold(state.get(slot, UNSET), value)
                     else:
-                        out.extend(self._call(text, state, slot, start, value))
+                        out.extend(self._call(text, state, slot, start, value, ts))
                 except Exception as exc:  # noqa: BLE001 - a user function's failure: dead
                     self._dead(self.node, exc, value)
                     if fresh:
@@ -174,11 +174,11 @@ class WindowOperator(_Timed):
         return out
 
     def _call(
-        self, text: str, state: dict[str, Any], slot: str, start: int, value: Any
+        self, text: str, state: dict[str, Any], slot: str, start: int, value: Any, ts: int
     ) -> list[Item]:
         """``process`` on one window: its state is ``state[slot]`` (None: not set)."""
         assert self.node.fn is not None
-        handle = _WindowState(state, slot)
+        handle = _WindowState(state, slot, text, ts)
         emitted = list(self.node.fn(value, handle))
         if slot not in state:
             state[slot] = None  # the window is open (a timer closes it) even without state
@@ -244,12 +244,18 @@ class WindowOperator(_Timed):
 
 
 class _WindowState:
-    """``process``'s state handle for one key and window."""
+    """``process``'s state handle for one key and window; ``timestamp``: the record's event
+    time."""
 
-    __slots__ = ("_slot", "_state")
+    __slots__ = ("_slot", "_state", "_text", "timestamp")
 
-    def __init__(self, state: dict[str, Any], slot: str) -> None:
-        self._state, self._slot = state, slot
+    def __init__(self, state: dict[str, Any], slot: str, text: str, timestamp: int) -> None:
+        self._state, self._slot, self._text, self.timestamp = state, slot, text, timestamp
+
+    @property
+    def key(self) -> Any:
+        """The key, as the key_by function returned it (without the window)."""
+        return key_of(self._text)
 
     def get(self, default: Any = None) -> Any:
         value = self._state.get(self._slot)

@@ -260,6 +260,8 @@ class KeyedTask(Task):
         self._store = store
         if self.stage.timed:
             self._restore_time(store, info_meta)
+        for prefix in self.chain.timed_operators():  # windows', joins', process timers
+            self.chain.restore_timers(prefix, store.items(prefix))
         channels = [(self.partition, u) for u in range(self.ctx.input_partitions)]
         # A replay aligns the barriers after the fallback snapshot again, as the first run did.
         aligned_to = self._replay_from if self._replay_to else self.last_checkpoint
@@ -271,7 +273,7 @@ class KeyedTask(Task):
         return store
 
     def _restore_time(self, store: RocksDBStore, meta: dict[str, Any]) -> None:
-        """The channels' watermarks from the snapshot, the timers from the state."""
+        """The channels' watermarks from the snapshot."""
         marks = meta.get("watermarks")
         if isinstance(marks, dict):
             self._watermarks.restore(marks)
@@ -281,8 +283,6 @@ class KeyedTask(Task):
         if self._sent_mark is None and self._watermarks.current > NO_WATERMARK:
             # A snapshot of an older version, which did not record it.
             self._sent_mark = (self._watermarks.current, False)
-        for prefix in self.chain.timed_operators():
-            self.chain.restore_timers(prefix, store.items(prefix))
         self.chain.inherit(Floors.from_json(meta.get("floors")))
 
     def _load_savepoint(self, db_path: Path) -> dict[str, Any]:
@@ -593,7 +593,7 @@ class KeyedTask(Task):
             )
         if outcome.completed is not None and outcome.completed <= self._replay_to:
             self._align_started = None
-            self._replayed(outcome.completed)
+            self._replayed(outcome.completed, barrier.triggered_at_ms)
         elif outcome.completed is not None:
             if self._replay_to:
                 # The log aligned checkpoint n in the first run, so the replay aligns it too:
@@ -609,12 +609,13 @@ class KeyedTask(Task):
             self._align_started = now
         return outcome
 
-    def _replayed(self, checkpoint_id: int) -> None:
+    def _replayed(self, checkpoint_id: int, triggered_at_ms: int) -> None:
         """A checkpoint of the replay after a fallback is aligned again: its epoch goes into
         the state as in the first run, and nothing out (transaction ``checkpoint_id`` holds
         it, committed). The replay ends with the committed checkpoint."""
         chain = self.chain
         assert chain is not None
+        self._tick(triggered_at_ms, quiet=True)
         chain.flush()  # quiet operators emit nothing, dead records included
         chain.late.clear()
         if self.stage.timed:
@@ -659,6 +660,7 @@ class KeyedTask(Task):
             then=lambda: faults.reach("offsets_sent", task_id),
         )
         flush_started_cpu = time.thread_time()
+        self._tick(triggered_at_ms)
         self._flush(out, checkpoint=True)
         self._dlq.tick()
         sent_before = self._sent_mark
@@ -694,6 +696,16 @@ class KeyedTask(Task):
         watermark = current if self.stage.timed and current > NO_WATERMARK else None
         self._pending = _Pending(epoch, future, alignment_s, watermark, sent_before=sent_before)
         metrics.state_keys.labels(**self.labels).set(store.approximate_keys())
+
+    def _tick(self, triggered_at_ms: int, quiet: bool = False) -> None:
+        """Processing-time timers fire at each checkpoint, by the time it was triggered at:
+        the barrier carries that time, so a replay after a fallback fires the same timers in
+        the same epochs (quietly). Nothing is lost by waiting for the checkpoint: what a
+        timer emits is visible only once that checkpoint commits anyway."""
+        chain = self.chain
+        assert chain is not None
+        if chain.ticks:
+            chain.tick(triggered_at_ms or int(time.time() * 1000), quiet)
 
     def _layout(self) -> list[list[Any]]:
         """What this task's channel numbers mean (`processor.runtime.layout`)."""

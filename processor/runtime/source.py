@@ -194,7 +194,9 @@ class SourceTask(Task):
         if self._meta:
             read = source_meta.read(msgs, self.chain.stage.head)
             for msg, exc in read.refused:
-                self._dlq.source_record(out, msg, str(exc), exc.reason)
+                self._dlq.source_record(
+                    out, msg, str(exc), exc.reason, self.chain.stage.head.name, exc
+                )
             newest = self.chain.values(read.values, metas=read.metas)
             kept = read.kept
         else:

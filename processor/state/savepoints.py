@@ -242,13 +242,14 @@ def _copy_partition(
     source: Path, target: RocksDBStore, operators: set[bytes], partition: int, partitions: int
 ) -> int:
     """Keys ``<operator>\\0<key text>`` of ``operators`` whose key text hashes to
-    ``partition``, as the shuffle hashes it (CRC-32 of the key text, modulo partitions)."""
+    ``partition``, as the shuffle hashes it (CRC-32 of the key text, modulo partitions). An
+    operator's timers (``<operator>/timers``, `processor.pipeline.timers`) go with it."""
     batch: dict[bytes, bytes | None] = {}
     copied = 0
     with RocksDBStore(source) as saved:
         for key, value in saved.items():
             operator, sep, text = key.partition(b"\0")
-            if not sep or operator not in operators:
+            if not sep or operator.partition(b"/")[0] not in operators:
                 continue
             if zlib.crc32(text) % partitions != partition:
                 continue

@@ -45,11 +45,11 @@ def test_carts_with_a_worker_killed_mid_stream_are_exactly_once(
         assert not missing and not extra, (list(missing)[:3], list(extra)[:3])
         counts: dict[str, list[int]] = {}
         for part in read_committed(kafka_bootstrap, run.topics["events_per_type"]).values():
-            for key, value, _ in part:
-                counts.setdefault((key or b"").decode(), []).append(int(value or b"0"))
+            for raw_key, value, _ in part:
+                counts.setdefault((raw_key or b"").decode(), []).append(int(value or b"0"))
         assert {t: len(c) for t, c in counts.items()} == dict(data.per_type)
-        for kind, values in counts.items():
-            assert values == list(range(1, data.per_type[kind] + 1)), (kind, values[:10])
+        for kind, updates in counts.items():
+            assert updates == list(range(1, data.per_type[kind] + 1)), (kind, updates[:10])
         dead = read_committed(kafka_bootstrap, run.settings.dlq_topic)
         assert not any(dead.values()), "no event of this input is dead"
     finally:

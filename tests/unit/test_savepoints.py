@@ -23,6 +23,8 @@ def _job_with_two_keyed_tasks(tmp_path: Path, storage: DirectoryStorage) -> Save
         with RocksDBStore(db) as store:
             store.write({f"counts\0{w}".encode(): b"%d" % len(w) for w in words})
             store.write({f"other\0{w}".encode(): b"1" for w in words})
+            # A process's timers (processor.pipeline.timers) go where its keys go.
+            store.write({f"counts/timers\0{w}".encode(): b"[%d]" % len(w) for w in words})
             store.checkpoint(tmp_path / task / "chk")
         snapshots = SnapshotStore(storage, f"j/{task}", generation=3)
         owners[task] = snapshots.upload(7, tmp_path / task / "chk").ref.owner
@@ -52,6 +54,7 @@ def test_save_then_load_every_key_into_the_partition_its_text_hashes_to(
 
     partitions = 3
     seen: dict[str, int] = {}
+    timers: dict[str, bytes] = {}
     for p in range(partitions):
         dest = tmp_path / f"new-{p}" / "db"
         dest.parent.mkdir()
@@ -61,10 +64,14 @@ def test_save_then_load_every_key_into_the_partition_its_text_hashes_to(
         assert loaded == len(items)
         for key, value in items.items():
             operator, _, text = key.partition(b"\0")
-            assert operator == b"counts"  # "other" was not asked for
             assert zlib.crc32(text) % partitions == p
+            if operator == b"counts/timers":
+                timers[text.decode()] = value
+                continue
+            assert operator == b"counts"  # "other" was not asked for
             seen[text.decode()] = int(value)
     assert seen == {w: len(w) for w in WORDS}
+    assert timers == {w: b"[%d]" % len(w) for w in WORDS}
 
 
 def test_a_savepoint_outlives_the_jobs_snapshots_and_is_deleted_whole(tmp_path: Path) -> None:
@@ -76,7 +83,8 @@ def test_a_savepoint_outlives_the_jobs_snapshots_and_is_deleted_whole(tmp_path: 
         storage.delete(key)  # the job's retention, or the job deleted
     dest = tmp_path / "new" / "db"
     dest.parent.mkdir()
-    assert store.load_partition(store.read("sp"), ["counts"], 0, 1, dest) == len(WORDS)
+    # Its counts and their timers.
+    assert store.load_partition(store.read("sp"), ["counts"], 0, 1, dest) == 2 * len(WORDS)
     with pytest.raises(SavepointError, match="exists already"):
         store.save(savepoint, storage, "j", tmp_path / "work2")
     store.delete("sp")
