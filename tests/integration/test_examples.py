@@ -246,12 +246,13 @@ def test_timed_example_with_a_worker_killed_mid_stream_is_what_the_harness_gives
             sent[topic] += 1
         run.send_placed(placed)
 
+    # Fed from before the job starts and without a pause: a partition the job found empty
+    # for its source's idle_ms would be idle when its records come, and some of them late.
+    run.feed_values(events, 20, send)
     run.start_coordinator(exit_when_idle=False)
     run.start_worker(0)
     run.start_worker(1)
     try:
-        # No pause in the feed: a partition idle mid-stream would make what follows late.
-        run.feed_values(events, 20, send)
         wait_until(run._sources_committed, 60, "committed positions in every source partition")
         run.kill_worker(1)
         run.start_worker(1)
