@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import re
 from collections import Counter
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from processor import Pipeline
+from processor import Pipeline, testing
 from processor.testing import Driver, run
 
 LINES = ["the cat and the hat", "a cat, a bat!", "The end"]
@@ -212,3 +213,8 @@ def test_keys_and_headers_are_kept_with_each_record() -> None:
         5,
         [("source", b"web")],
     )
+
+
+def test_the_docstring_examples_hold() -> None:
+    results = doctest.testmod(testing, raise_on_error=False)
+    assert results.attempted >= 10 and results.failed == 0
