@@ -155,6 +155,8 @@ class Driver:
             for s in self.plan.stages
         }
         self._sources: dict[str, Node] = {s.topic: s for s in pipeline.sources}
+        # Per source topic: the tasks of its stage (one per partition).
+        self._readers = {s.head.topic: self._tasks[s.name] for s in self.plan.stages if s.is_source}
         self._sent: dict[str, int] = dict.fromkeys(self._sources, 0)  # records per topic
         self._since: dict[str, int] = dict.fromkeys(self._sources, 0)  # since the checkpoint
         self._forced = NO_WATERMARK  # the lowest watermark every source sends
@@ -221,7 +223,7 @@ class Driver:
         except RecordError as exc:
             self._dead.append(DeadRecord(source.name, str(exc), shown(value, 200), exc.reason))
             return
-        tasks = self._tasks[self._stage_of(source).name]
+        tasks = self._readers[topic]
         tasks[index % len(tasks)].pending.append(record)
         self._since[topic] += 1
         if self.checkpoint_every is not None and self._since[topic] >= self.checkpoint_every:
@@ -256,12 +258,6 @@ class Driver:
                     still.append((topic, records))
                     break
             streams = still
-
-    def _stage_of(self, source: Node) -> Stage:
-        for stage in self.plan.stages:
-            if stage.head is source:
-                return stage
-        raise KeyError(source.name)
 
     def advance_watermark(self, ms: int) -> None:
         """Every source's watermark to at least ``ms``, then a checkpoint carries it through:
