@@ -270,7 +270,10 @@ class Driver:
 
     def finish(self) -> None:
         """The end of the input: a checkpoint, then every watermark past any event time, so
-        that every window and timer fires."""
+        that every window and timer fires.
+
+        Example: ``d.finish(); assert d.output("per-minute") == [("add@0", 2)]``.
+        """
         self.checkpoint()
         self.advance_watermark(FINAL_WATERMARK)
 
@@ -279,7 +282,11 @@ class Driver:
     def checkpoint(self) -> None:
         """What an epoch's end does in the engine, stage after stage: the sources run what
         was sent, every chain flushes (an aggregation emits each key it updated once), the
-        shuffles deliver, and each task forwards its watermark downstream."""
+        shuffles deliver, and each task forwards its watermark downstream.
+
+        Example: ``d.send("lines", "a a"); d.checkpoint(); assert d.output("counts") ==
+        [("a", 2)]``.
+        """
         for stage in self.plan.stages:  # upstream first: a stage's input is complete
             for task in self._tasks[stage.name]:
                 if stage.is_source:
@@ -363,14 +370,20 @@ class Driver:
         return [decode_sink_record(k, v) for k, v in self.raw_output(topic)]
 
     def raw_output(self, topic: str) -> list[SinkRecord]:
-        """Sink ``topic``'s records as the engine would produce them: key and value bytes."""
+        """Sink ``topic``'s records as the engine would produce them: key and value bytes.
+
+        Example: ``assert d.raw_output("counts") == [(b"a", b"2")]``.
+        """
         if topic not in self._sinks:
             known = ", ".join(sorted(self._sinks))
             raise ValueError(f"{topic!r} is not a sink topic of the pipeline ({known})")
         return list(self._sinks[topic])
 
     def outputs(self) -> dict[str, list[tuple[Any, Any]]]:
-        """`output` of every sink topic."""
+        """`output` of every sink topic (what `run` returns).
+
+        Example: ``assert d.outputs() == {"counts": [("a", 2)]}``.
+        """
         return {topic: self.output(topic) for topic in self._sinks}
 
     def dead_records(self) -> list[DeadRecord]:
@@ -383,7 +396,11 @@ class Driver:
 
     def late_records(self) -> list[tuple[Any, Any]]:
         """Records a window or join got after its watermark had passed them (the engine's
-        ``<job>.late`` topic), decoded as `output` decodes them."""
+        ``<job>.late`` topic), decoded as `output` decodes them: the key of the window or
+        join, the record's value.
+
+        Example: ``assert d.late_records() == [("home", {"page": "home", "ts": 999})]``.
+        """
         return [decode_sink_record(k, v) for k, v in self._late]
 
 
