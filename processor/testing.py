@@ -172,7 +172,7 @@ class Driver:
             (
                 n.name,
                 self.plan.target(n),
-                self._graph.channel_base(n.name, self._parallelism) + index,
+                self._graph.channel_base(n.name, self._parallelism, stage.name) + index,
             )
             for n in stage.shuffles
         ]

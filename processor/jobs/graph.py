@@ -85,15 +85,19 @@ class JobGraph:
         channel numbers mean (a join's right input comes after its left input's tasks)."""
         return [[u.name, parallelism[u.name]] for u in stage.upstreams]
 
-    def channel_base(self, key_by: str, parallelism: Mapping[str, int]) -> int:
-        """The channel of task 0 of the stage running ``key_by``, in the stage it writes to:
-        a join's right input comes after its left input's channels."""
+    def channel_base(
+        self, key_by: str, parallelism: Mapping[str, int], upstream: str | None = None
+    ) -> int:
+        """The channel of task 0 of ``upstream`` (by default the first stage running
+        ``key_by``), in the stage ``key_by`` writes to: a join's right input comes after its
+        left input's channels, and a key_by below a merge of several stages' streams has
+        channels for each of them."""
         target = self.plan.target(key_by)
         base = 0
-        for node, upstream in zip(target.inputs, target.upstreams, strict=True):
-            if node.name == key_by:
+        for node, stage in zip(target.inputs, target.upstreams, strict=True):
+            if node.name == key_by and upstream in (None, stage.name):
                 return base
-            base += parallelism[upstream.name]
+            base += parallelism[stage.name]
         raise KeyError(key_by)
 
     def side_of(self, stage: Stage, channel: int, parallelism: Mapping[str, int]) -> int:

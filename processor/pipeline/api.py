@@ -63,6 +63,7 @@ class Node:
     lateness_ms: int = 0
     within_ms: int = 0  # join
     other: Node | None = None  # join: the right input's key_by
+    merged: list[Node] = field(default_factory=list)  # merge: the inputs after ``parent``
     # Set by the planner: records leaving this node carry their event time.
     timed: bool = False
 
@@ -70,6 +71,13 @@ class Node:
     def aggregated(self) -> bool:
         """Its output is a changelog of per-key values (one update per key and checkpoint)."""
         return self.kind in AGGREGATIONS and not self.windowed
+
+    @property
+    def inputs(self) -> list[Node]:
+        """The nodes whose records enter this one: its parent, and a merge's other inputs."""
+        if self.parent is None:
+            return []
+        return [self.parent, *self.merged]
 
     @property
     def windowed(self) -> bool:
@@ -203,6 +211,41 @@ class Stream:
             self.node, "key_by", name, keyed=True, fn=_callable(fn, "key_by")
         )
         return KeyedStream(self.pipeline, node)
+
+    def merge(self, *others: Stream, name: str | None = None) -> Self:
+        """The union of this stream and ``others``: every record of each, with its key (and
+        event time), in no particular order between the inputs.
+
+        All must be of this pipeline and all keyed or all unkeyed::
+
+            clicks = p.source("clicks", value="json")
+            views = p.source("views", value="json")
+            clicks.merge(views).key_by(lambda e: e["page"]).count().sink("hits")
+
+        Keyed streams of different stages are merged right after their ``key_by`` (each
+        used for nothing else), as a join's inputs are: the merge then reads one shuffle
+        that both write, so that one task sees all of a key.
+        """
+        where = "merge(...)"
+        if not others:
+            raise PipelineError(f"{where}: give at least one other stream")
+        nodes = [self.node]
+        for other in others:
+            if not isinstance(other, Stream) or other.pipeline is not self.pipeline:
+                raise PipelineError(f"{where}: every input must be a stream of this pipeline")
+            if other.node.keyed != self.node.keyed:
+                raise PipelineError(
+                    f"{where}: {self.node.name!r} and {other.node.name!r} are not both keyed "
+                    "or both unkeyed (key_by the unkeyed one first)"
+                )
+            if other.node in nodes:
+                raise PipelineError(f"{where}: {other.node.name!r} is merged twice")
+            nodes.append(other.node)
+        node = self._then("merge", name)
+        node.merged = nodes[1:]
+        for other_node in node.merged:
+            other_node.children.append(node)
+        return self._same(node)
 
     def sink(self, topic: str, name: str | None = None) -> None:
         """Write to ``topic`` (created if missing): key ``str(key)``, value as JSON text."""

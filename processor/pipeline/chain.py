@@ -159,7 +159,7 @@ class StageChain:
         # Of each window and shuffle: the window before it in the stage (None: the stage's
         # input is its input). A window's results come after the watermark that passes their
         # event time, so the watermark of what it feeds is held back (`_mark_into`).
-        self._before = {n: _window_before(n, stage) for n in [*self._windows, *stage.shuffles]}
+        self._before = {n: _windows_before(n, stage) for n in [*self._windows, *stage.shuffles]}
         self._marks = dict.fromkeys(self._windows, NO_WATERMARK)  # each window's input's
         self._folders = {n: folder(n) for n in stage.nodes if n.aggregated}
         # count and sum fold inline (no call per value): the word count path.
@@ -282,11 +282,15 @@ class StageChain:
         return min(map(self._mark_into, self.stage.shuffles), default=self._watermark)
 
     def _mark_into(self, node: Node) -> int:
-        """The watermark of ``node``'s input: of the window before it, or the task's."""
+        """The watermark of ``node``'s input: of the windows before it (more than one
+        through a merge), or the task's."""
         before = self._before[node]
         if before is None:
             return self._watermark
-        return self._windows[before].output_mark(self._marks[before])
+        return min(
+            self._watermark if w is None else self._windows[w].output_mark(self._marks[w])
+            for w in before
+        )
 
     def advance(self, watermark: int, quiet: bool = False) -> None:
         """The task's watermark rose: close the windows it passed (their results flow on, in
@@ -461,6 +465,9 @@ class StageChain:
     def _apply(self, node: Node, batch: list[Any], quiet: bool) -> None:
         kind, fn, parent = node.kind, node.fn, node.parent
         assert parent is not None
+        if kind == "merge":  # a union: every input's items, as they are, to its children
+            self._push(node, batch, quiet)
+            return
         keyed = parent.keyed
         if parent.timed:
             if kind in ("map", "filter", "flat_map"):
@@ -741,14 +748,27 @@ def _fit(records: list[tuple[bytes | None, bytes]], start: int, keyed: bool, lim
     return largest <= limit
 
 
-def _window_before(node: Node, stage: Stage) -> Node | None:
-    """The nearest window aggregation or ``process`` upstream of ``node`` in ``stage``."""
-    parent = node.parent
-    while parent is not None and parent is not stage.head:
-        if parent.windowed:
-            return parent
-        parent = parent.parent
-    return None
+def _windows_before(node: Node, stage: Stage) -> list[Node | None] | None:
+    """The nearest window aggregations or ``process`` upstream of ``node`` in ``stage``, one
+    per path from the stage's input (None: a path with none); None when no path has one."""
+    members = {id(n) for n in stage.nodes}
+    found: list[Node | None] = []
+    stack = list(node.inputs)
+    seen: set[int] = set()
+    while stack:
+        parent = stack.pop()
+        if id(parent) in seen:
+            continue
+        seen.add(id(parent))
+        if parent.windowed and id(parent) in members:
+            found.append(parent)
+        elif parent is stage.head or id(parent) not in members:
+            found.append(None)  # the stage's input (another stage's node: another task's)
+        else:
+            stack.extend(parent.inputs)
+    if all(w is None for w in found):
+        return None
+    return list(dict.fromkeys(found))
 
 
 def _state_key(node: Node, text: str) -> bytes:

@@ -129,6 +129,7 @@ def plan(pipeline: Pipeline) -> Plan:
     if not pipeline.sinks:
         raise PipelineError("the pipeline has no sink: nothing would ever be written")
     _check_time(pipeline)
+    _check_merges(pipeline)
     stages: list[Stage] = []
     heads = [n for n in pipeline.nodes if _is_head(n)]
     by_head: dict[Node, Stage] = {}
@@ -136,39 +137,84 @@ def plan(pipeline: Pipeline) -> Plan:
         stage = Stage(head.name, head)
         if head.kind == "join":
             assert head.parent is not None and head.other is not None
-            stage.inputs = [head.parent, head.other]
+            key_bys = [head.parent, head.other]
+        elif head.kind == "merge":
+            key_bys = head.inputs
         elif head.kind == "key_by":
-            stage.inputs = [head]
-        for key_by in stage.inputs:
-            assert key_by.parent is not None
-            stage.upstreams.append(by_head[_stage_head(key_by.parent)])
+            key_bys = [head]
+        else:
+            key_bys = []
+        # One input per (key_by, upstream stage): a key_by after a merge of streams of
+        # several stages is written by each of them.
+        for key_by in key_bys:
+            for upstream in _stage_heads(key_by.inputs):
+                stage.inputs.append(key_by)
+                stage.upstreams.append(by_head[upstream])
         by_head[head] = stage
         stages.append(stage)
     for node in pipeline.nodes:
         if _is_head(node) and node.kind != "key_by":
             continue
-        assert node.parent is not None
-        by_head[_stage_head(node.parent)].nodes.append(node)
+        for head in _stage_heads(node.inputs):  # every stage whose records reach it
+            by_head[head].nodes.append(node)
     return Plan(stages)
 
 
 def _is_head(node: Node) -> bool:
-    """A source, a join, or a key_by that does not feed a join (that one is the join's)."""
+    """A source, a join, a merge of keyed streams right after their key_bys, or a key_by
+    that does not feed one of those two (that one is theirs)."""
     if node.kind == "key_by":
-        return not any(c.kind == "join" for c in node.children)
+        return not any(c.kind == "join" or _merges_shuffles(c) for c in node.children)
+    if node.kind == "merge":
+        return _merges_shuffles(node)
     return node.kind in ("source", "join")
 
 
-def _stage_head(node: Node) -> Node:
-    """The source, key_by or join whose stage runs ``node``'s output."""
-    while not _is_head(node):
-        assert node.parent is not None
-        node = node.parent
-    return node
+def _merges_shuffles(node: Node) -> bool:
+    """A merge of keyed streams straight from their key_bys: a stage reading one shuffle."""
+    return node.kind == "merge" and node.keyed and all(n.kind == "key_by" for n in node.inputs)
+
+
+def _stage_heads(nodes: list[Node]) -> list[Node]:
+    """The heads of the stages that run the outputs of ``nodes``, in order, each once (more
+    than one below a merge of unkeyed streams of several stages)."""
+    heads: list[Node] = []
+    seen: set[int] = set()
+    stack = list(reversed(nodes))
+    while stack:  # depth first, inputs in order; not recursive: a chain may be long
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if _is_head(node):
+            heads.append(node)
+        else:
+            stack.extend(reversed(node.inputs))
+    return heads
+
+
+def _check_merges(pipeline: Pipeline) -> None:
+    """A merge of keyed streams must fall in one stage, or read their shuffles (a keyed
+    stream's state lives in one stage's tasks); its key_bys feed nothing else."""
+    for node in pipeline.nodes:
+        if node.kind != "merge" or not node.keyed:
+            continue
+        if _merges_shuffles(node):
+            for key_by in node.inputs:
+                if len(key_by.children) != 1:
+                    raise PipelineError(
+                        f"merge {node.name!r}: its input {key_by.name!r} has other uses; "
+                        "key_by again for another branch"
+                    )
+        elif len(_stage_heads(node.inputs)) > 1:
+            raise PipelineError(
+                f"merge {node.name!r}: keyed streams of different stages merge right after "
+                "their key_by: a.key_by(f).merge(b.key_by(g))"
+            )
 
 
 # Nodes whose output keeps the event time of their input; windows and joins make their own.
-_KEEPS_TIME = frozenset({"source", "map", "filter", "flat_map", "key_by", "window"})
+_KEEPS_TIME = frozenset({"source", "map", "filter", "flat_map", "key_by", "window", "merge"})
 
 
 def _check_time(pipeline: Pipeline) -> None:
@@ -205,5 +251,13 @@ def _check_time(pipeline: Pipeline) -> None:
             if node.kind == "join" and (node.other is None or not node.other.timed):
                 raise PipelineError(f"join {node.name!r}: its right input has no event time")
             node.timed = True
+        elif node.kind == "merge":
+            times = {n.timed for n in node.inputs}
+            if len(times) > 1:
+                raise PipelineError(
+                    f"merge {node.name!r}: some inputs carry event time and some do not (an "
+                    "aggregation or process drops it): merge streams of the same kind"
+                )
+            node.timed = times.pop()
         elif node.kind in _KEEPS_TIME and parent is not None:
             node.timed = parent.timed

@@ -53,9 +53,11 @@ def run(
 
 
 def _changelog(sink: Node) -> bool:
-    node: Node | None = sink
-    while node is not None:
+    """Whether an aggregation is upstream of ``sink`` (on any path, through merges)."""
+    stack = [sink]
+    while stack:
+        node = stack.pop()
         if node.aggregated:
             return True
-        node = node.parent
+        stack.extend(node.inputs)
     return False

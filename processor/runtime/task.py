@@ -129,7 +129,7 @@ class Task:
                 n.name,
                 graph.shuffle_topic(n.name),
                 partitions,
-                graph.channel_base(n.name, self.ctx.parallelism) + index,
+                graph.channel_base(n.name, self.ctx.parallelism, stage.name) + index,
             )
             for n in stage.shuffles
         ]

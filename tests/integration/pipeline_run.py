@@ -3,6 +3,7 @@ checks its committed output against the reference run of the same input."""
 
 from __future__ import annotations
 
+import random
 import re
 import time
 import uuid
@@ -70,6 +71,19 @@ class PipelineRun(JobRun):
         topic = self.topics[param]
         self.inputs[topic].extend(values)
         self.feed_values(values, seconds, lambda chunk: self.send(topic, chunk), True)
+
+    def feed_topics(self, values: Mapping[str, list[bytes]], seconds: float) -> None:
+        """Several of build()'s topics fed side by side, chunk by chunk, as `feed_topic`."""
+        items = [(self.topics[param], v) for param, vs in values.items() for v in vs]
+        random.Random(len(items)).shuffle(items)
+        for topic, value in items:
+            self.inputs[topic].append(value)
+
+        def send(chunk: list[tuple[str, bytes]]) -> None:
+            for topic in {t for t, _ in chunk}:
+                self.send(topic, [v for t, v in chunk if t == topic])
+
+        self.feed_values(items, seconds, send, True)
 
     def kill_mid_stream(self, index: int) -> None:
         """SIGKILL worker ``index`` once half of the feed is in and a checkpoint has committed

@@ -224,3 +224,36 @@ def test_keys_and_headers_are_kept_with_each_record() -> None:
 def test_the_docstring_examples_hold() -> None:
     results = doctest.testmod(testing, raise_on_error=False)
     assert results.attempted >= 10 and results.failed == 0
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_merged_streams_of_two_sources_share_the_stages_below(partitions: int) -> None:
+    p = Pipeline()
+    web = p.source("web")
+    app = p.source("app")
+    web.merge(app).key_by(str).count().sink("per-page")
+    got = run(
+        p,
+        {"web": ["home", "cart", "home"], "app": ["home", "pay"]},
+        partitions=partitions,
+        source_partitions=partitions,
+    )
+    assert sorted(got["per-page"]) == [("cart", 1), ("home", 3), ("pay", 1)]
+
+
+def test_a_window_over_merged_sources_closes_by_both_watermarks() -> None:
+    p = Pipeline()
+    web = p.source("web", value="json", timestamp=lambda e: e["ts"])
+    app = p.source("app", value="json", timestamp=lambda e: e["ts"])
+    web.merge(app).key_by(lambda e: e["page"]).window(size_ms=1000).count().sink("per-second")
+    d = Driver(p, partitions=2)
+    d.send("web", {"page": "home", "ts": 100})
+    d.send("app", {"page": "home", "ts": 200})
+    d.send("web", {"page": "home", "ts": 1500})
+    d.checkpoint()
+    assert d.output("per-second") == []  # app's watermark (200) holds [0, 1000) open
+    d.send("app", {"page": "home", "ts": 1200})
+    d.checkpoint()
+    assert d.output("per-second") == [("home@0", 2)]
+    d.finish()
+    assert d.output("per-second") == [("home@0", 2), ("home@1000", 2)]
