@@ -1,5 +1,6 @@
 """Pipelines users write: the API (`api`), its stages (`plan`), loading (`load`), and a direct
-in-memory execution that defines the expected result (`reference`)."""
+the expected output of an input in the form the engine tests compare (`reference`, by
+`processor.testing`)."""
 
 from processor.pipeline.api import KeyedStream, Pipeline, PipelineError, Stream
 

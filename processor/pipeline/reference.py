@@ -1,12 +1,12 @@
-"""A pipeline run directly, in memory, one record at a time: the result the engine must match.
+"""The output the engine must give for an input, in the form the integration and chaos tests
+compare committed Kafka records with: `processor.testing.Driver` (the engine's own stage code,
+in memory, without failures) run over the input, its sinks' records as bytes.
 
-Tests compute the expected output with it from the records they wrote, independently of the
-engine's stages, shuffles, combiners, checkpoints and recoveries. Aggregations emit an update
-per record here and, unless ``emit="record"``, one per key and checkpoint in the engine, so a
-sink fed by such an aggregation is a *changelog*: compare its final value per key
-(`SinkOutput.final`). A sink fed only by ``emit="record"`` aggregations gets every update in
-the engine too (`SinkOutput.updates`): compare each key's full sequence
-(`SinkOutput.sequences`). Compare any other sink's records as a multiset.
+A sink fed by an aggregation is a *changelog*, whose updates depend on where checkpoints fall:
+compare its final value per key (`SinkOutput.final`). A sink fed only by ``emit="record"``
+aggregations gets every update (`SinkOutput.updates`): compare each key's full sequence
+(`SinkOutput.sequences`). Compare any other sink's records as a multiset (windows, joins and
+``process`` included, as long as no record is late).
 """
 
 from __future__ import annotations
@@ -14,19 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from processor import testing
 from processor.pipeline.api import Node, Pipeline
-from processor.pipeline.ops import (
-    UNSET,
-    RecordError,
-    decode,
-    folder,
-    key_text,
-    sink_key,
-    sink_value,
-)
-from processor.pipeline.plan import plan
 
 SinkRecord = tuple[bytes | None, bytes]
 
@@ -56,95 +46,27 @@ class SinkOutput:
         return Counter(self.records)
 
 
-class DictState:
-    """One key's state of a ``process`` operator, kept in a dict."""
-
-    def __init__(self, store: dict[tuple[str, str], Any], node: str, key: str) -> None:
-        self._store = store
-        self._at = (node, key)
-
-    def get(self, default: Any = None) -> Any:
-        return self._store.get(self._at, default)
-
-    def set(self, value: Any) -> None:
-        self._store[self._at] = value
-
-    def delete(self) -> None:
-        self._store.pop(self._at, None)
-
-
 @dataclass
 class Result:
     sinks: dict[str, SinkOutput]
     dead: list[tuple[str, str]]  # (operator, error) of each record that went to the DLQ
 
 
-def run(pipeline: Pipeline, inputs: Mapping[str, Iterable[bytes | None]]) -> Result:
-    """Every source topic's records (in order) through the pipeline."""
-    plan(pipeline)  # the same validation the engine applies
-    state: dict[tuple[str, str], Any] = {}
-    folders = {n: folder(n) for n in pipeline.nodes if n.aggregated}
-    result = Result({n.topic: _output(n) for n in pipeline.sinks}, [])
-
-    def push(node: Node, key: Any, value: Any) -> None:
-        for child in node.children:
-            try:
-                apply(child, key, value)
-            except RecordError as exc:
-                result.dead.append((child.name, str(exc)))
-            except Exception as exc:  # noqa: BLE001 - a user function's failure is a dead record
-                result.dead.append((child.name, f"{type(exc).__name__}: {exc}"))
-
-    def apply(node: Node, key: Any, value: Any) -> None:
-        fn = node.fn
-        kind = node.kind
-        if kind == "merge":
-            push(node, key, value)
-        elif kind == "map":
-            assert fn is not None
-            push(node, key, fn(value))
-        elif kind == "filter":
-            assert fn is not None
-            if fn(value):
-                push(node, key, value)
-        elif kind == "flat_map":
-            assert fn is not None
-            for out in list(fn(value)):
-                push(node, key, out)
-        elif kind == "key_by":
-            assert fn is not None
-            new_key = fn(value)
-            key_text(new_key)  # a key that cannot be shuffled is a dead record
-            push(node, new_key, value)
-        elif node.aggregated:
-            at = (node.name, key_text(key))
-            new = folders[node](state.get(at, UNSET), value)
-            if node.per_record and node.kind in ("reduce", "aggregate"):
-                sink_value(new)  # as the engine does: what state cannot hold is dead at once
-            state[at] = new
-            push(node, key, new)
-        elif kind == "process":
-            assert fn is not None
-            handle = DictState(state, node.name, key_text(key))
-            for out in list(fn(value, handle)):
-                push(node, key, out)
-        elif kind == "sink":
-            record = (sink_key(key) if node.keyed else None, sink_value(value))
-            result.sinks[node.topic].records.append(record)
-        else:
-            raise ValueError(f"unknown operator {node!r}")
-
-    for source in pipeline.sources:
-        for raw in inputs.get(source.topic, ()):
-            if raw is None:
-                continue
-            try:
-                value = decode(source.value_format, raw)
-            except RecordError as exc:
-                result.dead.append((source.name, str(exc)))
-                continue
-            push(source, None, value)
-    return result
+def run(
+    pipeline: Pipeline,
+    inputs: Mapping[str, Iterable[bytes | None]],
+    checkpoint_every: int = 1000,
+) -> Result:
+    """Every source topic's records (in order, Kafka timestamps their index) through the
+    pipeline by `processor.testing.Driver`, to the end of time (every window closes)."""
+    driver = testing.Driver(pipeline, checkpoint_every=checkpoint_every)
+    driver.send_all(inputs)
+    driver.finish()
+    sinks = {}
+    for node in pipeline.sinks:
+        sinks[node.topic] = output = _output(node)
+        output.records = driver.raw_output(node.topic)
+    return Result(sinks, [(d.operator, d.error) for d in driver.dead_records()])
 
 
 def _output(sink: Node) -> SinkOutput:

@@ -43,13 +43,16 @@ def test_carts_with_a_worker_killed_mid_stream_are_exactly_once(
                 got[result["user"], canonical(result)] += 1
         missing, extra = data.outcomes - got, got - data.outcomes
         assert not missing and not extra, (list(missing)[:3], list(extra)[:3])
-        counts: dict[str, list[int]] = {}
+        counts: dict[str, list[int]] = {}  # event type -> its updates
         for part in read_committed(kafka_bootstrap, run.topics["events_per_type"]).values():
             for raw_key, value, _ in part:
                 counts.setdefault((raw_key or b"").decode(), []).append(int(value or b"0"))
         assert {t: len(c) for t, c in counts.items()} == dict(data.per_type)
-        for kind, updates in counts.items():
-            assert updates == list(range(1, data.per_type[kind] + 1)), (kind, updates[:10])
+        for event_type, updates in counts.items():
+            assert updates == list(range(1, data.per_type[event_type] + 1)), (
+                event_type,
+                updates[:10],
+            )
         dead = read_committed(kafka_bootstrap, run.settings.dlq_topic)
         assert not any(dead.values()), "no event of this input is dead"
     finally:

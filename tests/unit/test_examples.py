@@ -13,8 +13,12 @@ from typing import Any
 
 import pytest
 
+from processor import testing
 from processor.pipeline.load import load_pipeline
+from processor.pipeline.ops import sink_value
 from processor.pipeline.reference import run
+from processor.testing import FINAL_WATERMARK, Driver
+from tests import chaincheck, timecheck
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 LINES = [
@@ -90,3 +94,42 @@ def test_sensor_average() -> None:
     assert result.sinks["sensor-averages"].final() == _encoded(
         {s: round(sum(v) / len(v), 6) for s, v in values.items()}
     )
+
+
+def _harness_records(output: list[tuple[Any, Any]]) -> Counter[tuple[bytes, bytes]]:
+    """`processor.testing.run`'s records of a sink, encoded back as the sink wrote them."""
+    return Counter((str(k).encode(), sink_value(v)) for k, v in output)
+
+
+@pytest.mark.parametrize(("partitions", "every"), [(1, 1000), (3, 37)])
+def test_clicks_windows_and_join_through_the_harness(partitions: int, every: int) -> None:
+    """examples/clicks.py on the engine's stage code (processor.testing) gives every window
+    and pair that tests/timecheck.py computes directly, whatever the partitions and the
+    checkpoints, and nothing late."""
+    pipeline, _ = load_pipeline(str(EXAMPLES / "clicks.py"))
+    views, clicks, order = timecheck.stream(1_700_000_000_000, 3000, seed=2)
+    driver = Driver(pipeline, partitions, partitions, every)
+    for event in order:  # in event-time order, as the chaos run sends them
+        if "at" in event:
+            driver.send("views", event, timestamp=event["at"])  # type: ignore[typeddict-item]
+        else:
+            driver.send("clicks", event)
+    driver.finish()
+    expected = timecheck.windows(clicks, watermark=FINAL_WATERMARK)
+    for name, want in expected.items():
+        assert _harness_records(driver.output(timecheck.SINKS[name])) == want, name
+    assert sum(expected["sessions"].values()) > len(timecheck.PAGES) * 2
+    want_pairs = timecheck.pairs(views, clicks)
+    assert _harness_records(driver.output(timecheck.SINKS["view_clicks"])) == want_pairs
+    assert driver.late_records() == [] and driver.dead_records() == []
+
+
+def test_promotions_chained_windows_and_join_through_run() -> None:
+    """examples/promotions.py by `processor.testing.run` (its topics' records in turn, not in
+    event-time order): exactly what tests/chaincheck.py computes directly."""
+    pipeline, _ = load_pipeline(str(EXAMPLES / "promotions.py"))
+    clicks, promotions, _ = chaincheck.stream(1_700_000_000_000, 3000, seed=5)
+    inputs = {"clicks": clicks, "promotions": promotions}
+    got = testing.run(pipeline, inputs, checkpoint_every=50)
+    for name, want in chaincheck.expected(clicks, promotions).items():
+        assert _harness_records(got[chaincheck.SINKS[name]]) == want, name

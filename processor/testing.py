@@ -1,0 +1,442 @@
+"""Run a pipeline without a broker: `run` for a whole input at once, `Driver` step by step.
+
+Both run the engine's own stage code, not a second interpreter: the pipeline is split by
+`processor.pipeline.plan.plan` into the stages the engine runs, and every task of every stage
+is a `processor.pipeline.chain.StageChain` over an in-memory state. Shuffles go through the
+real `ShuffleOut` partitioning and wire encoding (`processor.models.records`), watermarks are
+computed as the source and keyed tasks compute them (`processor.pipeline.time`), and a
+*checkpoint* is what an epoch's end is in the engine: the chains flush (aggregations emit one
+update per key), the shuffles deliver, the watermarks move on, stage after stage.
+
+::
+
+    from processor import Pipeline
+    from processor.testing import run
+
+    p = Pipeline()
+    p.source("lines").flat_map(str.split).key_by(str).count().sink("counts")
+    assert run(p, {"lines": ["a b", "a"]}) == {"counts": [("a", 2), ("b", 1)]}
+
+Inputs: a record is ``value``, ``(key, value)`` or ``(key, value, timestamp_ms)`` (a tuple
+is always that: give a list for a JSON array). A ``bytes`` value goes through the source's
+format, as the engine decodes it (a value that does not decode is a dead record); anything
+else is taken as decoded already. ``None`` is a Kafka tombstone, which sources skip (send
+``b"null"`` for JSON null), as is an empty value. A record without a timestamp gets its index
+among the records of its topic (0, 1, 2, ...): deterministic, and in order. Keys and headers
+are kept with each record (`SentRecord`).
+
+Time: a source's watermark is the highest event time it has read minus its
+``out_of_orderness_ms``. There is no wall clock here, so no source ever goes idle: a source
+that has read nothing holds the watermark back until the end (or `Driver.advance_watermark`).
+At the end `run` (and `Driver.finish`) moves every watermark past any event time, so every
+window closes, every join expires and every timer fires.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from processor.jobs.graph import JobGraph
+from processor.models.limits import EVENT_TIME_LIMIT, event_time_error
+from processor.models.records import Watermark, decode_shuffle
+from processor.pipeline.api import Node, Pipeline
+from processor.pipeline.chain import DeadRecord, StageChain
+from processor.pipeline.dead import dead_value
+from processor.pipeline.ops import RecordError, decode
+from processor.pipeline.plan import Plan, Stage, plan
+from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks, SourceWatermarks
+
+__all__ = ["FINAL_WATERMARK", "Driver", "SentRecord", "decode_sink_record", "run"]
+
+# Past every event time a record may carry (`processor.models.limits.EVENT_TIME_LIMIT`) and
+# every window end after it, and still an int64 as a watermark record carries it.
+FINAL_WATERMARK = 1 << 61
+# The topic a chain writes late records to (`Driver.late_records`).
+_LATE = "<late>"
+# Source records decoded per `StageChain.values` call at most: the engine's batches.
+_BATCH = 500
+
+SinkRecord = tuple[bytes | None, bytes]
+
+
+@dataclass(frozen=True)
+class SentRecord:
+    """A record as `Driver.send` got it, value decoded (the pipeline's input)."""
+
+    value: Any
+    key: Any = None
+    timestamp: int = 0
+    headers: list[tuple[str, bytes]] | None = None
+
+
+class _MemoryState:
+    """A task's state: the two-method backend `StageChain` takes, in a dict."""
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, bytes] = {}
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return [self.data.get(k) for k in keys]
+
+    def write(self, items: Mapping[bytes, bytes | None]) -> None:
+        for key, value in items.items():
+            if value is None:
+                self.data.pop(key, None)
+            else:
+                self.data[key] = value
+
+
+# What a keyed task reads from its shuffle partition, in order: records (channel, value),
+# and the watermarks of its channels.
+_Message = bytes | Watermark
+
+
+@dataclass(eq=False)
+class _Task:
+    stage: Stage
+    index: int
+    chain: StageChain
+    # Per downstream shuffle: (key_by name, target stage, this task's channel in it).
+    outputs: list[tuple[str, Stage, int]]
+    sent_mark: tuple[int, bool] | None = None  # the last watermark forwarded
+    # Source tasks: records not yet given to the chain, and the watermark.
+    pending: list[SentRecord] = field(default_factory=list)
+    source_marks: SourceWatermarks | None = None
+    # Keyed tasks: the shuffle partition's unread records, the channels' watermarks, and of
+    # a join which input each channel is.
+    inbox: list[_Message] = field(default_factory=list)
+    channel_marks: ChannelWatermarks | None = None
+    sides: list[int] = field(default_factory=list)
+
+
+class Driver:
+    """A pipeline run step by step, in memory, with the engine's stage code.
+
+    ``partitions``: tasks per keyed stage (partitions of each shuffle); ``source_partitions``:
+    partitions of each source topic, records spread over them in turn. ``checkpoint_every``:
+    a checkpoint after that many records sent to one source since the last one (None: only
+    when `checkpoint` is called).
+
+    >>> from processor import Pipeline
+    >>> p = Pipeline()
+    >>> p.source("n", value="json").key_by(lambda v: v % 2).sum().sink("sums")
+    >>> d = Driver(p)
+    >>> d.send("n", 3); d.send("n", 4); d.send("n", 5)
+    >>> d.output("sums")  # aggregations emit at a checkpoint
+    []
+    >>> d.checkpoint()
+    >>> d.output("sums")
+    [('1', 8), ('0', 4)]
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        partitions: int = 1,
+        source_partitions: int = 1,
+        checkpoint_every: int | None = None,
+    ) -> None:
+        if partitions < 1 or source_partitions < 1:
+            raise ValueError("partitions and source_partitions must be at least 1")
+        if checkpoint_every is not None and checkpoint_every < 1:
+            raise ValueError("checkpoint_every must be at least 1 (or None)")
+        self.pipeline = pipeline
+        self.plan: Plan = plan(pipeline)
+        self.checkpoint_every = checkpoint_every
+        self._graph = JobGraph("test", self.plan)
+        self._parallelism = {
+            s.name: source_partitions if s.is_source else partitions for s in self.plan.stages
+        }
+        self._tasks: dict[str, list[_Task]] = {
+            s.name: [self._task(s, i) for i in range(self._parallelism[s.name])]
+            for s in self.plan.stages
+        }
+        self._sources: dict[str, Node] = {s.topic: s for s in pipeline.sources}
+        # Per source topic: the tasks of its stage (one per partition).
+        self._readers = {s.head.topic: self._tasks[s.name] for s in self.plan.stages if s.is_source}
+        self._sent: dict[str, int] = dict.fromkeys(self._sources, 0)  # records per topic
+        self._since: dict[str, int] = dict.fromkeys(self._sources, 0)  # since the checkpoint
+        self._forced = NO_WATERMARK  # the lowest watermark every source sends
+        self._sinks: dict[str, list[SinkRecord]] = {t: [] for t in self.plan.sink_topics}
+        self._late: list[SinkRecord] = []
+        self._dead: list[DeadRecord] = []
+        self.checkpoints = 0
+
+    def _task(self, stage: Stage, index: int) -> _Task:
+        shuffles = {n.name: self._parallelism[self.plan.target(n).name] for n in stage.shuffles}
+        chain = StageChain(self.plan, stage, index, _MemoryState(), shuffles, late_topic=_LATE)
+        outputs = [
+            (
+                n.name,
+                self.plan.target(n),
+                self._graph.channel_base(n.name, self._parallelism, stage.name) + index,
+            )
+            for n in stage.shuffles
+        ]
+        task = _Task(stage, index, chain, outputs)
+        head = stage.head
+        if stage.is_source:
+            task.source_marks = SourceWatermarks([0], head.out_of_orderness_ms, head.idle_ms)
+        else:
+            channels = self._graph.channels(stage, self._parallelism)
+            task.channel_marks = ChannelWatermarks(channels)
+            if stage.is_join:
+                task.sides = [
+                    self._graph.side_of(stage, c, self._parallelism) for c in range(channels)
+                ]
+        return task
+
+    # -- input ------------------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        timestamp: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """One record into source ``topic``: decoded now (``bytes`` by the source's format,
+        anything else as it is), run through the source's stage at the next checkpoint.
+
+        Example: ``d.send("cart-events", {"type": "add", "ts": 0}, key="u1", timestamp=0)``.
+        """
+        source = self._sources.get(topic)
+        if source is None:
+            known = ", ".join(sorted(self._sources))
+            raise ValueError(f"{topic!r} is not a source topic of the pipeline ({known})")
+        index = self._sent[topic]
+        self._sent[topic] = index + 1
+        ts = index if timestamp is None else timestamp
+        if value is None or (isinstance(value, bytes) and not value):
+            return  # a tombstone or an empty value: sources skip them
+        record = SentRecord(value, key, ts, headers)
+        try:
+            if isinstance(value, bytes):
+                record = SentRecord(decode(source.value_format, value), key, ts, headers)
+            kafka_time = source.timed and source.timestamp_fn is None
+            if kafka_time and not -EVENT_TIME_LIMIT < ts < EVENT_TIME_LIMIT:
+                raise RecordError(event_time_error(ts), "bad_event_time")
+        except RecordError as exc:
+            self._dead.append(DeadRecord(source.name, str(exc), dead_value(value), exc.reason))
+            return
+        tasks = self._readers[topic]
+        tasks[index % len(tasks)].pending.append(record)
+        self._since[topic] += 1
+        if self.checkpoint_every is not None and self._since[topic] >= self.checkpoint_every:
+            self.checkpoint()
+
+    def send_all(self, inputs: Mapping[str, Iterable[Any]]) -> None:
+        """``inputs`` as `run` sends them: per source topic, records ``value``, ``(key,
+        value)`` or ``(key, value, timestamp_ms)``, the topics' records in turn (the first of
+        each, then the second of each, ...).
+
+        Example: ``d.send_all({"views": [("v1", {"id": "v1"}, 1000)], "clicks": [c1, c2]})``.
+        """
+        unknown = set(inputs) - set(self._sources)
+        if unknown:
+            raise ValueError(f"inputs for topics the pipeline does not read: {sorted(unknown)}")
+        streams = [(topic, iter(records)) for topic, records in inputs.items()]
+        while streams:
+            still = []
+            for topic, records in streams:
+                for record in records:
+                    if not isinstance(record, tuple):
+                        self.send(topic, record)
+                    elif len(record) == 2:
+                        self.send(topic, record[1], key=record[0])
+                    elif len(record) == 3:
+                        self.send(topic, record[1], key=record[0], timestamp=record[2])
+                    else:
+                        raise ValueError(
+                            f"{topic}: a record is value, (key, value) or (key, value, "
+                            f"timestamp_ms), not a tuple of {len(record)}"
+                        )
+                    still.append((topic, records))
+                    break
+            streams = still
+
+    def advance_watermark(self, ms: int) -> None:
+        """Every source's watermark to at least ``ms``, then a checkpoint carries it through:
+        windows ending by then close, timers due by then fire.
+
+        Example: ``d.advance_watermark(60_000)``.
+        """
+        self._forced = max(self._forced, ms)
+        self.checkpoint()
+
+    def finish(self) -> None:
+        """The end of the input: a checkpoint, then every watermark past any event time, so
+        that every window and timer fires.
+
+        Example: ``d.finish(); assert d.output("per-minute") == [("add@0", 2)]``.
+        """
+        self.checkpoint()
+        self.advance_watermark(FINAL_WATERMARK)
+
+    # -- the epoch's end --------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """What an epoch's end does in the engine, stage after stage: the sources run what
+        was sent, every chain flushes (an aggregation emits each key it updated once), the
+        shuffles deliver, and each task forwards its watermark downstream.
+
+        Example: ``d.send("lines", "a a"); d.checkpoint(); assert d.output("counts") ==
+        [("a", 2)]``.
+        """
+        for stage in self.plan.stages:  # upstream first: a stage's input is complete
+            for task in self._tasks[stage.name]:
+                if stage.is_source:
+                    self._read_sources(task)
+                else:
+                    self._read_shuffle(task)
+                self._flush(task)
+                if stage.timed:
+                    self._forward_watermark(task)
+        self._since = dict.fromkeys(self._since, 0)
+        self.checkpoints += 1
+
+    def _read_sources(self, task: _Task) -> None:
+        head, marks = task.stage.head, task.source_marks
+        assert marks is not None
+        kafka_times = head.timed and head.timestamp_fn is None
+        pending, task.pending = task.pending, []
+        for start in range(0, len(pending), _BATCH):
+            batch = pending[start : start + _BATCH]
+            times = [r.timestamp for r in batch] if kafka_times else None
+            newest = task.chain.values([r.value for r in batch], times=times)
+            if newest is not None:
+                marks.observe(0, newest)
+
+    def _read_shuffle(self, task: _Task) -> None:
+        chain, marks = task.chain, task.channel_marks
+        assert marks is not None
+        inbox, task.inbox = task.inbox, []
+        for message in inbox:
+            if isinstance(message, Watermark):
+                risen = marks.on_mark(message.channel, message.time_ms, message.idle)
+                if risen is not None:
+                    chain.advance(risen)
+                continue
+            channel, body = decode_shuffle(message)
+            chain.shuffled(body, side=task.sides[channel] if task.sides else 0)
+
+    def _flush(self, task: _Task) -> None:
+        chain = task.chain
+        chain.flush()
+        for topic, records in chain.take_sinks().items():
+            (self._late if topic == _LATE else self._sinks[topic]).extend(records)
+        for name, target, channel in task.outputs:
+            readers = self._tasks[target.name]
+            for partition, value in chain.shuffles[name].take(channel):
+                readers[partition].inbox.append(value)
+        self._dead.extend(chain.take_dead())
+
+    def _forward_watermark(self, task: _Task) -> None:
+        """The task's watermark into every downstream shuffle partition, if it changed (a
+        source's: the highest event time read minus the bound; a keyed task's: held back to
+        what its windows may still emit)."""
+        if task.stage.is_source:
+            assert task.source_marks is not None
+            current = task.source_marks.current()
+            assert current is not None  # nothing idles without a clock
+            current = max(current, self._forced)
+            if current <= NO_WATERMARK // 2:
+                return  # no record yet: nothing to say
+            mark = (current, False)
+        else:
+            assert task.channel_marks is not None
+            mark = (task.chain.output_watermark, task.channel_marks.all_idle)
+            if mark[0] <= NO_WATERMARK and not mark[1]:
+                return
+        if mark == task.sent_mark:
+            return
+        task.sent_mark = mark
+        for _, target, channel in task.outputs:
+            for reader in self._tasks[target.name]:
+                reader.inbox.append(Watermark(channel, mark[0], mark[1]))
+
+    # -- output -----------------------------------------------------------------------------
+
+    def output(self, topic: str) -> list[tuple[Any, Any]]:
+        """Everything written to sink ``topic`` so far, in order, as ``(key, value)`` decoded
+        as the sink wrote them: the key as text (None without one), the value from JSON.
+
+        Example: ``assert d.output("events-per-type") == [("add", 1)]``.
+        """
+        return [decode_sink_record(k, v) for k, v in self.raw_output(topic)]
+
+    def raw_output(self, topic: str) -> list[SinkRecord]:
+        """Sink ``topic``'s records as the engine would produce them: key and value bytes.
+
+        Example: ``assert d.raw_output("counts") == [(b"a", b"2")]``.
+        """
+        if topic not in self._sinks:
+            known = ", ".join(sorted(self._sinks))
+            raise ValueError(f"{topic!r} is not a sink topic of the pipeline ({known})")
+        return list(self._sinks[topic])
+
+    def outputs(self) -> dict[str, list[tuple[Any, Any]]]:
+        """`output` of every sink topic (what `run` returns).
+
+        Example: ``assert d.outputs() == {"counts": [("a", 2)]}``.
+        """
+        return {topic: self.output(topic) for topic in self._sinks}
+
+    def dead_records(self) -> list[DeadRecord]:
+        """The records that went to the dead-letter topic so far: ``operator`` (the source's
+        name for a value that did not decode), ``error``, a short ``value`` repr.
+
+        Example: ``assert [r.operator for r in d.dead_records()] == ["orders.key_by"]``.
+        """
+        return list(self._dead)
+
+    def late_records(self) -> list[tuple[Any, Any]]:
+        """Records a window or join got after its watermark had passed them (the engine's
+        ``<job>.late`` topic), decoded as `output` decodes them: the key of the window or
+        join, the record's value.
+
+        Example: ``assert d.late_records() == [("home", {"page": "home", "ts": 999})]``.
+        """
+        return [decode_sink_record(k, v) for k, v in self._late]
+
+
+def decode_sink_record(key: bytes | None, value: bytes) -> tuple[Any, Any]:
+    """A sink record as `run` returns it: the key as UTF-8 text (bytes if it is not, None
+    without one), the value from JSON (the default sink's format)."""
+    shown_key: Any = key
+    if key is not None:
+        with contextlib.suppress(UnicodeDecodeError):
+            shown_key = key.decode()
+    return shown_key, json.loads(value)
+
+
+def run(
+    pipeline: Pipeline,
+    inputs: Mapping[str, Iterable[Any]],
+    checkpoint_every: int = 1000,
+    partitions: int = 1,
+    source_partitions: int = 1,
+) -> dict[str, list[tuple[Any, Any]]]:
+    """Every input record through ``pipeline``; what each sink topic got, in order.
+
+    ``inputs``: per source topic, records ``value``, ``(key, value)`` or ``(key, value,
+    timestamp_ms)``. The topics' records are sent in turn (the first of each, then the second
+    of each, ...), with a checkpoint every ``checkpoint_every`` records of a source, and one
+    at the end, after which every watermark passes every event time. For dead and late
+    records, or for control between records, use `Driver`.
+
+    >>> from processor import Pipeline
+    >>> p = Pipeline()
+    >>> p.source("e", value="json").key_by(lambda e: e["type"]).count().sink("per-type")
+    >>> run(p, {"e": [("u1", {"type": "add"}, 0), {"type": "add"}, b'{"type": "pay"}']})
+    {'per-type': [('add', 2), ('pay', 1)]}
+    """
+    driver = Driver(pipeline, partitions, source_partitions, checkpoint_every)
+    driver.send_all(inputs)
+    driver.finish()
+    return driver.outputs()
