@@ -25,6 +25,7 @@ from processor.pipeline.ops import (
     sink_value,
 )
 from processor.pipeline.plan import plan
+from processor.pipeline.sinks import encode_one
 
 SinkRecord = tuple[bytes | None, bytes]
 
@@ -110,7 +111,11 @@ def run(pipeline: Pipeline, inputs: Mapping[str, Iterable[bytes | None]]) -> Res
             for out in list(fn(value, handle)):
                 push(node, key, out)
         elif kind == "sink":
-            record = (sink_key(key) if node.keyed else None, sink_value(value))
+            if node.sink_spec is not None:
+                k, v, _ = encode_one(node.sink_spec, node.keyed, key, value)
+                record = (k, v)
+            else:
+                record = (sink_key(key) if node.keyed else None, sink_value(value))
             result.sinks[node.topic].records.append(record)
         else:
             raise ValueError(f"unknown operator {node!r}")

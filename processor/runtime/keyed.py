@@ -89,7 +89,9 @@ from processor.state.savepoints import inherited_floors, open_savepoint
 from processor.state.storage import SnapshotMissing
 
 # Records for one topic: by key (partition None, a sink) or into one partition (a shuffle).
-_Segment = tuple[str, int | None, list[tuple[bytes | None, bytes]]]
+# (topic, partition, records): partition None for a sink's records, each (key, value) or, from
+# a sink with headers, (key, value, headers); else shuffle records (key, value).
+_Segment = tuple[str, int | None, list[Any]]
 # The last watermark forwarded downstream: (time, idle).
 _Mark = tuple[int, bool]
 
@@ -519,6 +521,8 @@ class KeyedTask(Task):
         self._resend = []
         for topic, items in chain.take_sinks().items():
             segments.append((topic, None, items))
+        for topic, headed in chain.take_headed().items():
+            segments.append((topic, None, headed))
         if chain.late:
             self._count_late()
         for name, topic, _, channel in self._shuffles:
