@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processor.models.limits import headers_size
 from processor.pipeline.ops import (
@@ -28,6 +28,9 @@ from processor.pipeline.ops import (
     sink_key_of,
 )
 
+if TYPE_CHECKING:
+    from processor.serde import Serde
+
 SinkHeaders = list[tuple[str, bytes]]
 Plain = tuple[bytes | None, bytes]
 Headed = tuple[bytes | None, bytes, SinkHeaders]
@@ -36,11 +39,14 @@ Headed = tuple[bytes | None, bytes, SinkHeaders]
 @dataclass(frozen=True)
 class SinkSpec:
     """What a sink does instead of the defaults: ``key(k, v)`` (None: ``str(key)``),
-    ``value(k, v) -> bytes`` (always set), ``headers(k, v)`` (None: no headers)."""
+    ``value(k, v) -> bytes`` (always set), ``headers(k, v)`` (None: no headers);
+    ``serde``: the serde ``value`` encodes with (None for a value function), for whoever
+    reads the sink's records back (a test harness)."""
 
     key: Callable[[Any, Any], Any] | None
     value: Callable[[Any, Any], bytes]
     headers: Callable[[Any, Any], Any] | None
+    serde: Serde | None = None
 
     @staticmethod
     def of(topic: str, key: Any, value: Any, headers: Any) -> SinkSpec:
@@ -54,9 +60,10 @@ class SinkSpec:
             if fn is not None and not callable(fn):
                 raise PipelineError(f"{where} {what}: expected a function, got {type(fn).__name__}")
         encode: Callable[[Any, Any], bytes]
+        serde: Serde | None = None
         if isinstance(value, str) or is_serde(value):
-            serde = resolve(value, f"{where} value", topic)
-            encode = lambda _k, v: serde_dumps(serde, v)  # noqa: E731
+            serde = resolved = resolve(value, f"{where} value", topic)
+            encode = lambda _k, v: serde_dumps(resolved, v)  # noqa: E731
         elif callable(value):
             fn = value
             encode = lambda k, v: _as_bytes(fn(k, v), "value")  # noqa: E731
@@ -65,7 +72,7 @@ class SinkSpec:
                 f"{where} value: expected 'json', 'text', 'bytes', a serde or a function "
                 f"fn(key, value) -> bytes, got {type(value).__name__}"
             )
-        return SinkSpec(key, encode, headers)
+        return SinkSpec(key, encode, headers, serde)
 
 
 def encode(

@@ -13,7 +13,7 @@ from processor.pipeline.chain import StageChain
 from processor.pipeline.ops import Unavailable, key_text
 from processor.pipeline.plan import plan
 from processor.pipeline.reference import run
-from processor.serde import Avro
+from processor.serde import TEXT, Avro
 from tests.unit.test_chain import DictBackend
 
 Out = tuple[
@@ -57,7 +57,10 @@ def test_defaults_have_no_spec_and_keep_the_fast_path() -> None:
     s.sink("b", value="json", name="b")
     assert [n.sink_spec for n in p.sinks] == [None, None]
     s.sink("c", value="text")
-    assert p.sinks[2].sink_spec is not None
+    s.sink("d", value=lambda k, v: b"")
+    spec, fn_spec = p.sinks[2].sink_spec, p.sinks[3].sink_spec
+    assert spec is not None and spec.serde is TEXT  # what a reader decodes it with
+    assert fn_spec is not None and fn_spec.serde is None
 
 
 def test_key_function_gets_the_users_key_and_returns_str_bytes_or_none() -> None:
