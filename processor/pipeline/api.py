@@ -236,11 +236,15 @@ class Stream:
         """
         if not isinstance(topic, str) or not topic:
             raise PipelineError("sink(topic): the topic must be a non-empty string")
-        node = self._then("sink", name, topic=topic)
+        spec = None
         if key is not None or value != "json" or headers is not None:
             from processor.pipeline.sinks import SinkSpec
+            from processor.serde import JSON
 
-            node.sink_spec = SinkSpec.of(topic, key, value, headers)
+            spec = SinkSpec.of(topic, key, value, headers)  # checked before the node is added
+            if key is None and headers is None and spec.serde is JSON:
+                spec = None  # value=processor.serde.JSON: the defaults, and their fast path
+        self._then("sink", name, topic=topic).sink_spec = spec
 
 
 class _Aggregations:

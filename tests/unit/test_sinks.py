@@ -13,7 +13,7 @@ from processor.pipeline.chain import StageChain
 from processor.pipeline.ops import Unavailable, key_text
 from processor.pipeline.plan import plan
 from processor.pipeline.reference import run
-from processor.serde import TEXT, Avro
+from processor.serde import JSON, TEXT, Avro
 from tests.unit.test_chain import DictBackend
 
 Out = tuple[
@@ -55,10 +55,11 @@ def test_defaults_have_no_spec_and_keep_the_fast_path() -> None:
     s = p.source("in", value="json")
     s.sink("a")
     s.sink("b", value="json", name="b")
-    assert [n.sink_spec for n in p.sinks] == [None, None]
+    s.sink("b2", value=JSON, name="b2")
+    assert [n.sink_spec for n in p.sinks] == [None, None, None]
     s.sink("c", value="text")
     s.sink("d", value=lambda k, v: b"")
-    spec, fn_spec = p.sinks[2].sink_spec, p.sinks[3].sink_spec
+    spec, fn_spec = p.sinks[3].sink_spec, p.sinks[4].sink_spec
     assert spec is not None and spec.serde is TEXT  # what a reader decodes it with
     assert fn_spec is not None and fn_spec.serde is None
 
@@ -210,3 +211,4 @@ def test_sink_arguments_are_checked_when_the_pipeline_is_built() -> None:
         s.sink("out", value="xml")
     with pytest.raises(PipelineError, match="value"):
         s.sink("out", value=3)
+    assert s.pipeline.sinks == []  # nothing half-made stays in the pipeline
