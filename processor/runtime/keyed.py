@@ -89,8 +89,7 @@ from processor.state.savepoints import inherited_floors, open_savepoint
 from processor.state.storage import SnapshotMissing
 
 # Records for one topic: by key (partition None, a sink) or into one partition (a shuffle).
-# (topic, partition, records): partition None for a sink's records, each (key, value) or, from
-# a sink with headers, (key, value, headers); else shuffle records (key, value).
+# A sink's records are (key, value), or (key, value, headers) from a sink with headers.
 _Segment = tuple[str, int | None, list[Any]]
 # The last watermark forwarded downstream: (time, idle).
 _Mark = tuple[int, bool]
