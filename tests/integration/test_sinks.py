@@ -120,11 +120,12 @@ def test_keyed_sink_records_land_in_the_partition_a_java_producer_picks(
         run.resume_feed()
         run.drain(timeout=180)
         for topic in sinks:
-            placed = {
-                (key or b"").decode(): partition
-                for partition, records in read_committed(kafka_bootstrap, topic).items()
-                for key, _, _ in records
-            }
+            placed: dict[str, int] = {}
+            for partition, records in read_committed(kafka_bootstrap, topic).items():
+                for key, value, headers in records:
+                    placed[(key or b"").decode()] = partition
+                    if topic == run.topics["keyed_fn"]:
+                        assert headers == {"key": key} and value == key, (key, value, headers)
             assert len(placed) == 1000, topic
             wrong = {k: (p, java[k]) for k, p in placed.items() if p != java[k]}
             assert not wrong, f"{topic}: {len(wrong)} keys elsewhere than Java's: {list(wrong)[:5]}"
