@@ -25,6 +25,11 @@ from processor.kafka import clients
 from processor.kafka.serial import SerialCalls
 from processor.models.records import Headers
 
+# A sink's records: ``(key, value)``, or ``(key, value, headers)`` for a sink with headers
+# (`processor.pipeline.sinks`); one kind per list.
+Headed = tuple[bytes | None, bytes, list[tuple[str, bytes]]]
+SinkRecords = list[tuple[bytes | None, bytes]] | list[Headed]
+
 # A loopback or LAN broker answers in milliseconds; a coordinator that moved answers within
 # seconds. Longer than this, the call is one of librdkafka's hangs: restart the task.
 SEND_OFFSETS_TIMEOUT_S = 10.0
@@ -130,9 +135,15 @@ class TransactionalOutput:
             except KafkaException as exc:
                 self._explain(exc)
 
-    def produce_many(self, topic: str, items: list[tuple[bytes | None, bytes]]) -> None:
-        """Records partitioned by key (the hot path: no per-record keyword dicts)."""
+    def produce_many(self, topic: str, items: SinkRecords) -> None:
+        """Records partitioned by key (the hot path: no per-record keyword dicts); a list of
+        ``(key, value, headers)`` (a sink with headers) goes through `produce` instead."""
         if not items:
+            return
+        if len(items[0]) == 3:
+            for key, value, headers in items:
+                self.produce(topic, value, key, headers=headers)  # type: ignore[arg-type]
+            self._producer.poll(0)
             return
         if not self._open:
             self._begin()

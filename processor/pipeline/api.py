@@ -12,7 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+if TYPE_CHECKING:
+    from processor.pipeline.sinks import SinkSpec
+    from processor.serde import Serde
 
 ValueFormat = Literal["text", "json", "bytes"]
 VALUE_FORMATS: tuple[ValueFormat, ...] = ("text", "json", "bytes")
@@ -51,7 +55,8 @@ class Node:
     fn2: Callable[..., Any] | None = None  # aggregate's merge
     initial: Any = None  # aggregate's initial value
     topic: str = ""  # source and sink
-    value_format: ValueFormat = "text"  # source
+    value_format: ValueFormat | Serde = "text"  # source: a built-in's name, or a serde
+    sink_spec: SinkSpec | None = None  # sink: its key, value and headers unless the defaults
     # flat_map: the same function over a whole batch (a list of values -> a list of outputs),
     # for functions that are much faster once per batch than once per value (a regex).
     batch_fn: Callable[[list[Any]], Iterable[Any]] | None = None
@@ -120,7 +125,7 @@ class Pipeline:
     def source(
         self,
         topic: str,
-        value: ValueFormat = "text",
+        value: ValueFormat | Serde = "text",
         name: str | None = None,
         timestamp: Callable[[Any], Any] | None = None,
         out_of_orderness_ms: int = 0,
@@ -138,12 +143,16 @@ class Pipeline:
         default the Kafka record's timestamp. The source's watermark is the highest timestamp
         seen minus ``out_of_orderness_ms``; a partition with no records for ``idle_ms`` does
         not hold it back.
+
+        ``value``: ``"text"``, ``"json"``, ``"bytes"`` or a serde (`processor.serde`), e.g.
+        ``p.source("clicks", value=Avro(schema))``; a record it cannot decode is dead.
         """
         if not isinstance(topic, str) or not topic:
             raise PipelineError("source(topic): the topic must be a non-empty string")
-        if value not in VALUE_FORMATS:
+        if isinstance(value, str) and value not in VALUE_FORMATS:
             raise PipelineError(
-                f"source({topic!r}, value={value!r}): value must be one of {VALUE_FORMATS}"
+                f"source({topic!r}, value={value!r}): value must be one of {VALUE_FORMATS} "
+                "or a serde"
             )
         where = f"source({topic!r})"
         for other in self.sources:
@@ -156,7 +165,7 @@ class Pipeline:
                     "s.filter(...)"
                 )
         node = Node("source", self._name(name, topic), None, keyed=False, topic=topic)
-        node.value_format = value
+        node.value_format = value if isinstance(value, str) else _serde(value, where, topic)
         if key is not None:
             if key not in VALUE_FORMATS and not callable(getattr(key, "loads", None)):
                 raise PipelineError(
@@ -293,11 +302,38 @@ class Stream:
             other_node.children.append(node)
         return self._same(node)
 
-    def sink(self, topic: str, name: str | None = None) -> None:
-        """Write to ``topic`` (created if missing): key ``str(key)``, value as JSON text."""
+    def sink(
+        self,
+        topic: str,
+        key: Callable[[Any, Any], Any] | None = None,
+        value: Any = "json",
+        headers: Callable[[Any, Any], Any] | None = None,
+        name: str | None = None,
+    ) -> None:
+        """Write to ``topic`` (created if missing); by default key ``str(key)`` (none on an
+        unkeyed stream) and the value as JSON text.
+
+        ``key(k, v)``: the record's key from the stream's key (None if unkeyed) and the value,
+        as ``str`` (UTF-8), ``bytes`` or None (no key). ``value``: ``"json"``, ``"text"``
+        (a str), ``"bytes"``, a serde (`processor.serde`) or ``fn(k, v) -> bytes``.
+        ``headers(k, v)``: a list of ``(str, bytes)``. A function that raises or returns
+        something else makes the record dead. Keyed records go to the partition Java's
+        producers choose (murmur2 of the key bytes)::
+
+            carts.sink("outcomes", key=lambda k, v: v["user"], value="json",
+                       headers=lambda k, v: [("source", b"carts")])
+        """
         if not isinstance(topic, str) or not topic:
             raise PipelineError("sink(topic): the topic must be a non-empty string")
-        self._then("sink", name, topic=topic)
+        spec = None
+        if key is not None or value != "json" or headers is not None:
+            from processor.pipeline.sinks import SinkSpec
+            from processor.serde import JSON
+
+            spec = SinkSpec.of(topic, key, value, headers)  # checked before the node is added
+            if key is None and headers is None and spec.serde is JSON:
+                spec = None  # value=processor.serde.JSON: the defaults, and their fast path
+        self._then("sink", name, topic=topic).sink_spec = spec
 
 
 class _Aggregations:
@@ -501,6 +537,14 @@ def _emit(emit: Any, what: str) -> Emit:
     if emit not in EMITS:
         raise PipelineError(f"{what}(emit={emit!r}): emit must be one of {EMITS}")
     return emit  # type: ignore[no-any-return]
+
+
+def _serde(spec: Any, where: str, topic: str) -> ValueFormat | Serde:
+    """A serde given for a source; a built-in one by its name (the engine's own fast path)."""
+    from processor.serde import Builtin, resolve
+
+    serde = resolve(spec, where, topic)
+    return serde.name if isinstance(serde, Builtin) else serde
 
 
 def _ms(value: Any, what: str, positive: bool = False) -> int:

@@ -72,6 +72,8 @@ from processor.pipeline.ops import (
 from processor.pipeline.per_record import PerRecord
 from processor.pipeline.plan import Plan, Stage
 from processor.pipeline.shuffle_out import ShuffleOut
+from processor.pipeline.sinks import Headed, SinkSpec
+from processor.pipeline.sinks import encode as encode_sink
 from processor.pipeline.time import NO_WATERMARK
 from processor.pipeline.timers import ProcessTimers, Timers, timers_name
 from processor.pipeline.windows import DELETED as _STATE_DELETED
@@ -179,6 +181,8 @@ class StageChain:
         self.floors: Floors | None = None  # per-key watermarks inherited from a savepoint
         self.late: Counter[str] = Counter()  # late records by operator (not yet counted)
         self.sinks: dict[str, list[tuple[bytes | None, bytes]]] = {}
+        # Records with headers (sinks with a headers function: `processor.pipeline.sinks`).
+        self.headed: dict[str, list[Headed]] = {}
         self.dead: list[DeadRecord] = []
         self.shuffles = {
             n.name: ShuffleOut(
@@ -333,6 +337,7 @@ class StageChain:
             + sum(map(len, self._per_record.values()))
             + sum(map(len, self.shuffles.values()))
             + sum(map(len, self.sinks.values()))
+            + sum(map(len, self.headed.values()))
             + len(self.dead)
         )
 
@@ -495,7 +500,7 @@ class StageChain:
             items = list(dirty.items())
             dirty.clear()
             sink = node.children[0] if len(node.children) == 1 else None
-            if sink is not None and sink.kind == "sink":
+            if sink is not None and sink.kind == "sink" and sink.sink_spec is None:
                 self._flush_into_sink(node, prefix, items, sink, writes)
                 continue
             emitted = []
@@ -585,6 +590,11 @@ class StageChain:
         sinks, self.sinks = self.sinks, {}
         return sinks
 
+    def take_headed(self) -> dict[str, list[Headed]]:
+        """Sink records with headers: ``(key, value, headers)`` per topic."""
+        headed, self.headed = self.headed, {}
+        return headed
+
     @property
     def has_dead(self) -> bool:
         return bool(self.dead)
@@ -669,8 +679,12 @@ class StageChain:
             # At once, as process does; quietly in a replay (state only downstream too).
             out = self._per_record[node].add(batch)
         elif kind == "sink":
-            if not quiet:
+            if quiet:
+                return
+            if node.sink_spec is None:
                 self._sink(node, batch, keyed)
+            else:
+                self._sink_spec(node, node.sink_spec, batch, keyed)
             return
         else:
             raise ValueError(f"unknown operator {node!r}")
@@ -866,6 +880,14 @@ class StageChain:
                 self._dead(node, oversized(size, limit), value)
                 continue
             records.append((key, raw))
+
+    def _sink_spec(self, node: Node, spec: SinkSpec, batch: list[Any], keyed: bool) -> None:
+        """A sink with a key function, a value format or headers (`processor.pipeline.sinks`)."""
+        plain, headed = encode_sink(spec, batch, keyed, self._max_record, partial(self._dead, node))
+        if plain:
+            self.sinks.setdefault(node.topic, []).extend(plain)
+        if headed:
+            self.headed.setdefault(node.topic, []).extend(headed)
 
     def _dead(self, node: Node, exc: Exception, value: Any) -> None:
         if isinstance(exc, RecordError):

@@ -9,10 +9,13 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processor.models.limits import MAX_JSON_DEPTH, json_problem, loads_deep
 from processor.pipeline.api import Node, ValueFormat
+
+if TYPE_CHECKING:
+    from processor.serde import Serde
 
 _UNSET = object()
 
@@ -25,6 +28,11 @@ class RecordError(Exception):
     def __init__(self, message: str, reason: str = "function_error") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class Unavailable(Exception):
+    """Something a record's encoding needs is away (a schema registry that does not answer):
+    no fault of the record's, so not a dead record. The task fails and retries."""
 
 
 def oversized(size: int, limit: int) -> RecordError:
@@ -47,9 +55,12 @@ def shown(value: Any, width: int = 80) -> str:
     return text[:width]
 
 
-def decode(value_format: ValueFormat, raw: bytes) -> Any:
+def decode(value_format: ValueFormat | Serde, raw: bytes) -> Any:
     """A source record's value as the pipeline sees it; RecordError if it does not decode
-    (or is JSON no pipeline could write again: see `processor.models.limits`)."""
+    (or is JSON no pipeline could write again: see `processor.models.limits`). A serde's
+    ``loads`` may raise anything: that is a RecordError too."""
+    if type(value_format) is not str:
+        return _loads(value_format, raw)  # type: ignore[arg-type]
     if value_format == "bytes":
         return raw
     try:
@@ -70,6 +81,40 @@ def decode(value_format: ValueFormat, raw: bytes) -> Any:
         reason, error = problem
         raise RecordError(error, reason)
     return value
+
+
+def _loads(serde: Serde, raw: bytes) -> Any:
+    try:
+        return serde.loads(raw)
+    except (RecordError, Unavailable):
+        raise
+    except RecursionError:
+        raise RecordError(f"{_name(serde)}: nested too deeply", "too_deep") from None
+    except Exception as exc:  # a serde's own failure: the record is dead
+        error = f"{_name(serde)} cannot decode it: {type(exc).__name__}: {exc}"
+        raise RecordError(error, "serde_error") from exc
+
+
+def serde_dumps(serde: Serde, value: Any) -> bytes:
+    """``serde.dumps(value)``, checked: bytes, or a RecordError naming what failed."""
+    try:
+        raw = serde.dumps(value)
+    except (RecordError, Unavailable):
+        raise
+    except RecursionError:
+        raise RecordError(f"value {shown(value)} is nested too deeply", "too_deep") from None
+    except Exception as exc:  # a serde's own failure: the record is dead
+        error = f"{_name(serde)} cannot encode {shown(value)}: {type(exc).__name__}: {exc}"
+        raise RecordError(error, "serde_error") from exc
+    if type(raw) is not bytes:
+        if not isinstance(raw, bytearray | memoryview):
+            raise RecordError(f"{_name(serde)}.dumps returned {type(raw).__name__}, not bytes")
+        raw = bytes(raw)
+    return raw
+
+
+def _name(serde: object) -> str:
+    return type(serde).__name__
 
 
 _TAGGED = "\0"  # starts the text of a key that is not a plain string

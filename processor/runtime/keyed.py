@@ -90,7 +90,8 @@ from processor.state.savepoints import inherited_floors, open_savepoint
 from processor.state.storage import SnapshotMissing
 
 # Records for one topic: by key (partition None, a sink) or into one partition (a shuffle).
-_Segment = tuple[str, int | None, list[tuple[bytes | None, bytes]]]
+# A sink's records are (key, value), or (key, value, headers) from a sink with headers.
+_Segment = tuple[str, int | None, list[Any]]
 # The last watermark forwarded downstream: (time, idle).
 _Mark = tuple[int, bool]
 
@@ -537,6 +538,8 @@ class KeyedTask(Task):
         self._resend = []
         for topic, items in chain.take_sinks().items():
             segments.append((topic, None, items))
+        for topic, headed in chain.take_headed().items():
+            segments.append((topic, None, headed))
         if chain.late:
             self._count_late()
         for name, topic, _, channel in self._shuffles:

@@ -46,6 +46,7 @@ from processor.runtime.task import (
     committed_after_fencing,
     output_partitions,
 )
+from processor.serde import loads_all
 
 log = logging.getLogger(__name__)
 
@@ -224,8 +225,13 @@ class SourceTask(Task):
                 decoded = [json.loads(v) for v in values]
                 if limits.json_problems(values, decoded):
                     return None
-            else:
+            elif self._format == "bytes":
                 decoded = list(values)
+            else:  # a serde (processor.serde): None if one fails, then record by record
+                serde_decoded = loads_all(self._format, values)
+                if serde_decoded is None:
+                    return None
+                decoded = serde_decoded
         except (ValueError, RecursionError):  # UnicodeDecodeError too
             return None
         if times is not None and not limits.in_range(times):
@@ -279,6 +285,9 @@ class SourceTask(Task):
         for topic, records in chain.take_sinks().items():
             out.produce_many(topic, records)
             shipped += len(records)
+        for topic, headed in chain.take_headed().items():
+            out.produce_many(topic, headed)
+            shipped += len(headed)
         for name, topic, _, channel in self._shuffles:
             shuffle = chain.shuffles[name]
             shipped += len(shuffle)

@@ -1,0 +1,162 @@
+"""Avro: plain Avro binary (fastavro), or the Confluent wire format through a schema registry
+(confluent-kafka's own ``schema_registry`` client and its Avro serde, fastavro underneath).
+
+The wire format is a magic byte 0, the schema's id in the registry (4 bytes, big-endian) and
+the Avro body. Writing registers the schema under the subject ``<topic>-value`` (``-key``
+for keys: Confluent's default TopicNameStrategy) unless ``auto_register=False``; reading
+fetches the writer's schema by the record's id and resolves it to this one.
+
+One object serves every task thread of a worker: fastavro is reentrant and the registry
+client caches under its own locks. The client is made on first use, in the worker, never at
+import time (every process imports the pipeline file).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import fastavro
+
+from processor.pipeline.ops import Unavailable
+
+# HTTP statuses of a registry that is away or overloaded, not of a refused schema or id.
+_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class Avro:
+    """Avro values (or keys).
+
+    ``Avro(schema)``: plain Avro binary, the schema known to both sides. ``Avro(schema,
+    registry_url="http://registry:8081")``: the Confluent wire format, the schema registered
+    under ``<topic>-value`` by the sink that writes it. ``registry_config``: more settings of
+    confluent-kafka's ``SchemaRegistryClient`` (``basic.auth.user.info``, TLS files).
+
+    >>> click = {"type": "record", "name": "Click",
+    ...          "fields": [{"name": "page", "type": "string"}]}
+    >>> Avro(click).dumps({"page": "a"})
+    b'\\x02a'
+    >>> Avro(click).loads(b"\\x02a")
+    {'page': 'a'}
+    """
+
+    def __init__(
+        self,
+        schema: str | Mapping[str, Any],
+        registry_url: str | None = None,
+        *,
+        registry_config: Mapping[str, Any] | None = None,
+        auto_register: bool = True,
+    ) -> None:
+        self.schema_str = schema if isinstance(schema, str) else json.dumps(schema)
+        try:
+            self._parsed = fastavro.parse_schema(json.loads(self.schema_str))
+        except Exception as exc:
+            from processor.pipeline.api import PipelineError
+
+            raise PipelineError(f"Avro(schema): not an Avro schema: {exc}") from exc
+        self.registry_url = registry_url
+        self.registry_config = dict(registry_config or {})
+        self.auto_register = auto_register
+        self.topic: str | None = None
+        self.is_key = False
+        self._lock = threading.Lock()
+        self._serializer: Callable[..., Any] | None = None
+        self._deserializer: Callable[..., Any] | None = None
+        self._context: Any = None
+        self._registry: Any = None
+
+    def for_topic(self, topic: str, is_key: bool = False) -> Avro:
+        """This serde for ``topic``'s values (keys): a registry's subject is named after it.
+        Sources and sinks call it; plain Avro is the same for every topic."""
+        if self.registry_url is None:
+            return self
+        bound = copy.copy(self)
+        bound.topic, bound.is_key = topic, is_key
+        bound._lock = threading.Lock()
+        bound._serializer = bound._deserializer = bound._context = bound._registry = None
+        return bound
+
+    def dumps(self, value: Any) -> bytes:
+        """``value`` in Avro binary (behind the wire format's 5 bytes with a registry)."""
+        if self.registry_url is not None:
+            return self._through_registry(self._serializer_fn(), value)  # type: ignore[no-any-return]
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, self._parsed, value)
+        return out.getvalue()
+
+    def loads(self, raw: bytes) -> Any:
+        """The value in ``raw``; with a registry, its writer's schema resolved to this one."""
+        if self.registry_url is not None:
+            if raw[:1] != b"\0" or len(raw) < 5:
+                raise ValueError("not the Confluent wire format (magic byte 0, schema id)")
+            return self._through_registry(self._deserializer_fn(), raw)
+        data = io.BytesIO(raw)
+        value = fastavro.schemaless_reader(data, self._parsed)
+        if data.tell() != len(raw):
+            # Avro has no framing: a record of another schema can read as this one.
+            raise ValueError(f"{len(raw) - data.tell()} bytes left after the Avro record")
+        return value
+
+    def __repr__(self) -> str:
+        where = "" if self.registry_url is None else f", registry_url={self.registry_url!r}"
+        parsed = self._parsed
+        name = parsed.get("name", parsed.get("type")) if isinstance(parsed, dict) else parsed
+        return f"Avro({name!r}{where})"
+
+    # -- the registry -----------------------------------------------------------------------
+
+    def _through_registry(self, fn: Callable[[Any, Any], Any], arg: Any) -> Any:
+        from confluent_kafka.schema_registry.common._httpx_compat import httpx
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            return fn(arg, self._context)
+        except SchemaRegistryError as exc:
+            status = exc.http_status_code
+            if status is None or status < 0 or status in _RETRY_STATUS:
+                raise Unavailable(f"schema registry {self.registry_url}: {exc}") from exc
+            raise
+        except (httpx.TransportError, OSError) as exc:
+            raise Unavailable(f"schema registry {self.registry_url}: {exc}") from exc
+
+    def _client(self) -> Any:
+        """The registry client (made once, under the lock, by the first serializer or
+        deserializer); sets the context the serde calls name the topic with."""
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        if self._registry is not None:
+            return self._registry
+        if self.topic is None:
+            raise RuntimeError(
+                "Avro(registry_url=...) names its subject after a topic: use it in a source or "
+                "sink, or call .for_topic(topic) first"
+            )
+        field = MessageField.KEY if self.is_key else MessageField.VALUE
+        self._context = SerializationContext(self.topic, field)
+        self._registry = SchemaRegistryClient({**self.registry_config, "url": self.registry_url})
+        return self._registry
+
+    def _serializer_fn(self) -> Callable[[Any, Any], Any]:
+        if self._serializer is None:
+            with self._lock:
+                if self._serializer is None:
+                    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+                    conf = {"auto.register.schemas": self.auto_register}
+                    self._serializer = AvroSerializer(self._client(), self.schema_str, conf=conf)
+        return self._serializer
+
+    def _deserializer_fn(self) -> Callable[[Any, Any], Any]:
+        if self._deserializer is None:
+            with self._lock:
+                if self._deserializer is None:
+                    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+                    self._deserializer = AvroDeserializer(self._client(), self.schema_str)
+        return self._deserializer

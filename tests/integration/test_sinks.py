@@ -1,0 +1,204 @@
+"""Sinks against the real broker: keyed records land in the partition a Java producer puts the
+same key in (murmur2), from every kind of sink; and a pipeline reads and writes Avro through a
+real Confluent-compatible schema registry (Apicurio Registry's ccompat API)."""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from processor.kafka import clients
+from processor.kafka.broker import LocalBroker, _java
+from processor.serde import Avro
+from tests.integration.avro_pipeline import CLICK
+from tests.integration.pipeline_run import PipelineRun, read_committed
+from tests.registry import ApicurioRegistry, RegistryError
+
+HERE = Path(__file__).resolve().parent
+PARTITIONS = 7
+
+# The Java client's default partitioner, through a real KafkaProducer: one partition a line.
+_JAVA = """
+import java.nio.charset.StandardCharsets;
+import java.nio.file.*;
+import java.util.*;
+import java.util.concurrent.Future;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public class KeyPartitions {
+    public static void main(String[] args) throws Exception {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", args[0]);
+        props.put("key.serializer", ByteArraySerializer.class.getName());
+        props.put("value.serializer", ByteArraySerializer.class.getName());
+        List<String> keys = Files.readAllLines(Paths.get(args[2]), StandardCharsets.UTF_8);
+        List<String> partitions = new ArrayList<>();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
+            List<Future<RecordMetadata>> sent = new ArrayList<>();
+            for (String key : keys) {
+                byte[] k = key.getBytes(StandardCharsets.UTF_8);
+                sent.add(producer.send(new ProducerRecord<>(args[1], k, new byte[0])));
+            }
+            for (Future<RecordMetadata> f : sent) {
+                partitions.add(Integer.toString(f.get().partition()));
+            }
+        }
+        Files.write(Paths.get(args[3]), partitions, StandardCharsets.UTF_8);
+    }
+}
+"""
+
+
+def _keys() -> list[str]:
+    rng = random.Random(23)
+    words = ["user", "clé", "用户", "k", "cart", "Ω"]
+    keys = {f"{rng.choice(words)}-{rng.randrange(10**9)}" for _ in range(1200)}
+    return sorted(keys)[:1000]
+
+
+def _java_partitions(bootstrap: str, topic: str, keys: list[str], workdir: Path) -> list[int]:
+    """The partition a Java KafkaProducer (kafka-clients of the broker's own distribution)
+    with its default partitioner sends each key to."""
+    libs = LocalBroker(port=19092, controller_port=19093, data_dir=workdir).fetch()
+    java = Path(_java()).resolve()
+    javac = java.parent / "javac"
+    if not javac.is_file():
+        pytest.skip(f"no javac beside {java}")
+    source = workdir / "KeyPartitions.java"
+    source.write_text(_JAVA)
+    classpath = f"{workdir}:{libs}/*"
+    subprocess.run(
+        [str(javac), "-cp", f"{libs}/*", "-d", str(workdir), str(source)], check=True, timeout=300
+    )
+    (workdir / "keys.txt").write_text("\n".join(keys) + "\n", encoding="utf-8")
+    out = workdir / "partitions.txt"
+    subprocess.run(
+        [str(java), "-cp", classpath, "KeyPartitions", bootstrap, topic, str(workdir / "keys.txt"),
+         str(out)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )  # fmt: skip
+    return [int(line) for line in out.read_text().split()]
+
+
+def test_keyed_sink_records_land_in_the_partition_a_java_producer_picks(
+    kafka_bootstrap: str, new_topic: object, tmp_path: Path
+) -> None:
+    keys = _keys()
+    assert len(keys) == 1000
+    java_topic = new_topic(PARTITIONS)  # type: ignore[operator]
+    java = dict(
+        zip(keys, _java_partitions(kafka_bootstrap, java_topic, keys, tmp_path), strict=True)
+    )
+    assert len(set(java.values())) == PARTITIONS
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path / "run",
+        HERE / "murmur_pipeline.py",
+        {"keys": "keys", "keyed": "keyed", "keyed_fn": "keyed-fn", "unkeyed_fn": "fn"},
+        shuffle_partitions="3",
+    )
+    admin = clients.admin(run.settings)
+    sinks = [run.topics[t] for t in ("keyed", "keyed_fn", "unkeyed_fn")]
+    for topic in sinks:
+        clients.ensure_topic(admin, topic, PARTITIONS)
+    try:
+        run.start(workers=1)
+        run.feed_topic("keys", [k.encode() for k in keys], seconds=1)
+        run.resume_feed()
+        run.drain(timeout=180)
+        for topic in sinks:
+            placed: dict[str, int] = {}
+            for partition, records in read_committed(kafka_bootstrap, topic).items():
+                for key, value, headers in records:
+                    placed[(key or b"").decode()] = partition
+                    if topic == run.topics["keyed_fn"]:
+                        assert headers == {"key": key} and value == key, (key, value, headers)
+            assert len(placed) == 1000, topic
+            wrong = {k: (p, java[k]) for k, p in placed.items() if p != java[k]}
+            assert not wrong, f"{topic}: {len(wrong)} keys elsewhere than Java's: {list(wrong)[:5]}"
+    finally:
+        run.stop()
+
+
+# -- Avro through a schema registry ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def registry_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Confluent-compatible registry for this module: Apicurio Registry (Maven
+    Central, Java 21+). Without Java 21 the wire format is still tested against a local
+    stand-in of its REST API (tests/unit/test_serde.py)."""
+    server = ApicurioRegistry(tmp_path_factory.mktemp("registry"))
+    try:
+        server.start(timeout=240)
+    except RegistryError as exc:
+        if "Java 21" in str(exc):
+            pytest.skip(str(exc))
+        raise
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def test_avro_pipeline_through_a_schema_registry(
+    kafka_bootstrap: str, registry_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEST_SCHEMA_REGISTRY_URL", registry_url)  # for every process
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        HERE / "avro_pipeline.py",
+        {"clicks": "clicks", "counts": "counts", "tagged": "tagged"},
+        shuffle_partitions="2",
+    )
+    clicks_topic, counts_topic = run.topics["clicks"], run.topics["counts"]
+    # The input, written by confluent-kafka's own serializer with the registry.
+    registry = SchemaRegistryClient({"url": registry_url})
+    write = AvroSerializer(registry, json.dumps(CLICK))
+    at_clicks = SerializationContext(clicks_topic, MessageField.VALUE)
+    rng = random.Random(5)
+    clicks = [
+        {"page": f"p{rng.randrange(12)}", "user": f"u{rng.randrange(50)}"} for _ in range(600)
+    ]
+    raw = [write(c, at_clicks) for c in clicks]
+    bad = [b"plain json, no magic byte", Avro(CLICK).dumps(clicks[0])]  # dead records
+    try:
+        run.start(workers=2)
+        run.feed_topic("clicks", raw[:300] + bad + raw[300:], seconds=2)
+        run.resume_feed()
+        run.drain(timeout=180)
+        expected = run.verify()  # every sink and the DLQ against the reference run
+        assert len(expected.dead) == 2
+        # Read back independently: the wire format, the schema id the registry gave the
+        # subject "<topic>-value", and the counts.
+        read = AvroDeserializer(registry)
+        at_counts = SerializationContext(counts_topic, MessageField.VALUE)
+        latest = registry.get_latest_version(f"{counts_topic}-value")
+        final: dict[str, int] = {}
+        for records in read_committed(kafka_bootstrap, counts_topic).values():
+            for key, value, _ in records:
+                assert value is not None and value[0] == 0
+                assert struct.unpack(">I", value[1:5])[0] == latest.schema_id
+                final[(key or b"").decode()] = read(value, at_counts)
+        assert final == dict(Counter(c["page"] for c in clicks))
+        tagged = [r for part in read_committed(kafka_bootstrap, run.topics["tagged"]).values()
+                  for r in part]  # fmt: skip
+        assert Counter(
+            (k, Avro(CLICK).loads(v or b"")["page"], h["page"]) for k, v, h in tagged
+        ) == (Counter((c["user"].encode(), c["page"], c["page"].encode()) for c in clicks))
+    finally:
+        run.stop()

@@ -1,0 +1,201 @@
+"""processor.serde: the built-in formats, Avro (plain and in the Confluent wire format against
+a local stand-in of the registry's REST API), resolution, and dead records on failures."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import json
+import struct
+import threading
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import fastavro
+import pytest
+
+from processor import Pipeline, PipelineError
+from processor.pipeline.ops import RecordError, Unavailable, decode, serde_dumps
+from processor.serde import BYTES, JSON, TEXT, Avro, Serde, loads_all, resolve
+
+CLICK = {
+    "type": "record",
+    "name": "Click",
+    "fields": [{"name": "page", "type": "string"}, {"name": "n", "type": "long"}],
+}
+
+
+def test_builtins_round_trip_and_refuse_the_wrong_kind() -> None:
+    assert JSON.loads(JSON.dumps({"a": [1, "é"]})) == {"a": [1, "é"]}
+    assert TEXT.loads(TEXT.dumps("hé")) == "hé"
+    assert BYTES.loads(BYTES.dumps(b"\0\xff")) == b"\0\xff"
+    with pytest.raises(RecordError, match="not JSON") as info:
+        JSON.loads(b"{")
+    assert info.value.reason == "not_json"
+    with pytest.raises(RecordError, match="takes str"):
+        TEXT.dumps(1)
+    with pytest.raises(RecordError, match="takes bytes"):
+        BYTES.dumps("x")
+    with pytest.raises(RecordError, match="not UTF-8"):
+        TEXT.dumps("\ud800")
+
+
+def test_resolve_names_serdes_and_refuses_the_rest() -> None:
+    assert resolve("json", "here") is JSON
+    assert resolve(TEXT, "here") is TEXT
+    avro = Avro(CLICK)
+    assert resolve(avro, "here", "topic") is avro  # plain Avro: the same for every topic
+    with pytest.raises(PipelineError, match="sink"):
+        resolve("xml", "sink('t')")
+    with pytest.raises(PipelineError, match="loads"):
+        resolve(object(), "sink('t')")
+    assert isinstance(avro, Serde)
+
+
+def test_plain_avro_round_trip_is_fastavro_binary() -> None:
+    avro = Avro(json.dumps(CLICK))
+    raw = avro.dumps({"page": "a", "n": 3})
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(CLICK), {"page": "a", "n": 3})
+    assert raw == out.getvalue() == b"\x02a\x06"
+    assert avro.loads(raw) == {"page": "a", "n": 3}
+
+
+def test_avro_failures_are_dead_records() -> None:
+    avro = Avro(CLICK)
+    with pytest.raises(RecordError, match="Avro cannot encode") as info:
+        serde_dumps(avro, {"page": "a"})  # n missing
+    assert info.value.reason == "serde_error"
+    with pytest.raises(RecordError, match="Avro cannot decode"):
+        decode(avro, b"\x02")  # cut short
+    with pytest.raises(RecordError, match="bytes left"):
+        decode(avro, b"\x02a\x06\x00")  # a record of something else
+    assert loads_all(avro, [b"\x02a\x06", b"\x02"]) is None
+    assert loads_all(avro, [b"\x02a\x06"]) == [{"page": "a", "n": 3}]
+    with pytest.raises(PipelineError, match="not an Avro schema"):
+        Avro({"type": "record"})
+
+
+class _Broken:
+    def loads(self, raw: bytes) -> Any:
+        raise KeyError("nope")
+
+    def dumps(self, value: Any) -> Any:
+        return "not bytes"
+
+
+def test_a_serde_that_raises_or_returns_no_bytes_makes_dead_records() -> None:
+    with pytest.raises(RecordError, match="_Broken cannot decode it: KeyError") as info:
+        decode(_Broken(), b"x")
+    assert info.value.reason == "serde_error"
+    with pytest.raises(RecordError, match="returned str, not bytes"):
+        serde_dumps(_Broken(), 1)
+
+
+# -- the Confluent wire format, against the registry's REST API answered locally -------------
+
+
+class _Registry(http.server.BaseHTTPRequestHandler):
+    """The calls confluent-kafka's client makes, answered as Confluent's registry (and
+    Apicurio's ccompat API) answers them: register a schema, fetch one by id."""
+
+    schemas: ClassVar[dict[int, str]] = {}
+    calls: ClassVar[list[str]] = []
+    down: ClassVar[bool] = False
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _reply(self, status: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        self.calls.append(f"POST {self.path}")
+        length = int(self.headers["Content-Length"])
+        body = json.loads(self.rfile.read(length))
+        if self.down:
+            self._reply(503, {"error_code": 50301, "message": "unavailable"})
+            return
+        # POST /subjects/<subject>/versions -> {"id": n}
+        for schema_id, text in self.schemas.items():
+            if text == body["schema"]:
+                self._reply(200, {"id": schema_id})
+                return
+        schema_id = 100 + len(self.schemas)
+        self.schemas[schema_id] = body["schema"]
+        self._reply(200, {"id": schema_id})
+
+    def do_GET(self) -> None:
+        self.calls.append(f"GET {self.path}")
+        # GET /schemas/ids/<id>
+        path = self.path.split("?")[0]
+        if path.startswith("/schemas/ids/"):
+            schema_id = int(path.rsplit("/", 1)[1])
+            if schema_id in self.schemas:
+                self._reply(200, {"schema": self.schemas[schema_id]})
+                return
+        self._reply(404, {"error_code": 40403, "message": "Schema not found"})
+
+
+@pytest.fixture
+def registry() -> Iterator[str]:
+    _Registry.schemas, _Registry.calls, _Registry.down = {}, [], False
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Registry)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_registry_wire_format_magic_byte_schema_id_body(registry: str) -> None:
+    avro = resolve(Avro(CLICK, registry_url=registry), "sink('clicks')", "clicks")
+    raw = avro.dumps({"page": "a", "n": 3})
+    assert raw[0] == 0
+    (schema_id,) = struct.unpack(">I", raw[1:5])
+    assert schema_id == 100
+    assert raw[5:] == Avro(CLICK).dumps({"page": "a", "n": 3})
+    assert any(c.startswith("POST /subjects/clicks-value/versions") for c in _Registry.calls)
+    # A reader of its own (a fresh client) fetches the writer's schema by the id.
+    reader = resolve(Avro(CLICK, registry_url=registry), "source('clicks')", "clicks")
+    assert reader.loads(raw) == {"page": "a", "n": 3}
+    assert "GET /schemas/ids/100" in [c.split("?")[0] for c in _Registry.calls]
+
+
+def test_registry_failures(registry: str) -> None:
+    avro = Avro(CLICK, registry_url=registry).for_topic("clicks")
+    with pytest.raises(RecordError, match="wire format"):
+        decode(avro, b"\x02a\x06")  # plain Avro, no magic byte
+    with pytest.raises(RecordError, match="cannot decode"):
+        decode(avro, b"\0\0\0\0\x07\x02a\x06")  # an id the registry does not have
+    with pytest.raises(RuntimeError, match="for_topic"):
+        Avro(CLICK, registry_url=registry).dumps({"page": "a", "n": 1})
+    _Registry.down = True
+    with pytest.raises(Unavailable):  # not the record's fault: the task retries
+        serde_dumps(avro, {"page": "a", "n": 1})
+
+
+def test_registry_away_is_unavailable_not_dead() -> None:
+    # registry_config reaches the client: no retries here, so the test is quick.
+    avro = Avro(CLICK, registry_url="http://127.0.0.1:9", registry_config={"max.retries": 0})
+    avro = avro.for_topic("clicks")
+    with pytest.raises(Unavailable):
+        serde_dumps(avro, {"page": "a", "n": 1})
+
+
+def test_source_takes_a_serde_and_keeps_builtins_by_name() -> None:
+    p = Pipeline()
+    avro = Avro(CLICK)
+    assert p.source("a", value=avro).node.value_format is avro
+    assert p.source("b", value=JSON).node.value_format == "json"  # the engine's fast path
+    with pytest.raises(PipelineError, match="value must be one of"):
+        p.source("c", value="xml")  # type: ignore[arg-type]
+    with pytest.raises(PipelineError, match="serde"):
+        p.source("d", value=42)  # type: ignore[arg-type]
