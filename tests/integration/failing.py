@@ -37,13 +37,14 @@ def _parse(line: str) -> dict[str, Any]:
     return {"user": user, "n": int(n)}  # "oops" is not a number: ValueError
 
 
-def counts(lines: str = "lines", out: str = "out") -> Pipeline:
-    """Text lines parsed in the source stage, summed per user in a keyed stage."""
+def counts(lines: str = "lines", out: str = "out", parsed: str = "parsed") -> Pipeline:
+    """Text lines parsed in the source stage (and written as they are parsed, from that
+    stage), summed per user in a keyed stage."""
     p = Pipeline()
+    events = p.source(lines, value="text").map(_parse, name="parse")
+    events.sink(parsed, name="parsed")
     (
-        p.source(lines, value="text")
-        .map(_parse, name="parse")
-        .key_by(lambda e: e["user"], name="by-user")
+        events.key_by(lambda e: e["user"], name="by-user")
         .map(lambda e: e["n"], name="amount")
         .sum(name="total")
         .sink(out, name="totals")

@@ -127,8 +127,8 @@ def test_bad_json_input_table(kafka_bootstrap: str, tmp_path: Path) -> None:
     good = [json.dumps({"k": "a", "ts": t0 + i}).encode() for i in range(4)]
     no_time = [b'{"k": "a"}'] * 3  # KeyError in the timestamp function
     cases = poison(t0 + 1)
-    records = good[:2] + [c.value for c in cases] + no_time + good[2:]
-    keys = [None] * 2 + [c.key for c in cases] + [None] * (len(no_time) + 2)
+    records = good[:2] + no_time + [c.value for c in cases] + good[2:]
+    keys = [None] * (2 + len(no_time)) + [c.key for c in cases] + [None] * 2
     try:
         send(run._producer, [(events, v, k, 0) for v, k in zip(records, keys, strict=True)])
         run.start_coordinator()
@@ -157,10 +157,15 @@ def test_bad_json_input_table(kafka_bootstrap: str, tmp_path: Path) -> None:
         assert through == [sink_value(json.loads(raw)) for raw in good]
 
         log = run.log("worker-0")
-        # The 3 of them (of the first 10 per operator), each with the traceback.
+        # The first 10 dead records of an operator are logged in full (then a line a
+        # minute): the 3 KeyErrors, each with the traceback, and 7 poison records at the
+        # source; the one too large for the pass-through sink at that operator.
         assert log.count("Traceback") == len(no_time) and "KeyError: 'ts'" in log
-        for reason in want:
-            assert f"({reason} at " in log, reason
+        assert log.count(f"at {events}) from {events}[0]@") == 10
+        assert log.count("(the first 10 of an operator are logged, then a line a minute)") == 1
+        assert f"(oversized_record at passthrough) from {events}[0]@" in log
+        for case in cases[:7]:
+            assert f"({case.reason} at {events}) from {events}[0]@" in log, case
         assert " failed: " not in log
     finally:
         run.stop()

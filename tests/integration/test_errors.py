@@ -198,11 +198,11 @@ def test_on_error_stop_ends_processor_local_with_exit_1_and_again_after_a_restar
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     job = f"stop-{uuid.uuid4().hex[:6]}"
-    lines, out = f"{job}.lines", f"{job}.out"
+    lines, out, parsed = f"{job}.lines", f"{job}.out", f"{job}.parsed"
     spec = tmp_path / "pipeline.py"
     spec.write_text(
         f"import runpy\n\npipeline = runpy.run_path({str(FAILING)!r})['counts']"
-        f"(lines={lines!r}, out={out!r})\n"
+        f"(lines={lines!r}, out={out!r}, parsed={parsed!r})\n"
     )
     env = {
         "PROCESSOR_BOOTSTRAP_SERVERS": kafka_bootstrap,
@@ -259,10 +259,14 @@ def test_on_error_stop_ends_processor_local_with_exit_1_and_again_after_a_restar
     )
 
     def sink() -> list[tuple[bytes | None, bytes | None]]:
-        return [(k, v) for p in read_committed(kafka_bootstrap, out).values() for k, v, _ in p]
+        both = [*read_committed(kafka_bootstrap, out).values()]
+        both += read_committed(kafka_bootstrap, parsed).values()
+        return [(k, v) for p in both for k, v, _ in p]
 
-    # Nothing of the failing epoch is committed: no sum of u9, whose records are all in it.
-    assert [k for k, _ in sink() if k == b"u9"] == []
+    # Nothing of the failing epoch is committed: no record of u9, whose records are all in it
+    # (neither parsed, written by the failing stage, nor summed downstream).
+    assert [(k, v) for k, v in sink() if k == b"u9" or b'"u9"' in (v or b"")] == []
+    assert sum(1 for _, v in sink() if v is not None and b'"user":"u1"' in v) == 50
     before = sink()
 
     code, again = _local(env, tmp_path / "second.log")

@@ -271,3 +271,34 @@ def test_on_error_stop_writes_nothing_logs_the_traceback_and_stops_the_task(
         msg: Any = _Msg(b"{", None, 4)
         letters.source_record(out, msg, "not JSON: x", "not_json", "src")
     assert fake.records == []
+
+
+class _StoppingTask:
+    """What TaskRunner uses of a task, whose run() stops on a failing record."""
+
+    def __init__(self, job: str) -> None:
+        self.ctx = type("Ctx", (), {"task_id": "count-1"})()
+        self.settings = type("S", (), {"job_name": job})()
+        self.labels = {"job": job, "task": "count-1"}
+        self.state = "running"
+        self.last_checkpoint = 7
+
+    def run(self) -> None:
+        raise StoppedOnError("a record of t[0]@5 failed at parse (function_error): E", "not_json")
+
+
+def test_a_task_stopped_on_a_record_is_reported_stopped_and_counted_in_a_gauge() -> None:
+    from processor import metrics
+    from processor.runtime.worker import TaskRunner
+
+    job = f"stopping-{id(object())}"
+    task: Any = _StoppingTask(job)
+    runner = TaskRunner(task)
+    runner.join(10)
+    assert task.state == "stopped" and runner.permanent
+    assert runner.error == "a record of t[0]@5 failed at parse (function_error): E"
+    gauge = metrics.task_stopped.labels(job=job, task="count-1", reason="not_json")
+    assert gauge._value.get() == 1
+    metrics.forget_stopped(job, "count-1")
+    samples = [s for f in metrics.task_stopped.collect() for s in f.samples]
+    assert not [s for s in samples if s.labels["job"] == job]
