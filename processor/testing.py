@@ -36,16 +36,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from processor.jobs.graph import JobGraph
 from processor.models.limits import EVENT_TIME_LIMIT, event_time_error
+from processor.models.murmur2 import partition_of
 from processor.models.records import Watermark, decode_shuffle
 from processor.pipeline.api import Node, Pipeline
 from processor.pipeline.chain import DeadRecord, StageChain
 from processor.pipeline.dead import dead_value
+from processor.pipeline.meta import Meta, decode_key
 from processor.pipeline.ops import RecordError, decode
 from processor.pipeline.plan import Plan, Stage, plan
 from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks, SourceWatermarks
@@ -71,6 +74,8 @@ class SentRecord:
     key: Any = None
     timestamp: int = 0
     headers: list[tuple[str, bytes]] | None = None
+    partition: int = 0
+    offset: int = 0
 
 
 class _MemoryState:
@@ -117,9 +122,10 @@ class Driver:
     """A pipeline run step by step, in memory, with the engine's stage code.
 
     ``partitions``: tasks per keyed stage (partitions of each shuffle); ``source_partitions``:
-    partitions of each source topic, records spread over them in turn. ``checkpoint_every``:
-    a checkpoint after that many records sent to one source since the last one (None: only
-    when `checkpoint` is called).
+    partitions of each source topic: a record with a key goes where Kafka's default
+    partitioner puts it (murmur2, `processor.models.murmur2`), one without in turn.
+    ``checkpoint_every``: a checkpoint after that many records sent to one source since the
+    last one (None: only when `checkpoint` is called).
 
     >>> from processor import Pipeline
     >>> p = Pipeline()
@@ -163,7 +169,14 @@ class Driver:
         self._forced = NO_WATERMARK  # the lowest watermark every source sends
         self._sinks: dict[str, list[SinkRecord]] = {t: [] for t in self.plan.sink_topics}
         self._late: list[SinkRecord] = []
+        self._headers: dict[str, list[Any]] = {}  # of sink records written with headers
+        # How each sink topic's values read back: its serde (None: a value function's bytes).
+        self._serdes: dict[str, Any] = {
+            n.topic: n.sink_spec.serde for n in pipeline.sinks if n.sink_spec is not None
+        }
         self._dead: list[DeadRecord] = []
+        self._offsets: Counter[tuple[str, int]] = Counter()  # next offset per topic partition
+        self.now_ms = 0  # the wall clock of processing-time timers (`advance_clock`)
         self.checkpoints = 0
 
     def _task(self, stage: Stage, index: int) -> _Task:
@@ -214,18 +227,24 @@ class Driver:
         ts = index if timestamp is None else timestamp
         if value is None or (isinstance(value, bytes) and not value):
             return  # a tombstone or an empty value: sources skip them
-        record = SentRecord(value, key, ts, headers)
+        tasks = self._readers[topic]
+        # Where Kafka's default partitioner puts it: by its key, else in turn.
+        partition = index % len(tasks) if key is None else partition_of(_key_bytes(key), len(tasks))
+        offset = self._offsets[topic, partition]
+        self._offsets[topic, partition] = offset + 1
         try:
+            if isinstance(key, bytes) and source.key_format is not None:
+                key = decode_key(source.key_format, key)
             if isinstance(value, bytes):
-                record = SentRecord(decode(source.value_format, value), key, ts, headers)
+                value = decode(source.value_format, value)
+            record = SentRecord(value, key, ts, headers, partition, offset)
             kafka_time = source.timed and source.timestamp_fn is None
             if kafka_time and not -EVENT_TIME_LIMIT < ts < EVENT_TIME_LIMIT:
                 raise RecordError(event_time_error(ts), "bad_event_time")
         except RecordError as exc:
             self._dead.append(DeadRecord(source.name, str(exc), dead_value(value), exc.reason))
             return
-        tasks = self._readers[topic]
-        tasks[index % len(tasks)].pending.append(record)
+        tasks[partition].pending.append(record)
         self._since[topic] += 1
         if self.checkpoint_every is not None and self._since[topic] >= self.checkpoint_every:
             self.checkpoint()
@@ -260,6 +279,15 @@ class Driver:
                     break
             streams = still
 
+    def advance_clock(self, ms: int) -> None:
+        """The wall clock of processing-time timers to ``ms``, then a checkpoint: the
+        timers it passed fire (in the engine they fire at checkpoints too).
+
+        Example: ``d.advance_clock(5_000)``.
+        """
+        self.now_ms = max(self.now_ms, ms)
+        self.checkpoint()
+
     def advance_watermark(self, ms: int) -> None:
         """Every source's watermark to at least ``ms``, then a checkpoint carries it through:
         windows ending by then close, timers due by then fire.
@@ -276,6 +304,7 @@ class Driver:
         Example: ``d.finish(); assert d.output("per-minute") == [("add@0", 2)]``.
         """
         self.checkpoint()
+        self.now_ms = FINAL_WATERMARK
         self.advance_watermark(FINAL_WATERMARK)
 
     # -- the epoch's end --------------------------------------------------------------------
@@ -308,7 +337,15 @@ class Driver:
         for start in range(0, len(pending), _BATCH):
             batch = pending[start : start + _BATCH]
             times = [r.timestamp for r in batch] if kafka_times else None
-            newest = task.chain.values([r.value for r in batch], times=times)
+            metas = None
+            if head.meta:  # as the source task reads them (`processor.runtime.source_meta`)
+                metas = [
+                    Meta(
+                        r.key, r.timestamp, list(r.headers or []), head.topic, r.partition, r.offset
+                    )
+                    for r in batch
+                ]
+            newest = task.chain.values([r.value for r in batch], times=times, metas=metas)
             if newest is not None:
                 marks.observe(0, newest)
 
@@ -327,9 +364,14 @@ class Driver:
 
     def _flush(self, task: _Task) -> None:
         chain = task.chain
+        if chain.ticks:  # processing-time timers fire at a checkpoint, as in a keyed task
+            chain.tick(self.now_ms)
         chain.flush()
         for topic, records in chain.take_sinks().items():
             (self._late if topic == _LATE else self._sinks[topic]).extend(records)
+        for topic, headed in chain.take_headed().items():
+            self._sinks[topic].extend((k, v) for k, v, _ in headed)
+            self._headers.setdefault(topic, []).extend(h for _, _, h in headed)
         for name, target, channel in task.outputs:
             readers = self._tasks[target.name]
             for partition, value in chain.shuffles[name].take(channel):
@@ -368,7 +410,8 @@ class Driver:
 
         Example: ``assert d.output("events-per-type") == [("add", 1)]``.
         """
-        return [decode_sink_record(k, v) for k, v in self.raw_output(topic)]
+        serde = self._serdes.get(topic, _JSON_VALUES)
+        return [decode_sink_record(k, v, serde) for k, v in self.raw_output(topic)]
 
     def raw_output(self, topic: str) -> list[SinkRecord]:
         """Sink ``topic``'s records as the engine would produce them: key and value bytes.
@@ -395,6 +438,13 @@ class Driver:
         """
         return list(self._dead)
 
+    def headers(self, topic: str) -> list[list[tuple[str, bytes]]]:
+        """The headers of sink ``topic``'s records written with headers, in order.
+
+        Example: ``assert d.headers("outcomes") == [[("outcome", b"checkout")]]``.
+        """
+        return list(self._headers.get(topic, []))
+
     def late_records(self) -> list[tuple[Any, Any]]:
         """Records a window or join got after its watermark had passed them (the engine's
         ``<job>.late`` topic), decoded as `output` decodes them: the key of the window or
@@ -405,14 +455,31 @@ class Driver:
         return [decode_sink_record(k, v) for k, v in self._late]
 
 
-def decode_sink_record(key: bytes | None, value: bytes) -> tuple[Any, Any]:
+def _key_bytes(key: Any) -> bytes:
+    """A sent key as the Kafka record would carry it (for its partition)."""
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, str):
+        return key.encode()
+    return json.dumps(key, separators=(",", ":")).encode()
+
+
+_JSON_VALUES = object()  # `decode_sink_record`'s default: the default sink's JSON
+
+
+def decode_sink_record(
+    key: bytes | None, value: bytes, serde: Any = _JSON_VALUES
+) -> tuple[Any, Any]:
     """A sink record as `run` returns it: the key as UTF-8 text (bytes if it is not, None
-    without one), the value from JSON (the default sink's format)."""
+    without one), the value as the sink wrote it: JSON by default, else by the sink's
+    serde (``value="text"``, Avro...), or the bytes a value function returned."""
     shown_key: Any = key
     if key is not None:
         with contextlib.suppress(UnicodeDecodeError):
             shown_key = key.decode()
-    return shown_key, json.loads(value)
+    if serde is _JSON_VALUES:
+        return shown_key, json.loads(value)
+    return shown_key, value if serde is None else serde.loads(value)
 
 
 def run(
