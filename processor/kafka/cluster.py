@@ -288,8 +288,8 @@ min.insync.replicas=2; jobs then create their topics with 3 copies too
 (PROCESSOR_REPLICATION_FACTOR, default min(3, brokers)).
 
 start is idempotent: it starts whichever node is not running (a killed broker comes back)
-and returns once every partition is in sync. stop and status handle the whole cluster the
-data dir holds.
+and returns once every partition is in sync. Without --brokers, start, stop and status
+handle the whole cluster the data dir holds.
 
 examples:
   processor kafka start                      # one broker on 127.0.0.1:9092
@@ -315,7 +315,7 @@ def main(argv: list[str]) -> int:
         "--brokers",
         type=int,
         default=None,
-        help="start: nodes in the cluster (default 1); stop/status: as the data dir holds",
+        help="nodes in the cluster, 1 to 9 (default: as many as the data dir holds, 1 if new)",
     )
     parser.add_argument(
         "--data-dir",
@@ -327,9 +327,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         if args.brokers is None:
+            # Whatever the data dir holds: `start` alone brings a whole cluster back too.
             cluster = LocalCluster.found(args.data_dir, args.port)
-            if args.action == "start":
-                cluster = LocalCluster(1, args.port, cluster.data_dir)
         else:
             cluster = LocalCluster(args.brokers, args.port, args.data_dir or default_data_dir())
         if args.action == "start":

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
-from processor.config import Settings, SettingsError
+from processor.config import Settings
 
 MIN_INSYNC = "min.insync.replicas"
 
@@ -73,15 +73,12 @@ def topic_replication(settings: Settings, admin: AdminClient, timeout: float = 1
         clients.ensure_topic(admin, "job.dlq", 1, replication=topic_replication(settings, admin))
     """
     metadata = admin.list_topics(timeout=timeout)
-    brokers = len(metadata.brokers)
-    factor = default_factor(brokers, settings.replication_factor)
-    if factor > brokers:
-        raise SettingsError(
-            f"invalid setting PROCESSOR_REPLICATION_FACTOR: {factor} copies, but the cluster at "
-            f"{settings.bootstrap_servers} lists {brokers} broker(s)"
-        )
-    if min_insync(factor) <= 1:
-        return Replication(factor)
+    # More copies than brokers listed is no error here: the topics may all exist (a restart
+    # while a broker is down must work), and creating one fails with Kafka's own
+    # INVALID_REPLICATION_FACTOR, which the coordinator retries until the broker is back.
+    factor = default_factor(len(metadata.brokers), settings.replication_factor)
+    if min_insync(factor) <= 1 or not metadata.brokers:
+        return Replication(factor, topic_config(factor, 1))
     # Any broker answers for its own settings; the brokers of one cluster share them.
     broker_id = min(metadata.brokers)
     return Replication(factor, topic_config(factor, _broker_min_insync(admin, broker_id)))

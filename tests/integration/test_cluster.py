@@ -6,11 +6,12 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import time
 import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 # The documented import path; the package's stubs just omit it from __all__.
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
@@ -34,6 +35,24 @@ def _replicas(admin: AdminClient, topic: str) -> list[tuple[int, int]]:
     info = admin.list_topics(topic, timeout=10).topics[topic]
     assert info.error is None, info.error
     return [(len(p.replicas), len(p.isrs)) for p in info.partitions.values()]
+
+
+def _create_offsets_topic(bootstrap: str, group: str, topic: str) -> None:
+    """The offsets topic comes with the first group coordinator lookup; until its
+    partitions have leaders and are loaded, the lookup answers NOT_COORDINATOR."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            try:
+                consumer.committed([TopicPartition(topic, 0)], timeout=10)
+                return
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        consumer.close()
 
 
 def _min_insync(admin: AdminClient, topic: str) -> str:
@@ -69,10 +88,7 @@ def _check(nodes: LocalCluster, data_dir: Path) -> None:
     )
     # The job's own topics, made the way every job start makes them.
     CoordinatorService(settings).setup()
-    # The offsets topic comes with the first group coordinator lookup.
-    consumer = Consumer({"bootstrap.servers": nodes.bootstrap, "group.id": settings.group_id})
-    consumer.committed([TopicPartition(settings.input_topic, 0)], timeout=60)
-    consumer.close()
+    _create_offsets_topic(nodes.bootstrap, settings.group_id, settings.input_topic)
 
     for topic in ("__transaction_state", "__consumer_offsets"):
         assert {copies for copies, _ in _replicas(admin, topic)} == {3}, topic

@@ -3,7 +3,10 @@ topics a job creates."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -11,7 +14,7 @@ from processor.config import Settings, SettingsError, load_settings
 from processor.kafka.broker import LocalBroker
 from processor.kafka.brokertools import BrokerError
 from processor.kafka.cluster import LocalCluster, cluster_properties, port_layout
-from processor.kafka.replication import default_factor, min_insync, topic_config
+from processor.kafka.replication import default_factor, min_insync, topic_config, topic_replication
 
 
 def _properties(broker: LocalBroker) -> dict[str, str]:
@@ -141,3 +144,44 @@ def test_the_setting_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("PROCESSOR_REPLICATION_FACTOR", "0")
     with pytest.raises(SettingsError, match="PROCESSOR_REPLICATION_FACTOR"):
         load_settings()
+
+
+class _Admin:
+    """The two answers ``topic_replication`` asks a cluster for: its brokers, and one
+    broker's ``min.insync.replicas``."""
+
+    def __init__(self, brokers: int, broker_min_insync: str) -> None:
+        self.brokers = {i: object() for i in range(1, brokers + 1)}
+        self.value = broker_min_insync
+        self.described: list[str] = []
+
+    def list_topics(self, **_: Any) -> SimpleNamespace:
+        return SimpleNamespace(brokers=self.brokers, topics={})
+
+    def describe_configs(self, resources: list[Any]) -> dict[Any, Future[dict[str, Any]]]:
+        (resource,) = resources
+        self.described.append(resource.name)
+        done: Future[dict[str, Any]] = Future()
+        done.set_result({"min.insync.replicas": SimpleNamespace(value=self.value)})
+        return {resource: done}
+
+
+@pytest.mark.parametrize(
+    ("brokers", "configured", "broker_min", "factor", "config"),
+    [
+        (1, None, "1", 1, {}),
+        (3, None, "1", 3, {"min.insync.replicas": "2"}),
+        (3, None, "2", 3, {}),
+        (4, 2, "1", 2, {}),
+        # Fewer brokers listed than asked for: no error before a topic must be created.
+        (2, 3, "1", 3, {"min.insync.replicas": "2"}),
+    ],
+)
+def test_topic_replication_asks_the_cluster(
+    brokers: int, configured: int | None, broker_min: str, factor: int, config: dict[str, str]
+) -> None:
+    admin = _Admin(brokers, broker_min)
+    settings = Settings(replication_factor=configured)
+    replication = topic_replication(settings, admin)  # type: ignore[arg-type]
+    assert (replication.factor, dict(replication.config)) == (factor, config)
+    assert admin.described == (["1"] if factor >= 3 else [])
