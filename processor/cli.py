@@ -73,7 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     common = _settings_parent()
 
-    sub.add_parser("kafka", help="start|stop|status the local Kafka broker", add_help=False)
+    sub.add_parser(
+        "kafka",
+        help="start|stop|status the local Kafka broker, or a cluster (--brokers 3)",
+        add_help=False,
+    )
 
     coord = sub.add_parser("coordinator", parents=[common], help="run the job's coordinator")
     coord.add_argument("--exit-when-idle", action="store_true", help="stop once all input is done")
@@ -151,9 +155,9 @@ def _stop_event() -> threading.Event:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["kafka"]:
-        from processor.kafka import broker
+        from processor.kafka import cluster
 
-        return broker.main(argv[1:])
+        return cluster.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return _run(args)

@@ -137,6 +137,10 @@ class Settings(BaseSettings):
     # Longer keys are skipped and counted: records must stay well below Kafka's size limit.
     max_key_bytes: int = Field(default=32_768, ge=16, le=524_288)
     transaction_timeout_ms: int = Field(default=60_000, ge=1000)
+    # Copies of every topic the job creates (internal topics, sinks); unset: min(3, the
+    # brokers in the cluster's metadata), with min.insync.replicas=2 from 3 copies on
+    # (kafka/replication.py). Set it on a cluster that may have a broker down at first start.
+    replication_factor: int | None = Field(default=None, ge=1, le=16)
     metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"  # 0.0.0.0 in containers, so that Prometheus can scrape
     # /healthz fails once the main loop has not gone round for this long (a stuck loop).

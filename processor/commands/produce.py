@@ -11,6 +11,7 @@ from confluent_kafka import TopicPartition
 
 from processor.config import Settings
 from processor.kafka import clients
+from processor.kafka.replication import topic_replication
 
 
 def written_before(settings: Settings, topic: str, partitions: int, timeout: float = 30) -> bool:
@@ -34,7 +35,9 @@ def produce_lines(
     once: bool = False,
 ) -> int:
     """Produce the lines; with ``once``, nothing (returns -1) when the topic had records."""
-    existing = clients.ensure_topic(clients.admin(settings), topic, partitions)
+    admin = clients.admin(settings)
+    rep = topic_replication(settings, admin)
+    existing = clients.ensure_topic(admin, topic, partitions, replication=rep)
     if once and written_before(settings, topic, existing):
         return -1
     files = list(files)

@@ -19,6 +19,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from processor.config import Settings, SettingsError
+from processor.kafka.replication import Replication
 from processor.models import limits
 
 log = logging.getLogger(__name__)
@@ -181,18 +182,24 @@ def ensure_topic(
     partitions: int,
     config: Mapping[str, str] | None = None,
     timeout: float = 30,
+    replication: Replication | None = None,
 ) -> int:
-    """Create ``topic`` if it is missing; return its partition count once it is usable."""
+    """Create ``topic`` if it is missing; return its partition count once it is usable.
+
+    ``replication`` (``replication.topic_replication``) gives its copies and their topic
+    settings, which ``config`` overrides; None: the broker's defaults.
+    """
     existing = topic_partitions(client, topic)
     if existing is not None:
         return existing
-    futures = client.create_topics(
-        [
-            NewTopic(
-                topic, num_partitions=partitions, replication_factor=-1, config=dict(config or {})
-            )
-        ]
+    replication = replication or Replication()
+    new = NewTopic(
+        topic,
+        num_partitions=partitions,
+        replication_factor=replication.factor,
+        config={**replication.config, **(config or {})},
     )
+    futures = client.create_topics([new])
     try:
         futures[topic].result(timeout)
     except KafkaException as exc:

@@ -35,6 +35,7 @@ from processor.config import Settings, SettingsError
 from processor.health import LoopHealth
 from processor.jobs import load_graph
 from processor.kafka import clients
+from processor.kafka.replication import topic_replication
 from processor.models import control
 from processor.runtime import status
 from processor.runtime.assignment import WorkerRegistry, assign
@@ -92,16 +93,20 @@ class CoordinatorService:
             sources[topic] = partitions
         self.parallelism = graph.parallelism(sources, s.shuffle_partitions)
         self.input_partitions = self.parallelism[graph.stages[0].name]
+        # Every topic the job creates gets the cluster's replication (kafka/replication.py).
+        rep = topic_replication(s, self._admin)
         for topic in graph.shuffle_topics:
             shuffle = clients.ensure_topic(
-                self._admin, topic, s.shuffle_partitions, shuffle_topic_config(s)
+                self._admin, topic, s.shuffle_partitions, shuffle_topic_config(s), replication=rep
             )
             if shuffle != s.shuffle_partitions:
                 raise SettingsError(
                     f"invalid setting PROCESSOR_SHUFFLE_PARTITIONS: {topic} already has "
                     f"{shuffle} partitions, not {s.shuffle_partitions}"
                 )
-        clients.ensure_topic(self._admin, s.control_topic, 1, {"retention.ms": "3600000"})
+        clients.ensure_topic(
+            self._admin, s.control_topic, 1, {"retention.ms": "3600000"}, replication=rep
+        )
         clients.ensure_topic(
             self._admin,
             s.checkpoints_topic,
@@ -111,12 +116,13 @@ class CoordinatorService:
                 "segment.ms": "600000",
                 "min.cleanable.dirty.ratio": "0.1",
             },
+            replication=rep,
         )
-        clients.ensure_topic(self._admin, s.dlq_topic, 1)
+        clients.ensure_topic(self._admin, s.dlq_topic, 1, replication=rep)
         if graph.plan.timed:
-            clients.ensure_topic(self._admin, graph.late_topic, 1)
+            clients.ensure_topic(self._admin, graph.late_topic, 1, replication=rep)
         for topic in graph.plan.sink_topics:
-            clients.ensure_topic(self._admin, topic, s.shuffle_partitions)
+            clients.ensure_topic(self._admin, topic, s.shuffle_partitions, replication=rep)
         if s.from_savepoint:
             self._apply_savepoint(sources)
 
