@@ -100,8 +100,8 @@ def test_metadata_reaches_user_code_exactly_once_through_a_kill(
         assert len(dead) == 1, dead
         key, value, headers = dead[0]
         assert (key, value) == _record(BAD_KEY)[:2]
-        assert headers["source.topic"] == events.encode()
-        assert (int(headers["source.partition"]), int(headers["source.offset"])) == where[BAD_KEY]
+        assert headers["topic"] == events.encode()
+        assert (int(headers["partition"]), int(headers["offset"])) == where[BAD_KEY]
         assert headers["error"].startswith(b"key not UTF-8")
     finally:
         run.stop()
