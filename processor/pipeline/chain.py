@@ -41,7 +41,6 @@ non-windowed ``process`` always takes them (``state.headers``).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -51,17 +50,16 @@ from operator import itemgetter
 from typing import Any, Protocol
 
 from processor.models.limits import DEFAULT_RECORD_LIMIT, EVENT_TIME_LIMIT, event_time_error
-from processor.pipeline import metachain
+from processor.pipeline import aggregation, metachain, process_op
 from processor.pipeline.api import Node
 from processor.pipeline.dead import Position, dead_value
 from processor.pipeline.floors import Floors
-from processor.pipeline.meta import Headers, Meta
+from processor.pipeline.meta import Meta
 from processor.pipeline.ops import (
     TAGGED,
     UNSET,
     RecordError,
     folder,
-    key_of,
     load_value,
     merger,
     oversized,
@@ -71,16 +69,18 @@ from processor.pipeline.ops import (
 )
 from processor.pipeline.per_record import PerRecord
 from processor.pipeline.plan import Plan, Stage
+from processor.pipeline.process_op import DELETED
 from processor.pipeline.shuffle_out import ShuffleOut
 from processor.pipeline.sinks import Headed, SinkSpec
 from processor.pipeline.sinks import encode as encode_sink
+from processor.pipeline.state_keys import state_key as _state_key
+from processor.pipeline.state_keys import state_prefix as _state_prefix
 from processor.pipeline.time import NO_WATERMARK
-from processor.pipeline.timers import ProcessTimers, Timers, timers_name
+from processor.pipeline.timers import ProcessTimers, timers_name
 from processor.pipeline.windows import DELETED as _STATE_DELETED
 from processor.pipeline.windows import Item, JoinOperator, WindowOperator
 
 MAX_ERROR = 1000  # characters of an error kept for the DLQ (a user's message may be huge)
-_DELETED = object()
 _KEY, _VALUE = itemgetter(0), itemgetter(1)
 
 
@@ -102,53 +102,6 @@ class DeadRecord:
     # What failed, with its traceback (formatted only if logged or written: see deadletter).
     exc: BaseException | None = field(default=None, compare=False, repr=False)
     where: Position | None = None  # where it was read, set by the task that knows
-
-
-class _KeyState:
-    """``process``'s state handle for one key, over the operator's epoch cache.
-
-    ``timestamp``: the record's event time (None untimed); in ``on_timer``, the timer's."""
-
-    __slots__ = ("_cache", "_load", "_text", "_timers", "headers", "timestamp")
-
-    def __init__(
-        self,
-        cache: dict[str, Any],
-        text: str,
-        load: Callable[[str], Any],
-        timestamp: int | None = None,
-        timers: ProcessTimers | None = None,
-    ) -> None:
-        self._cache, self._text, self._load = cache, text, load
-        self.timestamp, self._timers = timestamp, timers
-        self.headers: Headers = []  # the record's Kafka headers (set by `_process_batch`)
-
-    @property
-    def key(self) -> Any:
-        """The key, as the key_by function returned it (JSON-decoded if not a string)."""
-        return key_of(self._text)
-
-    @property
-    def timers(self) -> Timers:
-        """This key's timers (`processor.pipeline.timers.Timers`)."""
-        if self._timers is None:
-            raise RecordError(
-                "state.timers: this process has no on_timer (process(fn, on_timer=...))"
-            )
-        return self._timers.of(self._text)
-
-    def get(self, default: Any = None) -> Any:
-        value = self._cache.get(self._text, UNSET)
-        if value is UNSET:
-            value = self._cache[self._text] = self._load(self._text)
-        return default if value is _DELETED or value is UNSET else value
-
-    def set(self, value: Any) -> None:
-        json.dumps(value)  # refuse what cannot be stored, on the record that tried
-        self._cache[self._text] = value
-
-    def delete(self) -> None:
-        self._cache[self._text] = _DELETED
 
 
 class StageChain:
@@ -322,7 +275,7 @@ class StageChain:
             node, merge = self._merge
             # Partial counts and sums merge by addition, like a sum's values.
             add = "sum" if node in self._adds else None
-            self._aggregate(node, list(body.items()), quiet, merge, add, unique=True)
+            aggregation.fold(self, node, list(body.items()), quiet, merge, add, unique=True)
         else:
             # [key text, value] lists, as decoded: they unpack like the (key, value) items.
             self._push(self.stage.head, body, quiet)
@@ -386,7 +339,7 @@ class StageChain:
             self._marks[node] = mark
             op = self._windows.get(node)
             if op is None:  # a process's event-time timers: those the watermark passed
-                self._fire_timers(node, mark - 1, before, quiet)
+                process_op.fire_timers(self, node, mark - 1, before, quiet)
                 continue
             out = op.fire(mark, quiet)
             if out:
@@ -401,42 +354,9 @@ class StageChain:
         for node, timers in self._timers.items():
             if timers.processing_time:
                 low = self._mark_into(node) if node.timed else None
-                self._fire_timers(node, now_ms, low, quiet, event_time=False)
+                process_op.fire_timers(self, node, now_ms, low, quiet, event_time=False)
         if quiet:
             del self.dead[dead:]  # dead-lettered already, when the clock first came
-
-    def _fire_timers(
-        self, node: Node, through: int, low: int | None, quiet: bool, event_time: bool = True
-    ) -> None:
-        """A round of ``node``'s timers (those at or below ``through``): ``on_timer`` for
-        each, its output on to the node's children. Event time of the output in a timed stage
-        (``low`` not None): the timer's time, at least ``low`` (the watermark before this
-        round), so that none is behind a watermark forwarded already; a processing-time
-        timer's output has ``low``."""
-        timers = self._timers[node]
-        on_timer = node.on_timer
-        assert on_timer is not None
-        due = timers.due(through)
-        if not due:
-            return
-        cache, load = self._process[node], partial(self._load, node)
-        out: list[Any] = []
-        for at, text in due:
-            if not timers.take(at, text):
-                continue  # deleted, or fired already this round
-            handle = _KeyState(cache, text, load, at, timers)
-            try:
-                emitted = list(on_timer(at, handle))
-            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-                self._dead(node, exc, {"timer": at, "key": key_of(text)})
-                continue
-            if low is None:
-                first: Any = text
-            else:
-                first = (text, max(at, low) if event_time else low)
-            out.extend((first, e) for e in emitted)
-        if out:
-            self._push(node, out, quiet)
 
     def inherit(self, floors: Floors | None) -> None:
         """Lateness floors from a savepoint (`processor.pipeline.floors`) for the windows and
@@ -501,7 +421,7 @@ class StageChain:
             dirty.clear()
             sink = node.children[0] if len(node.children) == 1 else None
             if sink is not None and sink.kind == "sink" and sink.sink_spec is None:
-                self._flush_into_sink(node, prefix, items, sink, writes)
+                aggregation.flush_into_sink(self, node, prefix, items, sink, writes)
                 continue
             emitted = []
             for text, value in items:
@@ -519,7 +439,7 @@ class StageChain:
         for node, cache in self._process.items():
             prefix = _state_prefix(node)
             for text, value in cache.items():
-                if value is _DELETED:
+                if value is DELETED:
                     writes[prefix + text.encode()] = None
                 elif value is not UNSET:
                     raw = self._encode(node, value)
@@ -552,39 +472,6 @@ class StageChain:
         except RecordError as exc:
             self._dead(node, exc, value)
             return None
-
-    def _flush_into_sink(
-        self,
-        node: Node,
-        prefix: bytes,
-        items: list[tuple[str, Any]],
-        sink: Node,
-        writes: dict[bytes, bytes | None],
-    ) -> None:
-        """An aggregation's changelog whose only child is a sink (word count's counts): a
-        plain-string key with an int value is encoded once for its state and its record, what
-        the general path (state, then `_sink`) gives in two passes."""
-        records: list[tuple[bytes | None, bytes]] = []
-        append = records.append
-        rest: list[tuple[str, Any]] = []
-        for text, value in items:
-            if type(value) is int and text[:1] != TAGGED:
-                try:
-                    raw, encoded = text.encode(), b"%d" % value
-                except ValueError:  # an int of over 4,300 digits: the general path refuses it
-                    pass
-                else:
-                    writes[prefix + raw] = encoded
-                    append((raw, encoded))
-                    continue
-            stored = self._encode(node, value)
-            if stored is not None:  # else dead: neither stored nor emitted
-                writes[prefix + text.encode()] = stored
-                rest.append((text, value))
-        if records:
-            self.sinks.setdefault(sink.topic, []).extend(records)
-        if rest:
-            self._sink(sink, rest, keyed=True)
 
     def take_sinks(self) -> dict[str, list[tuple[bytes | None, bytes]]]:
         sinks, self.sinks = self.sinks, {}
@@ -674,7 +561,9 @@ class StageChain:
             return
         elif node.aggregated:
             if not node.per_record:
-                self._aggregate(node, batch, quiet, self._folders[node], self._adds.get(node))
+                aggregation.fold(
+                    self, node, batch, quiet, self._folders[node], self._adds.get(node)
+                )
                 return
             # At once, as process does; quietly in a replay (state only downstream too).
             out = self._per_record[node].add(batch)
@@ -751,96 +640,6 @@ class StageChain:
             else:
                 result.extend(outs)
         return result
-
-    def _aggregate(
-        self,
-        node: Node,
-        batch: list[tuple[str, Any]],
-        quiet: bool,
-        fold: Callable[[Any, Any], Any],
-        add: str | None = None,
-        unique: bool = False,
-    ) -> None:
-        """``add``: "count" or "sum" when ``fold`` is that (folded inline, the same
-        arithmetic); ``unique``: the batch's keys are distinct (a combined record)."""
-        # Loud updates go to the dirty map (emitted at flush). Quiet ones go to the quiet map
-        # (stored, not emitted), except for a key already dirty: its output is pending anyway
-        # and carries the sum. A key updated quietly, then loudly, moves to the dirty map.
-        dirty, quiet_map = self._dirty[node], self._quiet[node]
-        if not quiet_map:  # the common case: a key is either dirty already or missing
-            if unique:
-                missing = [t for t, _ in batch if t not in dirty]
-            else:
-                missing = [t for t in {t for t, _ in batch} if t not in dirty]
-        else:
-            missing = []
-            for text in [t for t, _ in batch] if unique else {t for t, _ in batch}:
-                if text in dirty:
-                    continue
-                if text in quiet_map:
-                    if not quiet:
-                        dirty[text] = quiet_map.pop(text)
-                    continue
-                missing.append(text)
-        if missing:
-            fresh = quiet_map if quiet else dirty
-            prefix = _state_prefix(node)
-            raws = self._state.get_many([prefix + t.encode() for t in missing])
-            for text, raw in zip(missing, raws, strict=True):
-                fresh[text] = UNSET if raw is None else load_value(raw)
-        failed = False
-        if add == "count" and not quiet_map:  # loud only: every key is in the dirty map
-            for text, _ in batch:
-                acc = dirty[text]
-                dirty[text] = 1 if acc is UNSET else acc + 1
-        elif add == "sum" and not quiet_map:
-            for text, value in batch:
-                acc = dirty[text]
-                if type(value) is not int and type(value) is not float:
-                    failed = True  # a sum of numbers only: see ops._addend
-                    self._dead(node, RecordError(f"not a number: sum of {value!r:.80}"), value)
-                    continue
-                dirty[text] = value if acc is UNSET else acc + value
-        else:
-            for text, value in batch:
-                target = dirty if text in dirty else quiet_map
-                try:
-                    target[text] = fold(target[text], value)
-                except Exception as exc:  # noqa: BLE001 - a user function's failure: dead
-                    failed = True
-                    self._dead(node, exc, value)
-        if not failed:
-            return  # every key that was missing now has a value
-        for text in missing:
-            for target in (dirty, quiet_map):
-                if target.get(text, None) is UNSET:
-                    del target[text]  # every value for it failed: nothing to store or emit
-
-    def _process_batch(self, node: Node, batch: list[Any], quiet: bool) -> list[Any]:
-        """Items ``((key text, meta), value)`` (a non-windowed process takes metadata: see
-        `metachain`); its output ``(key text, value)``, or ``((key text, event time),
-        value)`` in a timed stage, keeping each record's time."""
-        fn = node.fn
-        assert fn is not None
-        cache = self._process[node]
-        timers = self._timers.get(node)
-        out: list[Any] = []
-        append = out.append
-        load = partial(self._load, node)
-        timed = node.timed
-        for first, value in batch:
-            text, meta = first
-            handle = _KeyState(cache, text, load, meta.timestamp, timers)
-            handle.headers = meta.headers
-            try:
-                emitted = list(fn(value, handle))
-            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-                self._dead(node, exc, value)
-                continue
-            key = (text, meta.timestamp) if timed else text
-            for e in emitted:
-                append((key, e))
-        return out
 
     def _load(self, node: Node, text: str) -> Any:
         (raw,) = self._state.get_many([_state_key(node, text)])
@@ -949,15 +748,6 @@ def _windows_before(node: Node, stage: Stage) -> list[Node | None] | None:
     return list(dict.fromkeys(found))
 
 
-def _state_key(node: Node, text: str) -> bytes:
-    return f"{node.name}\0{text}".encode()
-
-
 def _timers_prefix(node: Node) -> bytes:
     """Where the timers of a ``process`` with ``on_timer`` are stored, per key."""
     return f"{timers_name(node)}\0".encode()
-
-
-def _state_prefix(node: Node) -> bytes:
-    """``_state_key(node, text) == _state_prefix(node) + text.encode()``."""
-    return f"{node.name}\0".encode()

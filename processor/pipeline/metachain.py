@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from processor.models.limits import EVENT_TIME_LIMIT, event_time_error
+from processor.pipeline import process_op
 from processor.pipeline.api import Node
 from processor.pipeline.meta import Headers, Meta, from_shuffle
 from processor.pipeline.ops import RecordError, key_of, shown
@@ -101,7 +102,7 @@ def enter(chain: StageChain, node: Node, batch: list[Any], quiet: bool) -> list[
         keyed = parent.keyed
     kind = node.kind
     if kind == "process":
-        chain._push(node, chain._process_batch(node, batch, quiet), quiet)
+        chain._push(node, process_op.process_batch(chain, node, batch), quiet)
     elif kind == "key_by":
         _key_by(chain, node, batch, keyed, quiet)
     else:

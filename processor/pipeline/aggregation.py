@@ -1,0 +1,118 @@
+"""The epoch's aggregations in a stage's chain (count, sum, reduce, aggregate with
+``emit="checkpoint"``): each key's latest value of the epoch in the chain's dirty map
+(`fold`), loaded from state on first touch, and at the flush an aggregation whose only child
+is a sink encoded once for its state and its record (`flush_into_sink`, word count's path).
+
+Quiet updates (a replay after a fallback restore) go to the quiet map: stored, not emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from processor.pipeline.api import Node
+from processor.pipeline.ops import TAGGED, UNSET, RecordError, load_value
+from processor.pipeline.state_keys import state_prefix
+
+if TYPE_CHECKING:
+    from processor.pipeline.chain import StageChain
+
+
+def fold(
+    chain: StageChain,
+    node: Node,
+    batch: list[tuple[str, Any]],
+    quiet: bool,
+    fold: Callable[[Any, Any], Any],
+    add: str | None = None,
+    unique: bool = False,
+) -> None:
+    """``add``: "count" or "sum" when ``fold`` is that (folded inline, the same
+    arithmetic); ``unique``: the batch's keys are distinct (a combined record)."""
+    # Loud updates go to the dirty map (emitted at flush). Quiet ones go to the quiet map
+    # (stored, not emitted), except for a key already dirty: its output is pending anyway
+    # and carries the sum. A key updated quietly, then loudly, moves to the dirty map.
+    dirty, quiet_map = chain._dirty[node], chain._quiet[node]
+    if not quiet_map:  # the common case: a key is either dirty already or missing
+        if unique:
+            missing = [t for t, _ in batch if t not in dirty]
+        else:
+            missing = [t for t in {t for t, _ in batch} if t not in dirty]
+    else:
+        missing = []
+        for text in [t for t, _ in batch] if unique else {t for t, _ in batch}:
+            if text in dirty:
+                continue
+            if text in quiet_map:
+                if not quiet:
+                    dirty[text] = quiet_map.pop(text)
+                continue
+            missing.append(text)
+    if missing:
+        fresh = quiet_map if quiet else dirty
+        prefix = state_prefix(node)
+        raws = chain._state.get_many([prefix + t.encode() for t in missing])
+        for text, raw in zip(missing, raws, strict=True):
+            fresh[text] = UNSET if raw is None else load_value(raw)
+    failed = False
+    if add == "count" and not quiet_map:  # loud only: every key is in the dirty map
+        for text, _ in batch:
+            acc = dirty[text]
+            dirty[text] = 1 if acc is UNSET else acc + 1
+    elif add == "sum" and not quiet_map:
+        for text, value in batch:
+            acc = dirty[text]
+            if type(value) is not int and type(value) is not float:
+                failed = True  # a sum of numbers only: see ops._addend
+                chain._dead(node, RecordError(f"not a number: sum of {value!r:.80}"), value)
+                continue
+            dirty[text] = value if acc is UNSET else acc + value
+    else:
+        for text, value in batch:
+            target = dirty if text in dirty else quiet_map
+            try:
+                target[text] = fold(target[text], value)
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead
+                failed = True
+                chain._dead(node, exc, value)
+    if not failed:
+        return  # every key that was missing now has a value
+    for text in missing:
+        for target in (dirty, quiet_map):
+            if target.get(text, None) is UNSET:
+                del target[text]  # every value for it failed: nothing to store or emit
+
+
+def flush_into_sink(
+    chain: StageChain,
+    node: Node,
+    prefix: bytes,
+    items: list[tuple[str, Any]],
+    sink: Node,
+    writes: dict[bytes, bytes | None],
+) -> None:
+    """An aggregation's changelog whose only child is a sink (word count's counts): a
+    plain-string key with an int value is encoded once for its state and its record, what
+    the general path (state, then `_sink`) gives in two passes."""
+    records: list[tuple[bytes | None, bytes]] = []
+    append = records.append
+    rest: list[tuple[str, Any]] = []
+    for text, value in items:
+        if type(value) is int and text[:1] != TAGGED:
+            try:
+                raw, encoded = text.encode(), b"%d" % value
+            except ValueError:  # an int of over 4,300 digits: the general path refuses it
+                pass
+            else:
+                writes[prefix + raw] = encoded
+                append((raw, encoded))
+                continue
+        stored = chain._encode(node, value)
+        if stored is not None:  # else dead: neither stored nor emitted
+            writes[prefix + text.encode()] = stored
+            rest.append((text, value))
+    if records:
+        chain.sinks.setdefault(sink.topic, []).extend(records)
+    if rest:
+        chain._sink(sink, rest, keyed=True)

@@ -1,0 +1,137 @@
+"""``process`` in a stage's chain: the state handle a user function gets (`KeyState`), a
+batch of records through it (`process_batch`) and a round of its timers (`fire_timers`).
+
+`StageChain` keeps the operator's epoch cache (key text -> value, `DELETED` for a deleted
+key) and its timers (`processor.pipeline.timers`); these functions act on them for it, so
+that the chain's module holds the dataflow and this one what ``process`` is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from processor.pipeline.api import Node
+from processor.pipeline.meta import Headers
+from processor.pipeline.ops import UNSET, RecordError, key_of
+from processor.pipeline.timers import ProcessTimers, Timers
+
+if TYPE_CHECKING:
+    from processor.pipeline.chain import StageChain
+
+DELETED = object()  # a key ``state.delete()`` removed this epoch
+
+
+class KeyState:
+    """``process``'s state handle for one key, over the operator's epoch cache.
+
+    ``timestamp``: the record's event time (None untimed); in ``on_timer``, the timer's."""
+
+    __slots__ = ("_cache", "_load", "_text", "_timers", "headers", "timestamp")
+
+    def __init__(
+        self,
+        cache: dict[str, Any],
+        text: str,
+        load: Callable[[str], Any],
+        timestamp: int | None = None,
+        timers: ProcessTimers | None = None,
+    ) -> None:
+        self._cache, self._text, self._load = cache, text, load
+        self.timestamp, self._timers = timestamp, timers
+        self.headers: Headers = []  # the record's Kafka headers (set by `process_batch`)
+
+    @property
+    def key(self) -> Any:
+        """The key, as the key_by function returned it (JSON-decoded if not a string)."""
+        return key_of(self._text)
+
+    @property
+    def timers(self) -> Timers:
+        """This key's timers (`processor.pipeline.timers.Timers`)."""
+        if self._timers is None:
+            raise RecordError(
+                "state.timers: this process has no on_timer (process(fn, on_timer=...))"
+            )
+        return self._timers.of(self._text)
+
+    def get(self, default: Any = None) -> Any:
+        value = self._cache.get(self._text, UNSET)
+        if value is UNSET:
+            value = self._cache[self._text] = self._load(self._text)
+        return default if value is DELETED or value is UNSET else value
+
+    def set(self, value: Any) -> None:
+        json.dumps(value)  # refuse what cannot be stored, on the record that tried
+        self._cache[self._text] = value
+
+    def delete(self) -> None:
+        self._cache[self._text] = DELETED
+
+
+def process_batch(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]:
+    """Items ``((key text, meta), value)`` (a non-windowed process takes metadata: see
+    `metachain`); its output ``(key text, value)``, or ``((key text, event time),
+    value)`` in a timed stage, keeping each record's time."""
+    fn = node.fn
+    assert fn is not None
+    cache = chain._process[node]
+    timers = chain._timers.get(node)
+    out: list[Any] = []
+    append = out.append
+    load = partial(chain._load, node)
+    timed = node.timed
+    for first, value in batch:
+        text, meta = first
+        handle = KeyState(cache, text, load, meta.timestamp, timers)
+        handle.headers = meta.headers
+        try:
+            emitted = list(fn(value, handle))
+        except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+            chain._dead(node, exc, value)
+            continue
+        key = (text, meta.timestamp) if timed else text
+        for e in emitted:
+            append((key, e))
+    return out
+
+
+def fire_timers(
+    chain: StageChain,
+    node: Node,
+    through: int,
+    low: int | None,
+    quiet: bool,
+    event_time: bool = True,
+) -> None:
+    """A round of ``node``'s timers (those at or below ``through``): ``on_timer`` for
+    each, its output on to the node's children. Event time of the output in a timed stage
+    (``low`` not None): the timer's time, at least ``low`` (the watermark before this
+    round), so that none is behind a watermark forwarded already; a processing-time
+    timer's output has ``low``."""
+    timers = chain._timers[node]
+    on_timer = node.on_timer
+    assert on_timer is not None
+    due = timers.due(through)
+    if not due:
+        return
+    cache, load = chain._process[node], partial(chain._load, node)
+    out: list[Any] = []
+    for at, text in due:
+        if not timers.take(at, text):
+            continue  # deleted, or fired already this round
+        handle = KeyState(cache, text, load, at, timers)
+        try:
+            emitted = list(on_timer(at, handle))
+        except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+            chain._dead(node, exc, {"timer": at, "key": key_of(text)})
+            continue
+        if low is None:
+            first: Any = text
+        else:
+            first = (text, max(at, low) if event_time else low)
+        out.extend((first, e) for e in emitted)
+    if out:
+        chain._push(node, out, quiet)
