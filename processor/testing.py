@@ -78,8 +78,12 @@ class SentRecord:
     offset: int = 0
 
 
-class _MemoryState:
-    """A task's state: the two-method backend `StageChain` takes, in a dict."""
+class MemoryState:
+    """A task's state: the two-method backend `StageChain` takes, in a dict (``data``).
+
+    >>> state = MemoryState(); state.write({b"k": b"1"}); state.get_many([b"k", b"x"])
+    [b'1', None]
+    """
 
     def __init__(self) -> None:
         self.data: dict[bytes, bytes] = {}
@@ -181,7 +185,7 @@ class Driver:
 
     def _task(self, stage: Stage, index: int) -> _Task:
         shuffles = {n.name: self._parallelism[self.plan.target(n).name] for n in stage.shuffles}
-        chain = StageChain(self.plan, stage, index, _MemoryState(), shuffles, late_topic=_LATE)
+        chain = StageChain(self.plan, stage, index, MemoryState(), shuffles, late_topic=_LATE)
         outputs = [
             (
                 n.name,

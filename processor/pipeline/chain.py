@@ -49,7 +49,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any, Protocol
 
-from processor.models.limits import DEFAULT_RECORD_LIMIT, EVENT_TIME_LIMIT, event_time_error
+from processor.models.limits import DEFAULT_RECORD_LIMIT
 from processor.pipeline import aggregation, metachain, process_op
 from processor.pipeline.api import Node
 from processor.pipeline.dead import Position, dead_value
@@ -59,11 +59,11 @@ from processor.pipeline.ops import (
     TAGGED,
     UNSET,
     RecordError,
+    event_time,
     folder,
     load_value,
     merger,
     oversized,
-    shown,
     sink_key_of,
     sink_value,
 )
@@ -231,12 +231,7 @@ class StageChain:
         items = []
         for value in values:
             try:
-                ts = fn(value)
-                if type(ts) is not int and type(ts) is not float:
-                    raise RecordError(f"timestamp {shown(ts, 40)} is not a number of ms")
-                if not -EVENT_TIME_LIMIT < ts < EVENT_TIME_LIMIT:  # NaN and inf too
-                    raise RecordError(event_time_error(ts), "bad_event_time")
-                ts = int(ts)
+                ts = event_time(fn, value)
             except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
                 self._dead(head, exc, value)
                 continue
@@ -522,6 +517,9 @@ class StageChain:
             elif kind == "window":
                 self._push(node, batch, quiet)
                 return
+            elif kind == "process" and not node.windowed:  # its output keeps the time
+                self._push(node, process_op.process_batch(self, node, batch), quiet)
+                return
             elif node.windowed:
                 late: list[Item] = []
                 out = self._windows[node].add(batch, self._marks[node], late)
@@ -567,6 +565,8 @@ class StageChain:
                 return
             # At once, as process does; quietly in a replay (state only downstream too).
             out = self._per_record[node].add(batch)
+        elif kind == "process":
+            out = process_op.process_batch(self, node, batch)
         elif kind == "sink":
             if quiet:
                 return

@@ -21,11 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from processor.models.limits import EVENT_TIME_LIMIT, event_time_error
 from processor.pipeline import process_op
 from processor.pipeline.api import Node
 from processor.pipeline.meta import Headers, Meta, from_shuffle
-from processor.pipeline.ops import RecordError, key_of, shown
+from processor.pipeline.ops import event_time, key_of
 
 if TYPE_CHECKING:
     from processor.pipeline.chain import StageChain
@@ -74,15 +73,10 @@ def _source_items(
     items = []
     for meta, value in zip(metas, values, strict=True):
         try:
-            ts = fn(value)
-            if type(ts) is not int and type(ts) is not float:
-                raise RecordError(f"timestamp {shown(ts, 40)} is not a number of ms")
-            if not -EVENT_TIME_LIMIT < ts < EVENT_TIME_LIMIT:  # NaN and inf too
-                raise RecordError(event_time_error(ts), "bad_event_time")
+            meta.timestamp = event_time(fn, value)
         except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
             chain._dead(head, exc, value)
             continue
-        meta.timestamp = int(ts)
         items.append((meta, value))
     return items
 

@@ -11,7 +11,13 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from processor.models.limits import MAX_JSON_DEPTH, json_problem, loads_deep
+from processor.models.limits import (
+    EVENT_TIME_LIMIT,
+    MAX_JSON_DEPTH,
+    event_time_error,
+    json_problem,
+    loads_deep,
+)
 from processor.pipeline.api import Node, ValueFormat
 
 if TYPE_CHECKING:
@@ -222,3 +228,14 @@ def _addend(value: Any) -> Any:
 
 
 UNSET = _UNSET
+
+
+def event_time(fn: Callable[[Any], Any], value: Any) -> int:
+    """A source's ``timestamp(value)`` as event-time ms; RecordError if it is not a number
+    of ms Kafka and the watermarks can carry (NaN and infinities too)."""
+    ts = fn(value)
+    if type(ts) is not int and type(ts) is not float:
+        raise RecordError(f"timestamp {shown(ts, 40)} is not a number of ms")
+    if not -EVENT_TIME_LIMIT < ts < EVENT_TIME_LIMIT:
+        raise RecordError(event_time_error(ts), "bad_event_time")
+    return int(ts)

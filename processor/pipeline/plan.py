@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from processor.pipeline.api import Node, Pipeline, PipelineError
+from processor.pipeline.process_op import reads_headers
 
 # Kafka's limit on a topic name's length.
 MAX_TOPIC_CHARS = 249
@@ -291,17 +292,20 @@ _KEEPS_META = frozenset({"map", "filter", "flat_map"})
 def _check_meta(pipeline: Pipeline) -> None:
     """Mark the nodes whose records carry a `processor.pipeline.meta.Meta` (``meta``) and
     those that take them (``meta_in``), from the nodes that use it back to the sources: only
-    those pay for it. A node uses it when given ``meta=True``, and ``process`` does (its
-    state handle has the record's headers). A source with ``key=`` carries it (its keys are
-    decoded). Records that aggregations, ``process``, windows and joins make carry none: a
-    node after one that uses metadata gets the key (and event time) alone.
+    those pay for it. A node uses it when given ``meta=True``, and a ``process`` whose code
+    reads ``state.headers`` does (`process_op.reads_headers`). A source with ``key=``
+    carries it (its keys are decoded). Records that aggregations, ``process``, windows and
+    joins make carry none: a node after one that uses metadata gets the key (and event time)
+    alone.
 
     A key_by ships metadata through its shuffle only if the stage after it takes it, so a
     ``key_by(..., meta=True)`` before a ``count`` still combines.
     """
     for node in reversed(pipeline.nodes):  # children before their parents
         takes = any(c.meta_in for c in node.children)
-        uses = node.uses_meta or (node.kind == "process" and not node.windowed)
+        uses = node.uses_meta or (
+            node.kind == "process" and not node.windowed and reads_headers(node)
+        )
         if node.kind in _KEEPS_META:
             node.meta = node.meta_in = uses or takes
         elif node.kind == "key_by":

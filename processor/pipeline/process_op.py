@@ -29,7 +29,7 @@ class KeyState:
 
     ``timestamp``: the record's event time (None untimed); in ``on_timer``, the timer's."""
 
-    __slots__ = ("_cache", "_load", "_text", "_timers", "headers", "timestamp")
+    __slots__ = ("_cache", "_headers", "_load", "_text", "_timers", "timestamp")
 
     def __init__(
         self,
@@ -41,7 +41,18 @@ class KeyState:
     ) -> None:
         self._cache, self._text, self._load = cache, text, load
         self.timestamp, self._timers = timestamp, timers
-        self.headers: Headers = []  # the record's Kafka headers (set by `process_batch`)
+        # The record's Kafka headers, where the process reads them (`reads_headers`).
+        self._headers: Headers | None = None
+
+    @property
+    def headers(self) -> Headers:
+        """The record's Kafka headers, ``(name, bytes)`` pairs (``[]`` in ``on_timer``)."""
+        if self._headers is None:
+            raise RecordError(
+                "state.headers: read them in the function given to process itself (headers "
+                "travel only to a process whose code reads state.headers)"
+            )
+        return self._headers
 
     @property
     def key(self) -> Any:
@@ -71,10 +82,22 @@ class KeyState:
         self._cache[self._text] = DELETED
 
 
+def reads_headers(node: Node) -> bool:
+    """Whether a non-windowed ``process``'s function reads ``state.headers``: then its
+    records carry their metadata (`processor.pipeline.metachain`), which costs every record
+    on the way from the source; otherwise they come as any keyed records do. Read from the
+    function's code (a callable without code is taken to read them)."""
+    code = getattr(node.fn, "__code__", None)
+    return code is None or "headers" in code.co_names
+
+
 def process_batch(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]:
-    """Items ``((key text, meta), value)`` (a non-windowed process takes metadata: see
-    `metachain`); its output ``(key text, value)``, or ``((key text, event time),
-    value)`` in a timed stage, keeping each record's time."""
+    """Items ``((key text, meta), value)`` where the process takes metadata (``meta_in``),
+    else ``((key text, event time), value)`` in a timed stage and ``(key text, value)`` in
+    an untimed one; its output ``(key text, value)``, or ``((key text, event time), value)``
+    in a timed stage, keeping each record's time."""
+    if not node.meta_in:
+        return _process_plain(chain, node, batch)
     fn = node.fn
     assert fn is not None
     cache = chain._process[node]
@@ -86,7 +109,7 @@ def process_batch(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]:
     for first, value in batch:
         text, meta = first
         handle = KeyState(cache, text, load, meta.timestamp, timers)
-        handle.headers = meta.headers
+        handle._headers = meta.headers
         try:
             emitted = list(fn(value, handle))
         except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
@@ -95,6 +118,31 @@ def process_batch(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]:
         key = (text, meta.timestamp) if timed else text
         for e in emitted:
             append((key, e))
+    return out
+
+
+def _process_plain(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]:
+    """`process_batch` of items without metadata."""
+    fn = node.fn
+    assert fn is not None
+    cache = chain._process[node]
+    timers = chain._timers.get(node)
+    out: list[Any] = []
+    append = out.append
+    load = partial(chain._load, node)
+    timed = node.timed
+    for first, value in batch:
+        if timed:
+            handle = KeyState(cache, first[0], load, first[1], timers)
+        else:
+            handle = KeyState(cache, first, load, None, timers)
+        try:
+            emitted = list(fn(value, handle))
+        except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+            chain._dead(node, exc, value)
+            continue
+        for e in emitted:
+            append((first, e))
     return out
 
 
@@ -123,6 +171,7 @@ def fire_timers(
         if not timers.take(at, text):
             continue  # deleted, or fired already this round
         handle = KeyState(cache, text, load, at, timers)
+        handle._headers = []  # a timer has no record
         try:
             emitted = list(on_timer(at, handle))
         except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +18,12 @@ from processor.pipeline.load import load_pipeline
 from processor.pipeline.plan import Plan, plan
 from processor.pipeline.reference import run
 from processor.pipeline.shuffle_out import MAX_RECORD_BYTES
+from processor.testing import MemoryState
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-class DictBackend:
-    def __init__(self) -> None:
-        self.data: dict[bytes, bytes] = {}
-
-    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        return [self.data.get(k) for k in keys]
-
-    def write(self, items: Mapping[bytes, bytes | None]) -> None:
-        for key, value in items.items():
-            if value is None:
-                self.data.pop(key, None)
-            else:
-                self.data[key] = value
+DictBackend = MemoryState  # the state backend of the tests (and of processor.testing)
 
 
 def simulate(

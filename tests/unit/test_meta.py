@@ -402,3 +402,36 @@ def test_a_join_of_keys_by_meta_pairs_by_event_time_and_gives_meta_after() -> No
     assert [(k, json.loads(v)) for k, v in down.take_sinks()["out"]] == [
         (b"a", ["la", "ra", "a", 103])
     ]
+
+
+def test_only_a_process_that_reads_headers_makes_its_records_carry_metadata() -> None:
+    """A process that never reads ``state.headers`` costs its pipeline nothing (no metadata
+    from the source on); one that reads them elsewhere (a helper) gets a dead record naming
+    the fix, never silent empty headers."""
+
+    def count_seen(value: Any, state: Any) -> list[Any]:
+        state.set(state.get(0) + 1)
+        return [state.get()]
+
+    def via_helper(value: Any, state: Any) -> list[Any]:
+        return [_source_of(state)]
+
+    def _source_of(state: Any) -> Any:
+        return dict(state.headers).get("source")
+
+    for fn, carries in ((count_seen, False), (via_helper, False), (_reads, True)):
+        p = Pipeline()
+        p.source("in", value="text").key_by(lambda v: v).process(fn).sink("out")
+        compiled = plan(p)
+        assert all(n.meta is carries for n in p.nodes if n.kind in ("source", "key_by")), fn
+    p = Pipeline()
+    p.source("in", value="text").key_by(lambda v: v).process(via_helper).sink("out")
+    compiled = plan(p)
+    chain = StageChain(compiled, compiled.stage("in.key_by"), 0, DictBackend(), {})
+    chain.shuffled([["a", "a"]])
+    (dead,) = chain.take_dead()
+    assert "read them in the function given to process" in dead.error
+
+
+def _reads(value: Any, state: Any) -> list[Any]:
+    return [dict(state.headers).get("source")]
