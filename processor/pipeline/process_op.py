@@ -25,7 +25,8 @@ DELETED = object()  # a key ``state.delete()`` removed this epoch
 
 
 class KeyState:
-    """``process``'s state handle for one key, over the operator's epoch cache.
+    """``process``'s state handle for the current record's key, over the operator's epoch
+    cache: valid during the call it is given to (it is bound to the next record's key after).
 
     ``timestamp``: the record's event time (None untimed); in ``on_timer``, the timer's."""
 
@@ -106,10 +107,10 @@ def process_batch(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]:
     append = out.append
     load = partial(chain._load, node)
     timed = node.timed
+    handle = KeyState(cache, "", load, None, timers)  # bound to each record's key in turn
     for first, value in batch:
         text, meta = first
-        handle = KeyState(cache, text, load, meta.timestamp, timers)
-        handle._headers = meta.headers
+        handle._text, handle.timestamp, handle._headers = text, meta.timestamp, meta.headers
         try:
             emitted = list(fn(value, handle))
         except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
@@ -131,11 +132,14 @@ def _process_plain(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]
     append = out.append
     load = partial(chain._load, node)
     timed = node.timed
+    # One handle, bound to each record's key in turn (as Flink's keyed state is to the
+    # current key): a handle per record cost more than the user's function in a first sight.
+    handle = KeyState(cache, "", load, None, timers)
     for first, value in batch:
         if timed:
-            handle = KeyState(cache, first[0], load, first[1], timers)
+            handle._text, handle.timestamp = first
         else:
-            handle = KeyState(cache, first, load, None, timers)
+            handle._text = first
         try:
             emitted = list(fn(value, handle))
         except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
