@@ -25,9 +25,11 @@ from processor.runtime.coordinator import CoordinatorService
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
-# Away from the session's broker (19092/19093) and from a developer's 9092; the
-# controllers take 39192-39194.
-PORT = int(os.environ.get("PROCESSOR_TEST_CLUSTER_PORT", "39092"))
+# Away from the session's broker (19092/19093), the chaos run's (19292), the SASL test's
+# (19392) and a developer's 9092, and below Linux's ephemeral range like every test port (see
+# tests/conftest.py: a client's source port there can take a broker's port; in CI one did, and
+# no node started). The controllers take 19592-19594.
+PORT = int(os.environ.get("PROCESSOR_TEST_CLUSTER_PORT", "19492"))
 
 
 def _replicas(admin: AdminClient, topic: str) -> list[tuple[int, int]]:
