@@ -43,9 +43,14 @@ def default_cache_dir() -> Path:
     return _env_path("PROCESSOR_CACHE_DIR", "~/.cache/processor")
 
 
-def pom_xml() -> str:
+def pom_xml(
+    artifact: tuple[str, str] = ("org.apache.kafka", f"kafka_{SCALA_VERSION}"),
+    name: str = f"kafka-{KAFKA_VERSION}-runtime",
+) -> str:
+    """A pom whose runtime dependencies are Kafka's ``artifact`` (the broker by default) at
+    ``KAFKA_VERSION`` and the log4j2 binding its logging needs."""
     deps = [
-        ("org.apache.kafka", f"kafka_{SCALA_VERSION}", KAFKA_VERSION),
+        (*artifact, KAFKA_VERSION),
         ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
         ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
     ]
@@ -58,7 +63,7 @@ def pom_xml() -> str:
         '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
         "  <modelVersion>4.0.0</modelVersion>\n"
         "  <groupId>local.processor</groupId>\n"
-        f"  <artifactId>kafka-{KAFKA_VERSION}-runtime</artifactId>\n"
+        f"  <artifactId>{name}</artifactId>\n"
         "  <version>1</version>\n"
         "  <packaging>pom</packaging>\n"
         f"  <dependencies>\n{body}\n  </dependencies>\n"

@@ -1,0 +1,155 @@
+"""tests/anomalies.py's reading of Kafka's log dumps and its verdicts, on dumps shaped as
+Kafka 4.4's DumpLogSegments prints them (lines trimmed of fields the parser skips)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.anomalies import Batch, find_anomalies, parse_segments, parse_txn_log
+
+
+def _batch(base: int, last: int, pid: int, ms: int, control: bool = False) -> str:
+    return (
+        f"baseOffset: {base} lastOffset: {last} count: {last - base + 1} baseSequence: 0 "
+        f"lastSequence: 0 producerId: {pid} producerEpoch: 0 partitionLeaderEpoch: 0 "
+        f"isTransactional: true isControl: {str(control).lower()} deleteHorizonMs: "
+        f"OptionalLong.empty position: 0 CreateTime: {ms} size: 112 magic: 2 "
+        "compresscodec: none crc: 1 isvalid: true"
+    )
+
+
+def _marker(offset: int, kind: str) -> str:
+    return (
+        f"| offset: {offset} CreateTime: 1 keySize: 4 valueSize: 6 sequence: -1 "
+        f"headerKeys: [] endTxnMarker: {kind} coordinatorEpoch: 0"
+    )
+
+
+def _txn(txn_id: str, pid: int, status: str, parts: dict[str, list[int]], ms: int) -> str:
+    key = {"type": "0", "data": {"transactionalId": txn_id}}
+    value = {
+        "version": "1",
+        "data": {
+            "producerId": pid,
+            "producerEpoch": 0,
+            "transactionStatus": status,
+            "transactionPartitions": [{"topic": t, "partitionIds": ps} for t, ps in parts.items()],
+            "transactionLastUpdateTimestampMs": ms,
+        },
+    }
+    return (
+        "| offset: 0 CreateTime: 1 keySize: 10 valueSize: 64 sequence: -1 headerKeys: [] "
+        f"key: {json.dumps(key)} payload: {json.dumps(value)}"
+    )
+
+
+# Producer 7 (job.0-0) writes out-0 and out-1 in two transactions: the first committed
+# (records at 100 ms, decided at 120), the second aborted (records at 130, decided at 150).
+SEGMENTS = [
+    "Dumping /k/data/out-0/00000000000000000000.log",
+    "Log starting offset: 0",
+    _batch(0, 2, 7, 100),
+    "| offset: 0 CreateTime: 100 keySize: -1 valueSize: 10 sequence: 0 headerKeys: []",
+    _batch(3, 3, 7, 121, control=True),
+    _marker(3, "COMMIT"),
+    _batch(4, 5, 7, 130),
+    _batch(6, 6, 7, 151, control=True),
+    _marker(6, "ABORT"),
+    "Dumping /k/data/out-1/00000000000000000000.log",
+    _batch(0, 0, 7, 110),
+    _batch(1, 1, 7, 122, control=True),
+    _marker(1, "COMMIT"),
+    _batch(2, 3, 7, 140),
+    _batch(4, 4, 7, 152, control=True),
+    _marker(4, "ABORT"),
+    "Dumping /k/data/out-1/00000000000000000000.txnindex",
+    "version: 0 producerId: 7 firstOffset: 2 lastOffset: 4 lastStableOffset: 5",
+]
+TXN_LOG = [
+    "Dumping /k/data/__transaction_state-3/00000000000000000000.log",
+    _txn("job.0-0", 7, "Ongoing", {"out": [0, 1]}, 101),
+    _txn("job.0-0", 7, "PrepareCommit", {"out": [0, 1]}, 120),
+    _txn("job.0-0", 7, "CompleteCommit", {}, 121),
+    _txn("job.0-0", 7, "Ongoing", {"out": [0, 1]}, 131),
+    _txn("job.0-0", 7, "PrepareAbort", {"out": [0, 1]}, 150),
+    _txn("job.0-0", 7, "CompleteAbort", {}, 152),
+    _txn("other.1", 9, "Ongoing", {"x": [0]}, 160),
+]
+# What a correct read_committed consumer returns: the first transaction's records.
+VISIBLE = {("out", 0): {0, 1, 2}, ("out", 1): {0}}
+
+
+def test_the_dump_parses_into_batches_markers_and_decisions() -> None:
+    segments = parse_segments(SEGMENTS)
+    assert set(segments) == {("out", 0), ("out", 1)}  # the txnindex dump is skipped
+    assert segments["out", 0][1] == Batch(3, 3, 7, True, True, 121, "COMMIT")
+    log = parse_txn_log(TXN_LOG)
+    assert [(d.outcome, d.at_ms) for d in log.decisions[7]] == [("COMMIT", 120), ("ABORT", 150)]
+    assert log.last_state == {"job.0-0": "CompleteAbort", "other.1": "Ongoing"}
+
+
+def test_a_correct_run_has_no_anomaly() -> None:
+    found = find_anomalies(parse_segments(SEGMENTS), parse_txn_log(TXN_LOG), VISIBLE, "job.")
+    assert found.clean, found.examples
+    assert (found.records, found.transactions) == (8, 4)
+
+
+def test_a_record_of_an_aborted_transaction_that_is_read_is_an_aborted_read() -> None:
+    visible = {**VISIBLE, ("out", 1): {0, 3}}
+    found = find_anomalies(parse_segments(SEGMENTS), parse_txn_log(TXN_LOG), visible, "job.")
+    assert (found.aborted_reads, found.hidden_commits, found.torn) == (1, 0, 0)
+
+
+def test_a_committed_record_never_read_is_a_hidden_commit() -> None:
+    visible = {**VISIBLE, ("out", 0): {0, 2}}
+    found = find_anomalies(parse_segments(SEGMENTS), parse_txn_log(TXN_LOG), visible, "job.")
+    assert (found.aborted_reads, found.hidden_commits, found.torn) == (0, 1, 0)
+
+
+def test_a_marker_that_contradicts_the_decision_is_a_torn_transaction() -> None:
+    # The first transaction committed in out-0 but aborted in out-1: half of it visible.
+    segments = [
+        line.replace("COMMIT", "ABORT") if "offset: 1 " in line else line for line in SEGMENTS
+    ]
+    visible = {("out", 0): {0, 1, 2}, ("out", 1): set()}
+    found = find_anomalies(parse_segments(segments), parse_txn_log(TXN_LOG), visible, "job.")
+    assert (found.aborted_reads, found.hidden_commits, found.torn) == (0, 0, 1)
+    assert "decided COMMIT" in found.examples[0]
+
+
+def test_data_no_logged_decision_accounts_for_is_torn() -> None:
+    # The coordinator's log lost the first decision: out-0's committed data is unexplained.
+    log = [line for line in TXN_LOG if "PrepareCommit" not in line]
+    found = find_anomalies(parse_segments(SEGMENTS), parse_txn_log(log), VISIBLE, "job.")
+    assert found.torn >= 1
+
+
+@pytest.mark.parametrize("state", ["Ongoing", "PrepareCommit", "PrepareAbort"])
+def test_a_job_transaction_left_undecided_is_open(state: str) -> None:
+    log = [*TXN_LOG, _txn("job.1-0", 8, state, {"out": [0]}, 200)]
+    found = find_anomalies(parse_segments(SEGMENTS), parse_txn_log(log), VISIBLE, "job.")
+    assert found.open_transactions == ["job.1-0"]  # other.1 is another job's
+    assert not found.clean
+
+
+def test_data_before_a_decision_of_the_same_millisecond_goes_to_the_next() -> None:
+    """Records of transaction k produced in the millisecond k-1 was decided belong to k:
+    k-1's data here took k-1 already."""
+    segments = [
+        "Dumping /k/data/out-0/00000000000000000000.log",
+        _batch(0, 0, 7, 100),
+        _batch(1, 1, 7, 121, control=True),
+        _marker(1, "COMMIT"),
+        _batch(2, 2, 7, 120),  # produced in the millisecond of the first decision
+        _batch(3, 3, 7, 141, control=True),
+        _marker(3, "ABORT"),
+    ]
+    log = [
+        _txn("job.0-0", 7, "PrepareCommit", {"out": [0]}, 120),
+        _txn("job.0-0", 7, "PrepareAbort", {"out": [0]}, 140),
+        _txn("job.0-0", 7, "CompleteAbort", {}, 141),
+    ]
+    found = find_anomalies(parse_segments(segments), parse_txn_log(log), {("out", 0): {0}}, "job.")
+    assert found.clean and found.transactions == 2, found.examples
