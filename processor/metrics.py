@@ -22,6 +22,11 @@ records_out = Counter(
     "Records written by a task (source tasks: partial counts, many to a shuffle record)",
     _TASK,
 )
+internal_records_skipped = Counter(
+    "processor_internal_records_skipped",
+    "Records of the job's internal topics (control, checkpoints) skipped as not valid",
+    ["job", "topic"],
+)
 records_skipped = Counter(
     "processor_records_skipped", "Bad input records skipped, by reason", [*_TASK, "reason"]
 )

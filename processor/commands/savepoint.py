@@ -12,7 +12,6 @@ once instead, for a job that cannot run any more (its source topics gained parti
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from processor.config import Settings
 from processor.jobs import load_graph
 from processor.jobs.graph import JobGraph, TaskId
 from processor.kafka import clients
+from processor.models import internal
 from processor.runtime.keyed import STATE_FORMAT
 from processor.state.factory import open_storage
 from processor.state.savepoints import Savepoint, SavepointError, SavepointStore, now_iso
@@ -161,7 +161,9 @@ class _Checkpoints:
     def _take(self, value: bytes | None) -> None:
         if not value:
             return
-        record = json.loads(value)
+        record = internal.checkpoint_record(value)
+        if record is None:
+            return  # not a completed checkpoint (the coordinator skips and counts these)
         if self.newest is None or int(record["id"]) > int(self.newest["id"]):
             self.newest = record
 

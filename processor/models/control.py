@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+
+# A field this version does not know makes a message invalid, not half-read.
+_STRICT = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True)
 class TaskStatus:
+    __pydantic_config__ = _STRICT
+
     state: str  # starting | running | failed | stopped (PROCESSOR_ON_ERROR=stop)
     checkpoint: int  # last committed checkpoint id of the task
     reason: str = ""  # why it failed for good or stopped (it is not restarted)
@@ -21,6 +28,8 @@ class TaskStatus:
 
 @dataclass(frozen=True)
 class Heartbeat:
+    __pydantic_config__ = _STRICT
+
     worker: str
     incarnation: str
     tasks: dict[str, TaskStatus] = field(default_factory=dict)
@@ -29,6 +38,8 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class Assignment:
+    __pydantic_config__ = _STRICT
+
     generation: int
     input_partitions: int
     tasks: dict[str, str]  # task id -> worker id
@@ -40,6 +51,8 @@ class Assignment:
 
 @dataclass(frozen=True)
 class Trigger:
+    __pydantic_config__ = _STRICT
+
     checkpoint: int
     triggered_at: float
     kind: Literal["trigger"] = "trigger"
@@ -48,6 +61,8 @@ class Trigger:
 @dataclass(frozen=True)
 class Ack:
     """Task ``task`` committed its transaction of checkpoint ``checkpoint``."""
+
+    __pydantic_config__ = _STRICT
 
     task: str
     checkpoint: int
@@ -75,6 +90,8 @@ class Ack:
 
 @dataclass(frozen=True)
 class Decline:
+    __pydantic_config__ = _STRICT
+
     task: str
     checkpoint: int
     reason: str
@@ -88,22 +105,13 @@ def encode(message: Message) -> bytes:
     return json.dumps(asdict(message), separators=(",", ":")).encode()
 
 
+_MESSAGE: TypeAdapter[Message] = TypeAdapter(Annotated[Message, Field(discriminator="kind")])
+
+
 def decode(raw: bytes) -> Message | None:
-    """The message, or None for anything unknown (newer versions, garbage)."""
+    """The message, or None for anything else: an unknown kind (a newer version), a field of
+    the wrong type, garbage. Strict: ``"checkpoint": "3"`` is not a checkpoint id."""
     try:
-        data: dict[str, Any] = json.loads(raw)
-        kind = data.get("kind")
-        if kind == "heartbeat":
-            tasks = {k: TaskStatus(**v) for k, v in data.pop("tasks").items()}
-            return Heartbeat(tasks=tasks, **data)
-        if kind == "assignment":
-            return Assignment(**data)
-        if kind == "trigger":
-            return Trigger(**data)
-        if kind == "ack":
-            return Ack(**data)
-        if kind == "decline":
-            return Decline(**data)
-    except (ValueError, TypeError, KeyError, AttributeError):
+        return _MESSAGE.validate_json(raw, strict=True)
+    except ValidationError:
         return None
-    return None

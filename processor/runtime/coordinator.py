@@ -36,7 +36,7 @@ from processor.health import LoopHealth
 from processor.jobs import load_graph
 from processor.kafka import clients
 from processor.kafka.replication import topic_replication
-from processor.models import control
+from processor.models import control, internal
 from processor.runtime import status
 from processor.runtime.assignment import WorkerRegistry, assign
 from processor.runtime.keyed import STATE_FORMAT
@@ -72,6 +72,10 @@ class CoordinatorService:
         self._task_watermark: dict[str, int] = {}  # event time, ms, of timed jobs' tasks
         self._counts = collections.Counter[str]()
         self._repeated = ("", 0.0, 0)  # reason last logged, when, failures held back since
+        self._skipped_control = internal.SkippedRecords(settings.job_name, settings.control_topic)
+        self._skipped_checkpoints = internal.SkippedRecords(
+            settings.job_name, settings.checkpoints_topic
+        )
 
     def setup(self) -> None:
         """Create the internal topics; the input topic must exist and is used as it is."""
@@ -204,7 +208,11 @@ class CoordinatorService:
                 for msg in consumer.consume(1000, 0.5):
                     value = msg.value()
                     if msg.error() is None and value:
-                        records[msg.key() or b""] = json.loads(value)
+                        record = internal.checkpoint_record(value)
+                        if record is None:
+                            self._skipped_checkpoints.skip(value, msg.offset())
+                        else:
+                            records[msg.key() or b""] = record
                     position = max(position, (msg.offset() or 0) + 1)
         finally:
             consumer.close()
@@ -313,7 +321,9 @@ class CoordinatorService:
                     if msg.error() is not None or not raw:
                         continue
                     message = control.decode(raw)
-                    if isinstance(message, control.Heartbeat):
+                    if message is None:
+                        self._skipped_control.skip(raw, msg.offset())
+                    elif isinstance(message, control.Heartbeat):
                         if registry.heartbeat(message.worker, message.incarnation, now):
                             changed = True
                         for task, status in message.tasks.items():

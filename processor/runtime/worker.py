@@ -26,7 +26,7 @@ from processor.jobs import load_graph
 from processor.jobs.graph import TaskId
 from processor.kafka import clients
 from processor.kafka.purge import ShufflePurger
-from processor.models import control
+from processor.models import control, internal
 from processor.runtime.keyed import KeyedTask
 from processor.runtime.source import SourceTask
 from processor.runtime.task import PermanentTaskFailure, Task, TaskContext
@@ -85,6 +85,7 @@ class Worker:
         self._control = clients.consumer(
             settings, **{"group.id": f"{settings.job_name}.workers", "fetch.wait.max.ms": 10}
         )
+        self._skipped_control = internal.SkippedRecords(settings.job_name, settings.control_topic)
         self._runners: dict[str, TaskRunner] = {}
         self._backoff: dict[str, float] = {}  # task -> monotonic time before which not to restart
         self._failures: dict[str, int] = {}  # task -> failures in a row
@@ -122,7 +123,11 @@ class Worker:
                 for msg in clients.consume_ready(self._control, 1000, 0.05):
                     raw = msg.value()
                     if msg.error() is None and raw:
-                        self._handle(control.decode(raw))
+                        message = control.decode(raw)
+                        if message is None:
+                            self._skipped_control.skip(raw, msg.offset())
+                        else:
+                            self._handle(message)
                 self._reconcile()
                 now = time.monotonic()
                 if now >= next_heartbeat:
@@ -150,7 +155,7 @@ class Worker:
                 announced = time.monotonic()
             stop.wait(0.5)
 
-    def _handle(self, message: control.Message | None) -> None:
+    def _handle(self, message: control.Message) -> None:
         if isinstance(message, control.Assignment) and message.generation >= self._generation:
             self._generation = message.generation
             self._assignment = message

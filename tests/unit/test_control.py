@@ -169,7 +169,6 @@ def test_garbage_and_unknown_kinds_decode_to_none(raw: bytes) -> None:
         b'{"kind":"ack","task":"a-0","checkpoint":1}',
         b'{"kind":"decline","task":"t","checkpoint":1}',
         b'{"kind":"heartbeat","incarnation":"i","tasks":{}}',
-        b'{"kind":"heartbeat","worker":"w","incarnation":"i"}',
         # Fields this version does not know.
         b'{"kind":"trigger","checkpoint":1,"triggered_at":0.0,"epoch":3}',
         b'{"kind":"decline","task":"t","checkpoint":1,"reason":"r","extra":null}',
@@ -184,10 +183,30 @@ def test_garbage_and_unknown_kinds_decode_to_none(raw: bytes) -> None:
         b'{"kind":"heartbeat","worker":"w","incarnation":"i","tasks":{"a-0":{"state":"x"}}}',
         b'{"kind":"heartbeat","worker":"w","incarnation":"i",'
         b'"tasks":{"a-0":{"state":"x","checkpoint":1,"more":2}}}',
+        # Fields of the wrong type: each of these raised in the coordinator's or a worker's
+        # main loop before (issue 25), where one record crash-looped it.
+        b'{"kind":"heartbeat","worker":"w","incarnation":"i",'
+        b'"tasks":{"a-0":{"state":"running","checkpoint":"x"}}}',
+        b'{"kind":"heartbeat","worker":1,"incarnation":"i","tasks":{}}',
+        b'{"kind":"trigger","checkpoint":"3","triggered_at":0.0}',
+        b'{"kind":"trigger","checkpoint":true,"triggered_at":0.0}',
+        b'{"kind":"trigger","checkpoint":1,"triggered_at":"now"}',
+        b'{"kind":"assignment","generation":1,"input_partitions":"4","tasks":{}}',
+        b'{"kind":"assignment","generation":1,"input_partitions":4,"tasks":{"a-0":7}}',
+        b'{"kind":"assignment","generation":1,"input_partitions":4,"tasks":{},"stages":[]}',
+        b'{"kind":"ack","task":"a-0","checkpoint":1,"worker":"w","records_in":0,'
+        b'"records_out":0,"lag":0,"positions":{"0":"5"}}',
+        b'{"kind":"ack","task":"a-0","checkpoint":1,"worker":"w","records_in":0,'
+        b'"records_out":0,"lag":0,"positions":{},"watermark_ms":"x"}',
+        b'{"kind":"decline","task":"t","checkpoint":1,"reason":null}',
     ],
 )
 def test_wrong_shape_decodes_to_none(raw: bytes) -> None:
     assert decode(raw) is None
+
+
+def test_a_heartbeat_without_tasks_has_none() -> None:
+    assert decode(b'{"kind":"heartbeat","worker":"w","incarnation":"i"}') == Heartbeat("w", "i")
 
 
 def test_messages_are_frozen() -> None:
