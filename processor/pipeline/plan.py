@@ -23,6 +23,9 @@ from processor.pipeline.process_op import reads_headers
 
 # Kafka's limit on a topic name's length.
 MAX_TOPIC_CHARS = 249
+# The job's own topics, <job>.<suffix>: no source, sink or shuffle may be one of them (a
+# user's sink("<job>.control") would feed the coordinator records it cannot read).
+INTERNAL_SUFFIXES = ("control", "checkpoints", "dlq", "late")
 
 
 @dataclass(eq=False)
@@ -125,12 +128,39 @@ class Plan:
         return sorted({s.head.topic for s in self.stages if s.is_source})
 
     def check_topic_names(self, job: str) -> None:
+        """PipelineError if a topic name of the job is too long, or if a shuffle, source or
+        sink topic is one of the job's internal topics (or another stage's shuffle)."""
+        internal = {f"{job}.{suffix}": suffix for suffix in INTERNAL_SUFFIXES}
+        shuffles: dict[str, str] = {}  # shuffle topic -> its stage
         for stage in self.stages:
-            if not stage.is_source and len(stage.shuffle_topic(job)) > MAX_TOPIC_CHARS:
+            if stage.is_source:
+                continue
+            topic = stage.shuffle_topic(job)
+            if len(topic) > MAX_TOPIC_CHARS:
                 raise PipelineError(
                     f"the shuffle topic of stage {stage.name!r} would be longer than "
                     f"{MAX_TOPIC_CHARS} characters: name the key_by (name=...) or the job shorter"
                 )
+            if topic in internal:
+                raise PipelineError(
+                    f"stage {stage.name!r} would shuffle through {topic}, job {job}'s "
+                    f"{internal[topic]} topic: name its key_by otherwise (name=...)"
+                )
+            shuffles[topic] = stage.name
+        for role, topics in (("source", self.source_topics), ("sink", self.sink_topics)):
+            for topic in topics:
+                owner = (
+                    f"{internal[topic]} topic"
+                    if topic in internal
+                    else f"shuffle topic of stage {shuffles[topic]!r}"
+                    if topic in shuffles
+                    else ""
+                )
+                if owner:
+                    raise PipelineError(
+                        f"{role}({topic!r}) is job {job}'s own {owner}: use another topic, "
+                        "or another job name (PROCESSOR_JOB_NAME)"
+                    )
 
 
 def plan(pipeline: Pipeline) -> Plan:

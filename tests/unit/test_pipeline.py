@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,42 @@ def test_a_long_shuffle_topic_name_is_refused_with_advice() -> None:
     compiled.check_topic_names("job")
     with pytest.raises(PipelineError, match="name the key_by"):
         compiled.check_topic_names("j" * 100)
+
+
+@pytest.mark.parametrize(
+    ("build", "error"),
+    [
+        (
+            lambda p: p.source("in").sink("job.control"),
+            r"sink\('job.control'\) is job job's own control",
+        ),
+        (lambda p: p.source("in").sink("job.checkpoints"), "own checkpoints topic"),
+        (lambda p: p.source("in").sink("job.dlq"), "own dlq topic"),
+        (lambda p: p.source("job.late").sink("out"), r"source\('job.late'\) is job job's own late"),
+        (
+            lambda p: p.source("in").key_by(len, name="count").count().sink("job.count"),
+            "own shuffle topic of stage 'count'",
+        ),
+        (
+            lambda p: p.source("in").key_by(len, name="control").count().sink("out"),
+            "stage 'control' would shuffle through job.control",
+        ),
+    ],
+)
+def test_a_topic_of_the_job_itself_is_refused(
+    build: Callable[[Pipeline], None], error: str
+) -> None:
+    """Issue 25: a sink into <job>.control fed the coordinator records it could not read."""
+    p = Pipeline()
+    build(p)
+    with pytest.raises(PipelineError, match=error):
+        plan(p).check_topic_names("job")
+
+
+def test_another_jobs_internal_topic_is_a_topic_like_any_other() -> None:
+    p = Pipeline()
+    p.source("job.late").key_by(len, name="count").count().sink("job.control")
+    plan(p).check_topic_names("other")
 
 
 HEADER = "from processor import Pipeline\n"
