@@ -114,8 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
         "savepoint", parents=[common], help="take, list or delete savepoints of the job"
     )
     savepoint.add_argument("--name", help="default: <job>-<UTC date and time>")
-    savepoint.add_argument("--list", action="store_true", help="list the savepoints")
-    savepoint.add_argument("--delete", metavar="NAME", help="delete a savepoint")
+    savepoint.add_argument("--list", action="store_true", help="list the job's savepoints")
+    savepoint.add_argument(
+        "--all-jobs", action="store_true", help="with --list: every job's savepoints in the storage"
+    )
+    savepoint.add_argument("--delete", metavar="NAME", help="delete one of the job's savepoints")
+    savepoint.add_argument(
+        "--force", action="store_true", help="with --delete: also another job's, or a corrupt one"
+    )
     savepoint.add_argument("--timeout", type=float, default=120, help="seconds to wait")
     savepoint.add_argument(
         "--last-completed",
@@ -251,20 +257,27 @@ def _run(args: argparse.Namespace) -> int:
 def _savepoint(args: argparse.Namespace, settings: Settings) -> int:
     from processor.commands import savepoint
     from processor.state.factory import open_storage
-    from processor.state.savepoints import SavepointError, SavepointStore
+    from processor.state.savepoints import SavepointError, SavepointStore, check_name
 
     try:
         if args.list:
             store = SavepointStore(open_storage(settings))
             for name in store.names():
-                sp = store.read(name)
-                print(f"{name}  job {sp.job}, checkpoint {sp.checkpoint_id}, {sp.created_at}")
+                try:
+                    sp = store.read(name)
+                except SavepointError as exc:
+                    print(f"{name}  unreadable: {exc}")
+                    continue
+                if args.all_jobs or sp.job == settings.job_name:
+                    print(f"{name}  job {sp.job}, checkpoint {sp.checkpoint_id}, {sp.created_at}")
             return 0
         if args.delete:
-            SavepointStore(open_storage(settings)).delete(args.delete)
+            job = None if args.force else settings.job_name
+            SavepointStore(open_storage(settings)).delete(args.delete, job)
             print(f"deleted savepoint {args.delete}")
             return 0
         name = args.name or f"{settings.job_name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+        check_name(name)
         taken = savepoint.take(settings, name, args.timeout, args.last_completed)
     except SavepointError as exc:
         print(f"processor: {exc}", file=sys.stderr)

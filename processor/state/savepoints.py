@@ -19,6 +19,7 @@ state is redistributed by key, with the partition function of the shuffle.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import zlib
@@ -43,6 +44,26 @@ from processor.state.storage import CheckpointStorage, SnapshotMissing
 
 ROOT = "savepoints"
 MANIFEST_NAME = "_savepoint.json"
+# A savepoint's name is one path segment of the storage: `--name a/b` nested a savepoint
+# `--list` could not see, and `--name ../../x` reached out of the savepoint area.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*")
+MAX_NAME_CHARS = 128
+
+
+def check_name(name: str) -> str:
+    """``name`` if it can name a savepoint, else SavepointError (one line).
+
+    >>> check_name("wordcount-20261202-101500")
+    'wordcount-20261202-101500'
+    """
+    if len(name) > MAX_NAME_CHARS or not NAME_PATTERN.fullmatch(name):
+        raise SavepointError(
+            f"savepoint name {name[:MAX_NAME_CHARS]!r}: letters, digits, '-' and '_', with "
+            f"single dots between them, at most {MAX_NAME_CHARS} characters"
+        )
+    return name
+
+
 _WRITE_BATCH = 10_000
 
 
@@ -109,6 +130,8 @@ class SavepointStore:
         self._prefix = prefix.strip("/")
 
     def _key(self, name: str, *rest: str) -> str:
+        if self._prefix or name:  # "" with no prefix: a savepoint at a location of its own
+            check_name(name)
         return "/".join(p for p in (self._prefix, name, *rest) if p)
 
     def names(self) -> list[str]:
@@ -162,10 +185,21 @@ class SavepointStore:
             self._key(savepoint.name, MANIFEST_NAME), seal_manifest(done.to_json())
         )
 
-    def delete(self, name: str) -> int:
-        """Delete a savepoint (its manifest first: it is never seen half deleted)."""
+    def delete(self, name: str, job: str | None = None) -> int:
+        """Delete a savepoint (its manifest first: it is never seen half deleted).
+
+        ``job``: refuse unless the savepoint is that job's (None: whichever job's it is)."""
         if not self.exists(name):
             raise SavepointError(f"no savepoint {name!r}")
+        if job is not None:
+            try:
+                owner = self.read(name).job
+            except SavepointError as exc:
+                raise SavepointError(f"{exc}: --force deletes it anyway") from None
+            if owner != job:
+                raise SavepointError(
+                    f"savepoint {name!r} is job {owner}'s, not {job}'s: --force deletes it anyway"
+                )
         self._storage.delete(self._key(name, MANIFEST_NAME))
         keys = self._storage.list(self._key(name) + "/")
         for key in keys:

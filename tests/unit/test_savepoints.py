@@ -9,7 +9,7 @@ import pytest
 
 from processor.state.rocksdb.snapshots import SnapshotStore
 from processor.state.rocksdb.store import RocksDBStore
-from processor.state.savepoints import Savepoint, SavepointError, SavepointStore
+from processor.state.savepoints import Savepoint, SavepointError, SavepointStore, check_name
 from processor.state.storage import DirectoryStorage
 
 WORDS = [f"w{i}" for i in range(300)] + ["\0[1,2]", "ünï"]
@@ -108,3 +108,37 @@ def test_savepoint_json_round_trips() -> None:
     assert Savepoint.from_json(savepoint.to_json()) == savepoint
     with pytest.raises(ValueError, match="not a savepoint manifest"):
         Savepoint.from_json({"name": "n"})
+
+
+@pytest.mark.parametrize(
+    "name", ["a/b", "../../x", "..", ".", "", "a..b", ".hidden", "a.", "x" * 129, "sp\n", "é"]
+)
+def test_a_name_that_is_not_one_path_segment_is_refused_in_one_line(
+    tmp_path: Path, name: str
+) -> None:
+    """Issue 25: `--name a/b` nested a savepoint `--list` could not see, and `--name
+    ../../x` ended in a traceback."""
+    store = SavepointStore(DirectoryStorage(tmp_path / "storage"))
+    for call in (store.exists, store.read, store.delete):
+        with pytest.raises(SavepointError, match="letters, digits") as caught:
+            call(name)
+        assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["wordcount-20261202-101500", "v1.2_final", "A", "x" * 128])
+def test_names_of_one_segment_are_fine(name: str) -> None:
+    assert check_name(name) == name
+
+
+def test_another_jobs_savepoint_is_deleted_only_when_forced(tmp_path: Path) -> None:
+    storage = DirectoryStorage(tmp_path / "storage")
+    savepoint = _job_with_two_keyed_tasks(tmp_path, storage)
+    store = SavepointStore(storage)
+    store.save(savepoint, storage, "j", tmp_path / "work")
+    with pytest.raises(SavepointError, match="is job j's, not other's: --force"):
+        store.delete("sp", job="other")
+    assert store.names() == ["sp"]
+    assert store.delete("sp", job="j") > 1
+    store.save(savepoint, storage, "j", tmp_path / "work2")
+    assert store.delete("sp", job=None) > 1  # --force
+    assert store.names() == []
