@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -71,6 +72,13 @@ class S3Location:
         return hash((self.bucket, self.prefix))
 
 
+def default_state_root() -> Path:
+    """Where state and local checkpoints go unless configured: per user,
+    ``$XDG_STATE_HOME/processor``, else ``~/.local/state/processor``."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "processor"
+
+
 class Settings(BaseSettings):
     """One job's configuration. Every field maps to ``PROCESSOR_<NAME>``."""
 
@@ -108,9 +116,13 @@ class Settings(BaseSettings):
     checkpoint_timeout_ms: int = Field(default=60_000, ge=1000)
     # A checkpoint still in progress delays the next trigger (Flink's default too).
     max_concurrent_checkpoints: int = Field(default=1, ge=1, le=100)
-    state_dir: Path = Path("/tmp/processor/state")
+    # Per user by default ($XDG_STATE_HOME/processor or ~/.local/state/processor, see
+    # processor/state/dirs.py), not /tmp where another user can make the directory first.
+    state_dir: Path = Field(default_factory=lambda: default_state_root() / "state")
     # A directory (local or a shared mount) or s3://bucket/prefix.
-    checkpoint_dir: Path | S3Location = Path("/tmp/processor/checkpoints")
+    checkpoint_dir: Path | S3Location = Field(
+        default_factory=lambda: default_state_root() / "checkpoints"
+    )
     # For s3:// checkpoints; empty = what boto3 finds itself (AWS_* variables, ~/.aws, an
     # instance or pod role). The endpoint is for other S3 APIs (MinIO, Ceph...).
     s3_endpoint_url: str = ""

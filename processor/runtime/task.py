@@ -31,6 +31,7 @@ from processor.models.control import Ack
 from processor.models.control import Message as ControlMessage
 from processor.pipeline.plan import Stage
 from processor.processes import pid_alive
+from processor.state.dirs import private_dir
 
 log = logging.getLogger(__name__)
 
@@ -231,13 +232,15 @@ def local_dir(settings: Settings, task_id: str) -> Path:
     Named by pid, so that directories left by dead processes can be removed safely while a
     live incarnation elsewhere on this machine (a zombie) keeps its own.
     """
-    base = settings.state_dir / settings.job_name / task_id
-    base.mkdir(parents=True, exist_ok=True)
+    # Each level checked: the cleanup below must only ever remove this user's directories.
+    base = private_dir(settings.state_dir, "PROCESSOR_STATE_DIR")
+    for part in (settings.job_name, task_id):
+        base = private_dir(base / part, "PROCESSOR_STATE_DIR")
     for old in base.iterdir():
         pid = old.name.split("-", 1)[0]
         # An earlier incarnation in this very process has ended too.
         if pid.isdigit() and (int(pid) == os.getpid() or not pid_alive(int(pid))):
             shutil.rmtree(old, ignore_errors=True)
     path = base / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    path.mkdir()
+    path.mkdir(mode=0o700)
     return path

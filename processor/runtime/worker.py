@@ -30,6 +30,7 @@ from processor.models import control, internal
 from processor.runtime.keyed import KeyedTask
 from processor.runtime.source import SourceTask
 from processor.runtime.task import PermanentTaskFailure, Task, TaskContext
+from processor.state.dirs import private_dir
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class Worker:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.graph = load_graph(settings)
+        private_dir(settings.state_dir, "PROCESSOR_STATE_DIR")  # refused at start, in one line
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.incarnation = uuid.uuid4().hex[:12]
         self.health = LoopHealth(settings.health_timeout_ms / 1000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from processor.config import S3Location, Settings
+from processor.state.dirs import private_dir
 from processor.state.storage import CheckpointStorage, DirectoryStorage
 
 
@@ -19,4 +20,4 @@ def open_storage(settings: Settings) -> CheckpointStorage:
             access_key_id=settings.s3_access_key_id,
             secret_access_key=settings.s3_secret_access_key,
         )
-    return DirectoryStorage(location)
+    return DirectoryStorage(private_dir(location, "PROCESSOR_CHECKPOINT_DIR"))

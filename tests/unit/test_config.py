@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from processor.config import S3Location, Settings, SettingsError, load_settings
+from processor.config import S3Location, Settings, SettingsError, default_state_root, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -44,8 +44,8 @@ def test_defaults() -> None:
     assert s.shuffle_partitions == 8
     assert s.checkpoint_interval_ms == 1000
     assert s.checkpoint_timeout_ms == 60_000
-    assert s.state_dir == Path("/tmp/processor/state")
-    assert s.checkpoint_dir == Path("/tmp/processor/checkpoints")
+    assert s.state_dir == default_state_root() / "state"  # per user: tests/unit/test_dirs.py
+    assert s.checkpoint_dir == default_state_root() / "checkpoints"
     assert s.retained_checkpoints == 2
     assert s.worker_id == ""
     assert s.metrics_port == 0
