@@ -154,6 +154,9 @@ class Settings(BaseSettings):
     # (kafka/replication.py). Set it on a cluster that may have a broker down at first start.
     replication_factor: int | None = Field(default=None, ge=1, le=16)
     metrics_port: int = Field(default=0, ge=0, le=65535)
+    # Bearer token for the coordinator's status page and /api/status (never for /metrics or
+    # /healthz, which probes and Prometheus use); empty: no token.
+    api_token: SecretStr = SecretStr("")
     metrics_host: str = "127.0.0.1"  # 0.0.0.0 in containers, so that Prometheus can scrape
     # /healthz fails once the main loop has not gone round for this long (a stuck loop).
     health_timeout_ms: int = Field(default=60_000, ge=1000)

@@ -259,7 +259,13 @@ class CoordinatorService:
         server = None
         if s.metrics_port:
             try:
-                server = status.serve(self.board, s.metrics_host, s.metrics_port, self.health)
+                server = status.serve(
+                    self.board,
+                    s.metrics_host,
+                    s.metrics_port,
+                    self.health,
+                    token=s.api_token.get_secret_value(),
+                )
             except OSError as exc:
                 raise SettingsError(
                     f"invalid setting PROCESSOR_METRICS_PORT: cannot serve "

@@ -7,21 +7,18 @@ one reference; the HTTP thread only ever reads the latest document, so no lock i
 
 from __future__ import annotations
 
+import hmac
 import html
 import json
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from socketserver import ThreadingMixIn
+from collections.abc import Iterator, Mapping
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.metrics_core import Metric
 
 from processor.health import LoopHealth
-
-StartResponse = Callable[..., Any]
+from processor.runtime.http_server import HttpServer, Request, Response
 
 
 class StatusBoard:
@@ -48,17 +45,6 @@ class StatusBoard:
         self.document = document  # one reference swap: readers see the old or the new
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """No access log: Prometheus scrapes every few seconds."""
-
-
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    """One thread per request: a slow scraper never holds up the health probe."""
-
-    daemon_threads = True
-
-
 class LabelledRegistry:
     """The default registry with constant labels added to every sample.
 
@@ -79,48 +65,71 @@ class LabelledRegistry:
             yield labelled
 
 
+# Host names a browser sends for a server on loopback. Any other name there is a page on
+# another site reaching 127.0.0.1 by DNS rebinding: refused.
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+OPEN_PATHS = frozenset({"/metrics", "/healthz"})  # never behind the token: probes, scrapes
+
+
+def _host_name(header: str) -> str:
+    """``Host`` without its port: ``[::1]:9400`` -> ``[::1]``, ``a:1`` -> ``a``."""
+    if header.startswith("["):
+        return header.partition("]")[0] + "]"
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
 def serve(
     board: StatusBoard | None,
     host: str,
     port: int,
     health: LoopHealth | None = None,
     labels: Mapping[str, str] | None = None,
-) -> WSGIServer:
+    token: str = "",
+) -> HttpServer:
     """Serve the endpoints in a daemon thread; returns the server (``.shutdown()`` stops it).
 
     Without a board (a worker) only ``/metrics`` and ``/healthz`` are served; ``labels`` are
-    added to every exported sample.
+    added to every exported sample. ``token`` (``PROCESSOR_API_TOKEN``): every other path
+    wants ``Authorization: Bearer <token>`` (or ``?token=`` for a browser). Served on a
+    loopback address, requests must name it in their ``Host``.
     """
     registry = LabelledRegistry(labels) if labels else REGISTRY
+    check_host = host in LOOPBACK_NAMES
+    secret = token.encode()
 
-    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "/")
+    def app(request: Request) -> Response:
+        if check_host and _host_name(request.headers.get("host", "")) not in LOOPBACK_NAMES:
+            return Response(421, "text/plain", b"this server answers to 127.0.0.1 only\n")
+        path = request.path
         if path == "/metrics":
-            start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
-            return [generate_latest(registry)]
+            return Response(200, CONTENT_TYPE_LATEST, generate_latest(registry))
         if path == "/healthz" and health is not None:
             ok, line = health.check()
-            start_response(
-                "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")]
+            return Response(200 if ok else 503, "text/plain", line.encode())
+        if secret and not _authorized(request, secret):
+            return Response(
+                401,
+                "text/plain",
+                b"this endpoint wants Authorization: Bearer <PROCESSOR_API_TOKEN>\n",
+                [("WWW-Authenticate", 'Bearer realm="processor"')],
             )
-            return [line.encode()]
         if board is None:
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"not found: try /metrics or /healthz\n"]
+            return Response(404, "text/plain", b"not found: try /metrics or /healthz\n")
         if path == "/api/status":
             body = json.dumps(board.document, indent=1).encode()
-            start_response("200 OK", [("Content-Type", "application/json")])
-            return [body]
+            return Response(200, "application/json", body)
         if path in ("/", "/index.html"):
-            body = render_html(board.document).encode()
-            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-            return [body]
-        start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"not found: try /, /api/status, /metrics or /healthz\n"]
+            return Response(200, "text/html; charset=utf-8", render_html(board.document).encode())
+        return Response(404, "text/plain", b"not found: try /, /api/status, /metrics or /healthz\n")
 
-    server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_Quiet)
-    threading.Thread(target=server.serve_forever, name="status-http", daemon=True).start()
-    return server
+    return HttpServer(host, port, app)
+
+
+def _authorized(request: Request, secret: bytes) -> bool:
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        given = (request.query.get("token") or [""])[0]
+    return hmac.compare_digest(given.strip().encode(), secret)
 
 
 def _fmt_bytes(n: float | None) -> str:

@@ -509,10 +509,27 @@ def test_manifest_kinds(manifests: dict[str, list[dict[str, Any]]]) -> None:
         "worker.yaml": [("apps/v1", "StatefulSet"), ("v1", "Service")],
         "worker-pdb.yaml": [("policy/v1", "PodDisruptionBudget")],
         "input-topic-job.yaml": [("batch/v1", "Job")],
+        "networkpolicy.yaml": [("networking.k8s.io/v1", "NetworkPolicy")],
     }
     for docs in manifests.values():
         for doc in docs:
             assert "namespace" not in doc["metadata"], "the namespace is the user's choice"
+
+
+def test_only_prometheus_and_the_deployment_reach_port_9400(
+    manifests: dict[str, list[dict[str, Any]]],
+) -> None:
+    (policy,) = manifests["networkpolicy.yaml"]
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "processor"}
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 9400}]
+    sources = [peer["podSelector"]["matchLabels"] for peer in rule["from"]]
+    assert sources == [
+        {"app.kubernetes.io/name": "processor"},
+        {"app.kubernetes.io/name": "prometheus"},
+    ]
 
 
 def test_k8s_settings_are_real(
@@ -726,6 +743,7 @@ def test_kubectl_kustomize_builds() -> None:
             "Deployment",
             "PersistentVolumeClaim",
             "Job",
+            "NetworkPolicy",
             "PodDisruptionBudget",
             "Service",
             "Service",

@@ -1,0 +1,160 @@
+"""The services' HTTP side under abuse (issue 25, item 3): a thousand idle connections, a
+DNS-rebinding Host, no token, bad requests. The old server held a thread per connection
+without a timeout: 1,000 connections that never sent a request held 1,000 threads in the
+process that runs the task threads, and a page elsewhere could read 127.0.0.1:9400."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import resource
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from processor.health import LoopHealth
+from processor.runtime import http_server
+from processor.runtime.http_server import HttpServer, Request, parse_head
+from processor.runtime.status import StatusBoard, serve
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def coordinator_port() -> Iterator[int]:
+    server = serve(StatusBoard("job-x"), "127.0.0.1", 0, LoopHealth(30), token=TOKEN)
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+
+
+def _get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        answer = conn.getresponse()
+        return answer.status, answer.read()
+    finally:
+        conn.close()
+
+
+def test_a_thousand_idle_connections_leave_healthz_answering(coordinator_port: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4096)), hard))
+    threads_before = threading.active_count()
+    idle: list[socket.socket] = []
+    try:
+        for i in range(1000):
+            conn = socket.create_connection(("127.0.0.1", coordinator_port), timeout=10)
+            if i % 2:
+                conn.sendall(b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never ends
+            idle.append(conn)
+        # No thread per connection: the server's one loop thread holds them all.
+        assert threading.active_count() - threads_before <= 2
+        started = time.monotonic()
+        status, body = _get(coordinator_port, "/healthz")
+        assert status == 200 and body.startswith(b"ok")
+        assert time.monotonic() - started < 5
+    finally:
+        for conn in idle:
+            conn.close()
+
+
+def test_a_connection_that_sends_no_head_in_time_is_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http_server, "HEAD_TIMEOUT_S", 0.3)
+    server = serve(None, "127.0.0.1", 0, LoopHealth(30))
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_port), timeout=5) as conn:
+            conn.sendall(b"GET /metrics HTTP/1.1\r\n")
+            assert conn.recv(100) == b""  # closed by the server, not by the 5 s timeout
+    finally:
+        server.shutdown()
+
+
+def test_a_rebinding_host_is_refused_on_loopback(coordinator_port: int) -> None:
+    assert _get(coordinator_port, "/healthz", {"Host": "evil.example:9400"})[0] == 421
+    assert _get(coordinator_port, "/metrics", {"Host": "attacker.test"})[0] == 421
+    for host in ("127.0.0.1", f"127.0.0.1:{coordinator_port}", "localhost:1", "[::1]:9400"):
+        assert _get(coordinator_port, "/healthz", {"Host": host})[0] == 200, host
+
+
+def test_no_host_check_when_served_for_the_network() -> None:
+    server = serve(None, "0.0.0.0", 0, LoopHealth(30))
+    try:
+        assert _get(server.server_port, "/healthz", {"Host": "worker-3.processor:9400"})[0] == 200
+    finally:
+        server.shutdown()
+
+
+def test_the_token_guards_everything_but_metrics_and_healthz(coordinator_port: int) -> None:
+    assert _get(coordinator_port, "/api/status")[0] == 401
+    assert _get(coordinator_port, "/", {"Authorization": "Bearer wrong"})[0] == 401
+    assert _get(coordinator_port, "/api/status?token=wrong")[0] == 401
+    status, body = _get(coordinator_port, "/api/status", {"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200 and json.loads(body)["job"] == "job-x"
+    assert _get(coordinator_port, f"/?token={TOKEN}")[0] == 200
+    assert _get(coordinator_port, "/metrics")[0] == 200
+    assert _get(coordinator_port, "/healthz")[0] == 200
+
+
+def test_without_a_token_the_status_is_open() -> None:
+    server = serve(StatusBoard("j"), "127.0.0.1", 0, LoopHealth(30))
+    try:
+        assert _get(server.server_port, "/api/status")[0] == 200
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 405),
+        (b"garbage\r\n\r\n", 400),
+        (b"GET / HTTP/2\r\n\r\n", 505),
+        (b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+        (b"GET /nothing HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 404),
+    ],
+)
+def test_bad_requests_get_an_answer_not_a_traceback(raw: bytes, status: int) -> None:
+    server = serve(None, "127.0.0.1", 0, LoopHealth(30))
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_port), timeout=5) as conn:
+            conn.sendall(raw)
+            answer = b""
+            while chunk := conn.recv(4096):
+                answer += chunk
+        assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer[:80]
+    finally:
+        server.shutdown()
+
+
+def test_a_failing_handler_answers_500_and_the_server_goes_on() -> None:
+    calls = []
+
+    def handler(request: Request) -> http_server.Response:
+        calls.append(request.path)
+        if request.path == "/boom":
+            raise RuntimeError("boom")
+        return http_server.Response(200, "text/plain", b"fine\n")
+
+    server = HttpServer("127.0.0.1", 0, handler)
+    try:
+        assert _get(server.server_port, "/boom")[0] == 500
+        assert _get(server.server_port, "/ok") == (200, b"fine\n")
+    finally:
+        server.shutdown()
+    assert calls == ["/boom", "/ok"]
+
+
+def test_parse_head() -> None:
+    request = parse_head(b"GET /a%20b?token=x&y=1 HTTP/1.1\r\nHost: h:1\r\nX-Y:  z ")
+    assert request == Request(
+        "GET", "/a b", {"token": ["x"], "y": ["1"]}, {"host": "h:1", "x-y": "z"}
+    )
