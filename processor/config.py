@@ -72,6 +72,10 @@ class S3Location:
         return hash((self.bucket, self.prefix))
 
 
+# The checkpoint storage holds <job>/<task>/... next to savepoints/<name>/.
+RESERVED_JOB_NAMES = frozenset({"savepoints"})
+
+
 def default_state_root() -> Path:
     """Where state and local checkpoints go unless configured: per user,
     ``$XDG_STATE_HOME/processor``, else ``~/.local/state/processor``."""
@@ -85,7 +89,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PROCESSOR_", extra="forbid")
 
     bootstrap_servers: str = "127.0.0.1:9092"
-    job_name: str = Field(default="wordcount", pattern=r"^[A-Za-z0-9._-]{1,100}$")
+    # No dots: every topic, group and transactional id of the job is "<job>." + something, so
+    # a prefixed ACL on "a." would also cover job "a.b" (and ".." made state/../task).
+    job_name: str = Field(default="wordcount", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
     # ``path/to/file.py:attribute``: the pipeline to run; empty = the built-in word count on
     # input_topic -> output_topic.
     pipeline: str = ""
@@ -170,6 +176,16 @@ class Settings(BaseSettings):
     on_error: Literal["dlq", "stop"] = "dlq"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
+
+    @field_validator("job_name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value.lower() in RESERVED_JOB_NAMES:
+            raise ValueError(
+                f"{value!r} is reserved (checkpoint storage keeps savepoints under "
+                f"{value.lower()}/): pick another job name"
+            )
+        return value
 
     @field_validator("bootstrap_servers")
     @classmethod

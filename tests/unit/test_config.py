@@ -57,7 +57,7 @@ def test_defaults() -> None:
 
 def test_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROCESSOR_BOOTSTRAP_SERVERS", "kafka-1:9092,kafka-2:9092")
-    monkeypatch.setenv("PROCESSOR_JOB_NAME", "job.v2_x-y")
+    monkeypatch.setenv("PROCESSOR_JOB_NAME", "job-v2_x-y")
     monkeypatch.setenv("PROCESSOR_INPUT_TOPIC", "lines")
     monkeypatch.setenv("PROCESSOR_SHUFFLE_PARTITIONS", "32")
     monkeypatch.setenv("PROCESSOR_CHECKPOINT_INTERVAL_MS", "250")
@@ -68,7 +68,7 @@ def test_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROCESSOR_LOG_LEVEL", "DEBUG")
     s = load_settings()
     assert s.bootstrap_servers == "kafka-1:9092,kafka-2:9092"
-    assert s.job_name == "job.v2_x-y"
+    assert s.job_name == "job-v2_x-y"
     assert s.input_topic == "lines"
     assert s.shuffle_partitions == 32
     assert s.checkpoint_interval_ms == 250
@@ -135,7 +135,8 @@ def test_override_values_are_coerced() -> None:
         ("metrics_port", 65535),
         ("job_name", "a"),
         ("job_name", "x" * 100),
-        ("job_name", "A.b_c-9"),
+        ("job_name", "A-b_c-9"),
+        ("job_name", "savepoints-2"),
     ],
 )
 def test_boundaries_are_accepted(name: str, value: object) -> None:
@@ -166,6 +167,12 @@ INVALID: list[tuple[str, str, str]] = [
     ("job_name", "slash/name", "should match pattern"),
     ("job_name", "", "should match pattern"),
     ("job_name", "x" * 101, "should match pattern"),
+    # Issue 25: a dot let a prefixed ACL on "a." cover job "a.b", ".." made state/../task.
+    ("job_name", "a.b", "should match pattern"),
+    ("job_name", "..", "should match pattern"),
+    ("job_name", "-x", "should match pattern"),
+    ("job_name", "savepoints", "is reserved"),
+    ("job_name", "SavePoints", "is reserved"),
     ("bootstrap_servers", "", "must name at least one host:port"),
     ("bootstrap_servers", "   ", "must name at least one host:port"),
     ("checkpoint_dir", "gs://bucket/x", "a directory or an s3://bucket/prefix location"),
@@ -336,12 +343,12 @@ def test_s3_location_errors_do_not_echo_the_value() -> None:
 
 
 def test_topic_names_follow_the_job_name() -> None:
-    s = load_settings(job_name="orders.v1")
-    assert s.shuffle_topic == "orders.v1.shuffle"
-    assert s.control_topic == "orders.v1.control"
-    assert s.checkpoints_topic == "orders.v1.checkpoints"
-    assert s.dlq_topic == "orders.v1.dlq"
-    assert s.group_id == "orders.v1"
+    s = load_settings(job_name="orders-v1")
+    assert s.shuffle_topic == "orders-v1.shuffle"
+    assert s.control_topic == "orders-v1.control"
+    assert s.checkpoints_topic == "orders-v1.checkpoints"
+    assert s.dlq_topic == "orders-v1.dlq"
+    assert s.group_id == "orders-v1"
 
 
 def test_topic_names_of_the_default_job() -> None:
