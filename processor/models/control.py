@@ -98,7 +98,19 @@ class Decline:
     kind: Literal["decline"] = "decline"
 
 
-Message = Heartbeat | Assignment | Trigger | Ack | Decline
+@dataclass(frozen=True)
+class Lease:
+    """The coordinator ``incarnation`` holds the job's lease (runtime/lease.py), renewed at
+    ``renewed_at`` (its wall clock, seconds)."""
+
+    __pydantic_config__ = _STRICT
+
+    incarnation: str
+    renewed_at: float
+    kind: Literal["lease"] = "lease"
+
+
+Message = Heartbeat | Assignment | Trigger | Ack | Decline | Lease
 
 
 def encode(message: Message) -> bytes:

@@ -41,6 +41,7 @@ from processor.runtime import status
 from processor.runtime.assignment import WorkerRegistry, assign
 from processor.runtime.keyed import STATE_FORMAT
 from processor.runtime.layout import check_history
+from processor.runtime.lease import CoordinatorConflict, CoordinatorLease
 from processor.runtime.status import StatusBoard
 from processor.runtime.task import committed_after_fencing
 from processor.state.savepoints import SavepointError, open_savepoint
@@ -282,6 +283,23 @@ class CoordinatorService:
         last_id = self._start(stop)
         if last_id is None:
             return False
+        lease = CoordinatorLease(s, self.incarnation)
+        if not lease.acquire(stop):
+            return False
+        try:
+            return self._loop(stop, exit_when_idle, exit_when_stopped, last_id, lease)
+        finally:
+            lease.close()
+
+    def _loop(
+        self,
+        stop: threading.Event,
+        exit_when_idle: bool,
+        exit_when_stopped: bool,
+        last_id: int,
+        lease: CoordinatorLease,
+    ) -> bool:
+        s = self.settings
         tasks = self.graph.task_ids(self.parallelism)
         checkpoints = CheckpointCoordinator(
             tasks,
@@ -321,6 +339,8 @@ class CoordinatorService:
         try:
             while not stop.is_set():
                 self.health.beat()
+                if lease.lost.is_set():
+                    raise CoordinatorConflict(lease.reason)
                 now = time.monotonic()
                 for msg in clients.consume_ready(control_consumer, 1000, 0.05):
                     raw = msg.value()
