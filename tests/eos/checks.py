@@ -56,7 +56,8 @@ def align(expected: Sequence[T], got: Sequence[T], where: str = "") -> Tally:
     """``got`` against ``expected``, in order. A record equal to the next expected one is
     verified; one equal to a record already verified is a duplicate (a replay); one found a
     little further on is verified after the skipped ones, counted lost; any other is wrong.
-    A skipped record that turns up later is wrong (out of its place), not lost."""
+    A skipped record that turns up later is wrong (out of its place), not lost; a wrong one
+    takes the place of the expected one unless the next record is that one."""
     tally = Tally()
     done: Counter[T] = Counter()
     skipped: Counter[T] = Counter()
@@ -88,6 +89,9 @@ def align(expected: Sequence[T], got: Sequence[T], where: str = "") -> Tally:
         else:
             tally.wrong += 1
             tally.note(f"{where}[{i}]: {item!r} expected {_at(expected, j)}")
+            following = got[i + 1] if i + 1 < len(got) else None
+            if j < len(expected) and following != expected[j]:
+                j += 1  # in place of the expected one, not an extra before it
     if j < len(expected):
         tally.lost += len(expected) - j
         tally.note(f"{where}: the last {len(expected) - j} of {len(expected)} records missing")

@@ -40,9 +40,9 @@ def _with_key(value: int, meta: Any) -> tuple[str, int]:
 def build(
     data: str = "data",
     echo: str = "echo",
-    min: str = "min",  # noqa: A002 - the topic names of Kafka's test
-    sum: str = "sum",  # noqa: A002
-    max: str = "max",  # noqa: A002
+    min: str = "min",  # the topic names of Kafka's test, shadowing builtins here only
+    sum: str = "sum",
+    max: str = "max",
     cnt: str = "cnt",
 ) -> Pipeline:
     """The EOS test's pipeline over the given topics."""

@@ -25,7 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from processor.kafka.broker import LocalBroker
 from processor.kafka.brokertools import find_java
-from tests.eos.checks import AGGREGATES, Partitions, Record, Tally, check_aggregate, check_echo
+from tests.eos.checks import AGGREGATES, Record, Tally, check_aggregate, check_echo
 
 OUTPUTS = ("echo", *AGGREGATES)
 # States in which a transaction still holds back read_committed readers (or will write
