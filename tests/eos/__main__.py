@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=19692, help="brokers on P, P+1, P+2")
     parser.add_argument("--partitions", type=int, default=5)
     parser.add_argument("--keys", type=int, default=20_000)
-    parser.add_argument("--interval-ms", type=int, default=1000, help="checkpoint interval")
+    parser.add_argument("--interval-ms", type=int, default=5000, help="checkpoint interval")
     parser.add_argument("--workdir", default="", help="logs and the cluster's data")
     parser.add_argument("--data-dir", default="", help="the cluster's (default: in --workdir)")
     parser.add_argument("--keep-cluster", action="store_true")
