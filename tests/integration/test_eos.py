@@ -33,8 +33,9 @@ def test_kafkas_eos_test_with_a_bounce_and_a_kill(tmp_path: Path) -> None:
     # partitions, not Kafka's five: nine tasks (each a transactional producer) for two cores.
     plan = Plan(records=RECORDS, rate=50, bounces=1, kills=1, seed=3, partitions=3)
     try:
-        run = EosRun(nodes.bootstrap, tmp_path / "job", plan, replication_factor="3")
-        outcome = run.run(log=False)
+        outcome = EosRun(nodes.bootstrap, tmp_path / "job", plan, replication_factor="3").run(
+            log=False
+        )
     finally:
         gc.collect()  # no client of the run keeps reconnecting to the stopped brokers
         assert cluster.main(["stop", "--port", str(PORT), "--data-dir", str(data_dir)]) == 0
