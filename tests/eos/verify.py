@@ -131,7 +131,8 @@ def open_transactions(bootstrap: str, prefix: str) -> list[str]:
         [find_java(), "-cp", f"{libs}/*", str(LIST_TRANSACTIONS), bootstrap],
         capture_output=True,
         text=True,
-        timeout=120,
+        # A JVM that compiles the file first: minutes on a machine loaded far past its cores.
+        timeout=900,
         check=False,
     )
     if done.returncode != 0:
