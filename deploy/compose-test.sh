@@ -5,6 +5,8 @@
 # every target with every alert rule loaded, and everything torn down (volumes included).
 #
 #   bash deploy/compose-test.sh
+#   COMPOSE_CLUSTER=1 bash deploy/compose-test.sh   # on three brokers (docker-compose.cluster.yml),
+#                                                   # one of them SIGKILLed mid-run as well
 #
 # Needs root on Debian (bookworm). Installs what is missing: Debian's docker.io (and starts
 # dockerd), Docker Compose v2 built from its Go module (cached in ~/.cache/processor), and,
@@ -24,10 +26,17 @@ WORDS=1000000
 # Host ports of this run (the stack publishes Kafka and Prometheus on 127.0.0.1 only).
 export KAFKA_HOST_PORT="${KAFKA_HOST_PORT:-23094}"
 export PROMETHEUS_HOST_PORT="${PROMETHEUS_HOST_PORT:-23090}"
+export KAFKA_2_HOST_PORT="${KAFKA_2_HOST_PORT:-23095}" KAFKA_3_HOST_PORT="${KAFKA_3_HOST_PORT:-23096}"
 export PROCESSOR_IMAGE="${PROCESSOR_IMAGE:-processor:compose-test}"
 export DEMO_WORDS=$WORDS
 export DOCKER_BUILDKIT=0 # the classic builder: Debian's engine has no buildx
 SERVICES=(kafka topics coordinator worker prometheus) # then the producer, once they are healthy
+FILES=(-f "$ROOT/docker-compose.yml")
+CLUSTER="${COMPOSE_CLUSTER:-}"
+if [ -n "$CLUSTER" ]; then
+  FILES+=(-f "$ROOT/docker-compose.cluster.yml")
+  SERVICES=(kafka kafka-2 kafka-3 "${SERVICES[@]:1}")
+fi
 STARTED_DOCKERD=""
 UP=""
 
@@ -37,7 +46,7 @@ fail() {
   echo "compose-test: FAIL: $* ($(elapsed))"
   exit 1
 }
-compose() { docker compose -p "$PROJECT" -f "$ROOT/docker-compose.yml" "$@"; }
+compose() { docker compose -p "$PROJECT" "${FILES[@]}" "$@"; }
 
 cleanup() {
   local code=$?
@@ -228,6 +237,14 @@ for id in "${workers[0]}" "${workers[1]}"; do
 done
 say "restarting worker ${workers[2]:0:12}"
 docker restart -t 30 "${workers[2]}" >/dev/null
+if [ -n "$CLUSTER" ]; then
+  # A broker too: its partitions' leaders move to the other two, and it comes back in sync.
+  say "SIGKILL broker kafka-2"
+  compose kill -s KILL kafka-2 >/dev/null 2>&1 || fail "docker compose kill kafka-2 failed"
+  sleep 10
+  compose start kafka-2 >/dev/null 2>&1 || fail "docker compose start kafka-2 failed"
+  KILLED_AT="$KILLED_AT; broker kafka-2 SIGKILLed for 10 s"
+fi
 sleep 5
 wait_healthy 180 || fail "the workers did not come back healthy within 180 s"
 restarts=0
@@ -292,4 +309,4 @@ compose down -v --remove-orphans --timeout 30 >/dev/null 2>&1 || fail "docker co
 UP=""
 left=$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT" | wc -l)
 [ "$left" -eq 0 ] || fail "$left volumes left after down -v"
-echo "compose-test: PASS: $WORDS words exact after 2 SIGKILLs and 1 restart of $WORKERS workers (at $KILLED_AT); $targets; $got_rules alert rules; $(elapsed)"
+echo "compose-test: PASS: ${CLUSTER:+3 brokers, }$WORDS words exact after 2 SIGKILLs and 1 restart of $WORKERS workers (at $KILLED_AT); $targets; $got_rules alert rules; $(elapsed)"
