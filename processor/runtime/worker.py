@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 
-from confluent_kafka import OFFSET_END, TopicPartition
+from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
 from processor import metrics
 from processor.config import Settings
@@ -58,10 +58,15 @@ class TaskRunner:
             if exc.state == "stopped":
                 metrics.task_stopped.labels(**labels, reason=exc.reason).set(1)
             log.error("%s: %s (task stopped, not restarted)", self.task.ctx.task_id, exc)
-        except Exception as exc:  # noqa: BLE001 - any failure means: restart from the last commit
+        except Exception as exc:
             self.task.state = "failed"
             self.error = f"{type(exc).__name__}: {exc}"
-            log.error("task %s failed: %s", self.task.ctx.task_id, self.error)
+            # Kafka's errors (a fenced producer, a broker away) are expected and say it all;
+            # anything else is a bug somewhere, and its traceback is what finds it.
+            expected = isinstance(exc, KafkaException)
+            log.error(
+                "task %s failed: %s", self.task.ctx.task_id, self.error, exc_info=not expected
+            )
         metrics.forget_task(self.task.settings.job_name, self.task.ctx.task_id)
 
     @property
