@@ -506,8 +506,25 @@ def test_compose_worker_is_scalable(services: dict[str, dict[str, Any]]) -> None
     for key in ("container_name", "hostname", "ports"):
         assert key not in worker, f"worker has {key}: `--scale worker=N` would break"
     for mount in worker.get("volumes", []):
+        if isinstance(mount, str) and ":" not in mount:
+            continue  # an anonymous volume: one of its own per replica
         target = mount.split(":")[1] if isinstance(mount, str) else mount["target"]
         assert not target.startswith("/var/lib/processor/state"), "state must not be shared"
+    assert "/var/lib/processor/state" in worker["volumes"]  # writable under read_only
+
+
+def test_compose_processor_services_are_hardened(services: dict[str, dict[str, Any]]) -> None:
+    """Issue 25, item 10: as the Kubernetes manifests are."""
+    for name in ("coordinator", "worker"):
+        service = services[name]
+        assert service["read_only"] is True, name
+        assert service["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in service["security_opt"], name
+        assert "/tmp" in service["tmpfs"], name
+    grafana = services["grafana"]["environment"]
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in grafana  # no admin/admin
+    assert grafana["GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION"] == "true"
+    assert grafana["GF_AUTH_DISABLE_LOGIN_FORM"] == "true"
 
 
 def test_compose_processor_services_wait_for_kafka_and_topics(
