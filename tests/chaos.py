@@ -55,8 +55,18 @@ restart: while the broker is down no
 partition has records, every one may go idle by design, and which records are late after
 depends on which source reads first.
 
+With ``--brokers 3`` the run is on a local 3-node KRaft cluster (processor/kafka/cluster.py)
+whose topics, the input's too, have 3 copies and min.insync.replicas=2, and the one broker
+restart gives way to broker faults (tests/broker_faults.py): SIGKILL of the leader of a
+task's transaction coordinator partition and of a shuffle partitions' leader, SIGSTOP of a
+broker past its session timeout, a rolling restart and a KRaft controller kill, about a
+third of the faults, each kind in turn. Each fault that takes a broker away must move
+leadership off it (counted per kind), and the summary gives per kind the time until every
+task committed again.
+
 PROCESSOR_TEST_CHAOS_PORT and PROCESSOR_TEST_CHAOS_S3_PORT move the ports
-(the broker's controller takes the next one).
+(the broker's controller takes the next one; a cluster's brokers P..P+2, controllers
+P+100..P+102).
 """
 
 from __future__ import annotations
@@ -82,11 +92,13 @@ from processor.commands.counts import read_records, read_updates
 from processor.config import Settings
 from processor.kafka import clients
 from processor.kafka.broker import LocalBroker
+from processor.kafka.cluster import LocalCluster
+from processor.kafka.replication import topic_replication
 from processor.pipeline import reference
 from processor.pipeline.api import Pipeline
 from processor.pipeline.load import load_pipeline
 from processor.pipeline.reference import SinkOutput
-from tests import chaincheck
+from tests import broker_faults, chaincheck
 from tests.conftest import TEST_REGION, create_bucket
 from tests.integration.harness import JobRun, control_messages, recovery_times
 from tests.integration.pipeline_run import read_committed
@@ -134,7 +146,19 @@ class Summary:
     dead: int = 0  # chained run: DLQ records, each a poison record of the input (checked)
     sinks: dict[str, SinkCheck] = field(default_factory=dict)
     recovery_s: list[float] = field(default_factory=list)
+    # Broker faults, per kind: seconds until leadership left the victim (None: never seen),
+    # and until every task committed again.
+    moved_s: dict[str, list[float | None]] = field(default_factory=dict)
+    recovery_by_kind: dict[str, list[float]] = field(default_factory=dict)
+    unconfirmed: int = 0  # coordinator kills whose transactional id was not in that partition
     duration_s: float = 0.0
+
+    @property
+    def missed(self) -> int:
+        """Broker faults that missed: leadership not seen to move, or a transaction
+        coordinator kill of a broker whose partition did not hold the transactional id."""
+        unmoved = sum(s is None for moves in self.moved_s.values() for s in moves)
+        return unmoved + self.unconfirmed
 
     @property
     def exact(self) -> bool:
@@ -165,6 +189,23 @@ class Summary:
                 "median": round(statistics.median(rec), 3) if rec else None,
                 "max": round(rec[-1], 3) if rec else None,
             },
+            **(
+                {
+                    "broker_faults": {
+                        kind: {
+                            "leadership_moved": sum(s is not None for s in moves),
+                            "moved_s": broker_faults.summarize([s for s in moves if s]),
+                            "recovery_s": broker_faults.summarize(
+                                self.recovery_by_kind.get(kind, [])
+                            ),
+                        }
+                        for kind, moves in self.moved_s.items()
+                    }
+                }
+                if self.moved_s
+                else {}
+            ),
+            **({"broker_faults_missed": self.missed} if self.moved_s else {}),
             "duration_s": round(self.duration_s, 1),
         }
 
@@ -181,10 +222,14 @@ def run_chaos(
     s3_port: int = S3_PORT,
     clicks: int = 0,
     chained: int = 0,
+    brokers: int = 1,
+    broker_kinds: list[str] | None = None,
 ) -> Summary:
     """``pipeline``: ``file.py:attribute`` to run instead of the built-in word count;
     ``clicks``: run examples/clicks.py on that many clicks instead (``words`` is unused);
-    ``chained``: run examples/promotions.py on that many clicks, with poison records."""
+    ``chained``: run examples/promotions.py on that many clicks, with poison records;
+    ``brokers``: above 1, a local cluster with broker faults (``broker_restart`` unused) of
+    ``broker_kinds`` (tests/broker_faults.py FAULTS names, default all)."""
     rng = random.Random(seed)
     timed = clicks or chained
     summary = Summary(words=0 if timed else words)
@@ -207,8 +252,18 @@ def run_chaos(
         if len(stages.source_topics) != 1:
             raise ValueError(f"{pipeline}: the chaos run feeds one source topic, not several")
         job_settings = {"pipeline": pipeline, "input_topic": stages.source_topics[0]}
-    broker = LocalBroker(port=port, controller_port=port + 1, data_dir=workdir / "kafka")
-    broker.start(timeout=120)
+    broker: LocalBroker | LocalCluster
+    if brokers > 1:
+        # A small heap: three JVMs next to the job's processes on a small machine.
+        broker = LocalCluster(nodes=brokers, port=port, data_dir=workdir / "kafka", heap="384m")
+        broker.start(timeout=300)
+        # Set rather than taken from the brokers listed: a coordinator restarted while a
+        # broker is down must not create a topic with fewer copies.
+        job_settings["replication_factor"] = str(min(3, brokers))
+        broker_restart = False
+    else:
+        broker = LocalBroker(port=port, controller_port=port + 1, data_dir=workdir / "kafka")
+        broker.start(timeout=120)
     s3_server: S3Server | None = None
     storage: dict[str, str] = {}
     if s3:
@@ -240,6 +295,12 @@ def run_chaos(
         feed.start(seconds=10.0 + faults * 3.3)
     started = time.monotonic()
     kills: list[tuple[float, str]] = []  # (time, worker id) of worker kills, for recovery times
+    cluster_faults: broker_faults.ClusterFaults | None = None
+    cluster_plan: dict[int, str] = {}
+    if isinstance(broker, LocalCluster):
+        cluster_faults = broker_faults.ClusterFaults(broker, run, rng, workdir / "faults.log")
+        kinds = list(broker_faults.FAULTS) if broker_kinds is None else broker_kinds
+        cluster_plan = broker_faults.plan(rng, faults, kinds)
     try:
         run.start_coordinator()
         for i in range(WORKERS):
@@ -249,12 +310,22 @@ def run_chaos(
             run.wait_for_checkpoints(1, timeout=120)
             feed.start(seconds=max(10.0, faults * 2.0))
         elif feed is None:
-            run.feed(words, seconds=max(10.0, faults * 0.7), seed=seed)
+            # Broker faults last longer (leadership moves after the session timeout, a node
+            # restarts and catches up): input keeps coming during them too.
+            slow = sum(
+                60 if k == broker_faults.ROLLING_RESTART else 25 for k in cluster_plan.values()
+            )
+            run.feed(words, seconds=max(10.0, faults * 0.7 + slow), seed=seed)
         run.wait_for_checkpoints(2, timeout=120)
         broker_at = rng.randrange(faults) if broker_restart else -1
-        outage_at = rng.choice([n for n in range(faults) if n != broker_at]) if s3 else -1
+        taken = {broker_at, *cluster_plan}
+        outage_at = rng.choice([n for n in range(faults) if n not in taken]) if s3 else -1
         for n in range(faults):
-            if n == broker_at:
+            if n in cluster_plan and cluster_faults is not None:
+                kind = cluster_plan[n]
+                broker_faults.FAULTS[kind](cluster_faults)
+                summary.faults[kind] += 1
+            elif n == broker_at:
                 broker.stop()
                 time.sleep(rng.uniform(0.5, 2))
                 broker.start(timeout=120)
@@ -281,7 +352,13 @@ def run_chaos(
             _verify(run, summary)
         else:
             _verify_pipeline(run, graph, corpus.lines(words, seed=seed), summary)
-        summary.recovery_s = recovery_times(control_messages(run), kills)
+        messages = control_messages(run)
+        summary.recovery_s = recovery_times(messages, kills)
+        if cluster_faults is not None:
+            for record in cluster_faults.records:
+                summary.moved_s.setdefault(record.kind, []).append(record.moved_s)
+                summary.unconfirmed += record.confirmed is False
+            summary.recovery_by_kind = broker_faults.recovery(messages, cluster_faults.records)
     finally:
         run.stop()
         broker.stop()
@@ -366,8 +443,9 @@ class _ClicksFeed:
         last = max([c["ts"] for c in self.clicks] + [v["at"] for v in self.views])
         self.end = last + 3 * MINUTE  # past every window of the data and the join's bound
         admin = clients.admin(run.settings)
+        copies = topic_replication(run.settings, admin)
         for topic in ("clicks", "views"):
-            clients.ensure_topic(admin, topic, SOURCE_PARTITIONS)
+            clients.ensure_topic(admin, topic, SOURCE_PARTITIONS, replication=copies)
         self._sent = {"clicks": 0, "views": 0}
 
     def start(self, seconds: float) -> None:
@@ -434,8 +512,9 @@ class _ChainedFeed:
         self.end = last + 3 * MINUTE
         assert chaincheck.closes_everything(last, self.end)
         admin = clients.admin(run.settings)
-        clients.ensure_topic(admin, "clicks", SOURCE_PARTITIONS)
-        clients.ensure_topic(admin, "promotions", PROMOTION_PARTITIONS)
+        copies = topic_replication(run.settings, admin)
+        clients.ensure_topic(admin, "clicks", SOURCE_PARTITIONS, replication=copies)
+        clients.ensure_topic(admin, "promotions", PROMOTION_PARTITIONS, replication=copies)
         rng = random.Random(seed + 1)
         sets = max(1, clicks // POISON_EVERY)
         # Click number -> the poison cases to send after it (each case once per set).
@@ -556,7 +635,18 @@ def main() -> int:
     parser.add_argument(
         "--events", type=int, default=100_000, help="--clicks, --chained: clicks to feed"
     )
-    parser.add_argument("--port", type=int, default=PORT, help="the broker's (controller: +1)")
+    parser.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="3: on a local 3-node cluster, with broker faults instead of the broker restart",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=PORT,
+        help="the broker's (controller: +1); a cluster's: brokers P.., controllers P+100..",
+    )
     parser.add_argument("--s3-port", type=int, default=S3_PORT)
     parser.add_argument("--keep", default="", help="a directory for the logs, kept afterwards")
     args = parser.parse_args()
@@ -575,6 +665,7 @@ def main() -> int:
             s3_port=args.s3_port,
             clicks=args.events if args.clicks else 0,
             chained=args.events if args.chained else 0,
+            brokers=args.brokers,
         )
     report = summary.to_json()
     print(json.dumps(report, indent=1))
