@@ -72,50 +72,31 @@ P+100..P+102).
 from __future__ import annotations
 
 import argparse
-import collections
 import itertools
 import json
 import os
 import random
 import signal
-import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from processor.commands import corpus
 from processor.commands.counts import read_records, read_updates
-from processor.config import Settings
-from processor.kafka import clients
 from processor.kafka.broker import LocalBroker
 from processor.kafka.cluster import LocalCluster
-from processor.kafka.replication import topic_replication
 from processor.pipeline import reference
 from processor.pipeline.api import Pipeline
 from processor.pipeline.load import load_pipeline
-from processor.pipeline.reference import SinkOutput
-from tests import broker_faults, chaincheck
+from tests import broker_faults
+from tests.chaos_feeds import SOURCE_PARTITIONS, ChainedFeed, ClicksFeed
+from tests.chaos_summary import Summary
 from tests.conftest import TEST_REGION, create_bucket
 from tests.integration.harness import JobRun, control_messages, recovery_times
-from tests.integration.pipeline_run import read_committed
-from tests.integration.poison import poison
 from tests.s3server import S3Server
-from tests.sinkcheck import SinkCheck, check_sink
-from tests.timecheck import (
-    MINUTE,
-    OUT_OF_ORDER,
-    SINKS,
-    Click,
-    View,
-    closing,
-    pairs,
-    stream,
-    windows,
-)
+from tests.sinkcheck import check_sink
 
 PORT = int(os.environ.get("PROCESSOR_TEST_CHAOS_PORT", "19292"))
 S3_PORT = int(os.environ.get("PROCESSOR_TEST_CHAOS_S3_PORT", "19392"))
@@ -123,91 +104,10 @@ S3_BUCKET = "chaos"
 WORKERS = 3
 CLICKS_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "clicks.py"
 CHAINED_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "promotions.py"
-SOURCE_PARTITIONS = 3  # of each of the clicks run's two source topics (the chained run's clicks)
-PROMOTION_PARTITIONS = 2  # of the chained run's promotions
 NEVER_IDLE_MS = 3_600_000  # the clicks run's idle_ms: longer than any fault and the run
 # The chained run's idle_ms: shorter than its longer pauses (worker SIGKILL 1-5 s before the
 # restart, SIGSTOP 3-6 s), far longer than the feed's gaps.
 CHAINED_IDLE_MS = 2000
-POISON_EVERY = 20_000  # the chained run mixes a set of poison records into each so many clicks
-
-
-@dataclass
-class Summary:
-    faults: collections.Counter[str] = field(default_factory=collections.Counter)
-    records_verified: int = 0
-    words: int = 0
-    events: int = 0  # clicks run: the clicks and views fed (without the closing ones)
-    lost: int = 0
-    duplicated: int = 0
-    unknown: int = 0
-    wrong: int = 0  # pipeline sinks: final values that differ (non-numeric), dead-letter count
-    late: int = 0  # clicks and chained runs: records in <job>.late (none can be late)
-    dead: int = 0  # chained run: DLQ records, each a poison record of the input (checked)
-    sinks: dict[str, SinkCheck] = field(default_factory=dict)
-    recovery_s: list[float] = field(default_factory=list)
-    # Broker faults, per kind: seconds until leadership left the victim (None: never seen),
-    # and until every task committed again.
-    moved_s: dict[str, list[float | None]] = field(default_factory=dict)
-    recovery_by_kind: dict[str, list[float]] = field(default_factory=dict)
-    unconfirmed: int = 0  # coordinator kills whose transactional id was not in that partition
-    duration_s: float = 0.0
-
-    @property
-    def missed(self) -> int:
-        """Broker faults that missed: leadership not seen to move, or a transaction
-        coordinator kill of a broker whose partition did not hold the transactional id."""
-        unmoved = sum(s is None for moves in self.moved_s.values() for s in moves)
-        return unmoved + self.unconfirmed
-
-    @property
-    def exact(self) -> bool:
-        return self.lost == self.duplicated == self.unknown == self.wrong == self.late == 0
-
-    def to_json(self) -> dict[str, object]:
-        rec = sorted(self.recovery_s)
-        return {
-            "faults": dict(self.faults),
-            "faults_total": sum(self.faults.values()),
-            **({"events": self.events} if self.events else {"words": self.words}),
-            "records_verified": self.records_verified,
-            "lost": self.lost,
-            "duplicated": self.duplicated,
-            "unknown": self.unknown,
-            **(
-                {
-                    "wrong": self.wrong,
-                    "late": self.late,
-                    **({"dead": self.dead} if self.dead else {}),
-                    "sinks": {t: c.to_json() for t, c in self.sinks.items()},
-                }
-                if self.sinks
-                else {}
-            ),
-            "recovery_s": {
-                "n": len(rec),
-                "median": round(statistics.median(rec), 3) if rec else None,
-                "max": round(rec[-1], 3) if rec else None,
-            },
-            **(
-                {
-                    "broker_faults": {
-                        kind: {
-                            "leadership_moved": sum(s is not None for s in moves),
-                            "moved_s": broker_faults.summarize([s for s in moves if s]),
-                            "recovery_s": broker_faults.summarize(
-                                self.recovery_by_kind.get(kind, [])
-                            ),
-                        }
-                        for kind, moves in self.moved_s.items()
-                    }
-                }
-                if self.moved_s
-                else {}
-            ),
-            **({"broker_faults_missed": self.missed} if self.moved_s else {}),
-            "duration_s": round(self.duration_s, 1),
-        }
 
 
 def run_chaos(
@@ -282,12 +182,12 @@ def run_chaos(
     run = JobRun(
         broker.bootstrap, workdir, partitions, 1000 if s3 else 500, **storage, **job_settings
     )
-    feed: _ClicksFeed | _ChainedFeed | None = None
+    feed: ClicksFeed | ChainedFeed | None = None
     if clicks:
-        feed = _ClicksFeed(run, clicks, seed)
+        feed = ClicksFeed(run, clicks, seed)
         summary.events = len(feed.clicks) + len(feed.views)
     elif chained:
-        feed = _ChainedFeed(run, chained, seed)
+        feed = ChainedFeed(run, chained, seed)
         summary.events = len(feed.clicks) + len(feed.promotions)
         # Fed from before the job starts: with a short idle_ms, partitions that the job had
         # found empty for that long would be idle when the records come, and some of these
@@ -306,7 +206,7 @@ def run_chaos(
         for i in range(WORKERS):
             run.start_worker(i)
         # The input keeps coming while faults happen: about 1.5 faults per second of feed.
-        if isinstance(feed, _ClicksFeed):  # once the job runs, over about as long as the faults
+        if isinstance(feed, ClicksFeed):  # once the job runs, over about as long as the faults
             run.wait_for_checkpoints(1, timeout=120)
             feed.start(seconds=max(10.0, faults * 2.0))
         elif feed is None:
@@ -426,182 +326,6 @@ def _verify_pipeline(run: JobRun, graph: Pipeline, lines: Iterable[str], summary
         summary.wrong += check.wrong
     dead = len(read_records(run.settings, run.settings.dlq_topic, timeout=120))
     summary.wrong += abs(dead - len(expected.dead))
-
-
-class _ClicksFeed:
-    """The clicks run's input (tests/timecheck.py): clicks and views round-robin over the
-    partitions of their topics, the views' event time as the Kafka timestamp, then a closing
-    click and view in every partition."""
-
-    def __init__(self, run: JobRun, clicks: int, seed: int) -> None:
-        self.run = run
-        span = clicks * 60  # at most: 50 ms a click, 10 s more per 1000
-        # In the recent past: the broker refuses timestamps more than an hour ahead.
-        now = int(time.time() * 1000)
-        t0 = (now - span - 15 * MINUTE) // MINUTE * MINUTE
-        self.views, self.clicks, self._order = stream(t0, clicks, seed)
-        last = max([c["ts"] for c in self.clicks] + [v["at"] for v in self.views])
-        self.end = last + 3 * MINUTE  # past every window of the data and the join's bound
-        admin = clients.admin(run.settings)
-        copies = topic_replication(run.settings, admin)
-        for topic in ("clicks", "views"):
-            clients.ensure_topic(admin, topic, SOURCE_PARTITIONS, replication=copies)
-        self._sent = {"clicks": 0, "views": 0}
-
-    def start(self, seconds: float) -> None:
-        click, view = closing(self.end)
-        values = [json.dumps(e).encode() for e in self._order]
-        values += [click] * SOURCE_PARTITIONS + [view] * SOURCE_PARTITIONS
-        self.run.feed_values(values, seconds, self._send)
-
-    def _send(self, chunk: list[bytes]) -> None:
-        placed: list[tuple[str, bytes, int, int | None]] = []
-        for raw in chunk:
-            event: View | Click = json.loads(raw)
-            topic = "views" if "at" in event else "clicks"
-            at = event.get("at")
-            n = self._sent[topic]
-            self._sent[topic] = n + 1
-            placed.append((topic, raw, n % SOURCE_PARTITIONS, at if isinstance(at, int) else None))
-        self.run.send_placed(placed)
-
-    def verify(self, summary: Summary) -> None:
-        """Every window and pair of the data exactly once, nothing else, nothing late."""
-        settings = self.run.settings
-        watermark = self.end - OUT_OF_ORDER  # the clicks' bound; the views' is 0
-        expected = windows(self.clicks, watermark)
-        if expected != windows(self.clicks, self.end + 100 * MINUTE):
-            raise AssertionError("the closing records do not close every window of the data")
-        expected["view_clicks"] = pairs(self.views, self.clicks)
-        _verify_sinks(settings, {SINKS[param]: want for param, want in expected.items()}, summary)
-        summary.wrong += len(read_records(settings, settings.dlq_topic, timeout=120))
-
-
-def _verify_sinks(
-    settings: Settings, wanted: dict[str, collections.Counter[Any]], summary: Summary
-) -> None:
-    """Each sink topic holds exactly the records wanted of it (a multiset of (key, value)),
-    and the job's late topic what it holds, into ``summary``."""
-    for topic, want in wanted.items():
-        got = read_records(settings, topic, timeout=120)
-        check = check_sink(SinkOutput(False, list(want.elements())), got)
-        summary.sinks[topic] = check
-        summary.records_verified += check.records
-        summary.lost += check.lost
-        summary.duplicated += check.duplicated
-        summary.unknown += check.unknown
-    summary.late = len(read_records(settings, f"{settings.job_name}.late", timeout=120))
-
-
-# A record of the chained run's feed: (topic, value, key, partition).
-_Placed = tuple[str, bytes, bytes | None, int]
-
-
-class _ChainedFeed:
-    """The chained run's input (tests/chaincheck.py): clicks and promotions round-robin over
-    the partitions of their topics, in the order of their places in event time, with a set
-    of poison records (tests/integration/poison.py) mixed into each `POISON_EVERY` clicks at
-    random places, then a closing click and promotion in every partition."""
-
-    def __init__(self, run: JobRun, clicks: int, seed: int) -> None:
-        self.run = run
-        now = int(time.time() * 1000)
-        t0 = (now - clicks * 50 - 15 * MINUTE) // MINUTE * MINUTE  # recent, as the clicks run's
-        self.clicks, self.promotions, order = chaincheck.stream(t0, clicks, seed)
-        last = max(e["ts"] for e in order)
-        self.end = last + 3 * MINUTE
-        assert chaincheck.closes_everything(last, self.end)
-        admin = clients.admin(run.settings)
-        copies = topic_replication(run.settings, admin)
-        clients.ensure_topic(admin, "clicks", SOURCE_PARTITIONS, replication=copies)
-        clients.ensure_topic(admin, "promotions", PROMOTION_PARTITIONS, replication=copies)
-        rng = random.Random(seed + 1)
-        sets = max(1, clicks // POISON_EVERY)
-        # Click number -> the poison cases to send after it (each case once per set).
-        after: dict[int, list[int]] = collections.defaultdict(list)
-        for _ in range(sets):
-            for case in range(len(poison(0))):
-                after[rng.randrange(clicks)].append(case)
-        parts = {"clicks": SOURCE_PARTITIONS, "promotions": PROMOTION_PARTITIONS}
-        sent = {"clicks": 0, "promotions": 0}
-        offsets = {(topic, p): 0 for topic, n in parts.items() for p in range(n)}
-        last_ts = dict.fromkeys(range(SOURCE_PARTITIONS), t0)
-        self.placed: list[_Placed] = []
-        # (partition, offset) in clicks -> the poison record's value and key.
-        self.poison: dict[tuple[int, int], tuple[bytes, bytes | None]] = {}
-        # Poison records dead at the shuffle (too large once encoded, at flush time, when
-        # their batch is gone): a short repr in the DLQ, without the source's headers.
-        self.too_big = 0
-
-        def place(topic: str, value: bytes, key: bytes | None, partition: int) -> None:
-            self.placed.append((topic, value, key, partition))
-            offsets[topic, partition] += 1
-
-        clicked = 0
-        for event in order:
-            topic = "promotions" if event["id"].startswith("p") else "clicks"
-            partition = sent[topic] % parts[topic]
-            sent[topic] += 1
-            place(topic, json.dumps(event).encode(), None, partition)
-            if topic == "clicks":
-                last_ts[partition] = event["ts"]
-                for case in after.get(clicked, []):
-                    p = rng.randrange(SOURCE_PARTITIONS)
-                    record = poison(last_ts[p], key="page")[case]
-                    if record.reason == "oversized_record":
-                        self.too_big += 1
-                    else:
-                        self.poison[p, offsets["clicks", p]] = (record.value, record.key)
-                    place("clicks", record.value, record.key, p)
-                clicked += 1
-        for topic, n in parts.items():
-            closing = {"id": "close", "page": "closing", "ts": self.end}
-            for p in range(n):
-                place(topic, json.dumps(closing).encode(), None, p)
-
-    def start(self, seconds: float) -> None:
-        self.run.feed_values(self.placed, seconds, self._send)
-
-    def _send(self, chunk: list[_Placed]) -> None:
-        for topic, value, key, partition in chunk:
-            self.run._produce(topic, value, key=key, partition=partition)
-        self.run._flush()
-
-    def verify(self, summary: Summary) -> None:
-        """Every window of both stages and every pair exactly once, nothing else, nothing
-        late, and the DLQ holding each poison record once, as it came."""
-        settings = self.run.settings
-        expected = chaincheck.expected(self.clicks, self.promotions)
-        _verify_sinks(
-            settings, {chaincheck.SINKS[param]: want for param, want in expected.items()}, summary
-        )
-        letters = read_committed(settings.bootstrap_servers, settings.dlq_topic, timeout=120)
-        found: collections.Counter[tuple[int, int]] = collections.Counter()
-        too_big = 0
-        for key, value, headers in itertools.chain.from_iterable(letters.values()):
-            summary.dead += 1
-            if "offset" not in headers:  # not an input record as it came
-                json_ok = value is not None and value.startswith(b'{"page":"big","ts":')
-                if headers.get("operator") == b"by-page" and json_ok:
-                    too_big += 1
-                else:
-                    summary.unknown += 1
-                continue
-            at = (int(headers.get("partition", b"-1")), int(headers.get("offset", b"-1")))
-            sent = self.poison.get(at)
-            if sent is None or headers.get("topic") != b"clicks" or key != sent[1]:
-                summary.unknown += 1
-                continue
-            truncated = headers.get("truncated")
-            if value is None or not (
-                value == sent[0]
-                if truncated is None
-                else int(truncated) == len(sent[0]) and sent[0].startswith(value)
-            ):
-                summary.wrong += 1
-            found[at] += 1
-        summary.duplicated += sum(n - 1 for n in found.values()) + max(0, too_big - self.too_big)
-        summary.lost += len(self.poison.keys() - found.keys()) + max(0, self.too_big - too_big)
 
 
 def _absolute(spec: str) -> str:
