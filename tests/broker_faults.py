@@ -399,7 +399,7 @@ def recovery(messages: ControlLog, records: list[FaultRecord]) -> dict[str, list
         for ts, m in messages:
             if isinstance(m, control.Ack) and m.checkpoint >= first and m.task in tasks:
                 acked.setdefault(m.task, ts)
-        if acked.keys() == tasks:
+        if tasks and acked.keys() == tasks:
             out[record.kind].append(max(acked.values()) - record.started)
     return dict(out)
 

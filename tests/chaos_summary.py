@@ -36,7 +36,12 @@ class Summary:
     def missed(self) -> int:
         """Broker faults that missed: leadership not seen to move, or a transaction
         coordinator kill of a broker whose partition did not hold the transactional id."""
-        unmoved = sum(s is None for moves in self.moved_s.values() for s in moves)
+        unmoved = sum(
+            s is None
+            for kind, moves in self.moved_s.items()
+            if kind != broker_faults.ROLLING_RESTART  # no victim to move off: not measured
+            for s in moves
+        )
         return unmoved + self.unconfirmed
 
     @property

@@ -68,3 +68,12 @@ def test_recovery_waits_for_every_task_to_commit_a_checkpoint_begun_after_the_fa
     records = [FaultRecord(TXN_LEADER_KILL, 10.0, 1), FaultRecord(CONTROLLER_KILL, 20.0, 2)]
     # The controller kill's checkpoint never came: left out rather than counted as zero.
     assert recovery(messages, records) == {TXN_LEADER_KILL: [7.5]}
+
+
+def test_recovery_skips_a_fault_under_an_empty_assignment() -> None:
+    # A coordinator just restarted may publish an assignment without tasks: nothing to wait for.
+    messages: ControlLog = [
+        (1.0, control.Assignment(1, 1, {})),
+        (12.0, control.Trigger(6, 12.0)),
+    ]
+    assert recovery(messages, [FaultRecord(TXN_LEADER_KILL, 10.0, 1)]) == {}
