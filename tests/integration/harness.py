@@ -23,6 +23,7 @@ from processor.commands.counts import read_updates
 from processor.config import Settings, load_settings
 from processor.jobs.wordcount import words
 from processor.kafka import clients
+from processor.kafka.replication import topic_replication
 from processor.models import control
 from processor.state.rocksdb.snapshots import unseal_manifest
 
@@ -64,8 +65,14 @@ class JobRun:
             output_topic=f"{topics}.counts",
         )
         if input_partitions:  # 0: a pipeline's run, which has source topics of its own
+            # As many copies as the job's own topics get: on a cluster the input must
+            # survive a broker fault too.
+            admin = clients.admin(self.settings)
             clients.ensure_topic(
-                clients.admin(self.settings), self.settings.input_topic, input_partitions
+                admin,
+                self.settings.input_topic,
+                input_partitions,
+                replication=topic_replication(self.settings, admin),
             )
         self.expected: collections.Counter[str] = self._expected()
         self.coordinator: subprocess.Popen[bytes] | None = None

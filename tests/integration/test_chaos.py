@@ -1,14 +1,19 @@
 """The chaos run in its short CI mode (the long run: python -m tests.chaos).
 
 PROCESSOR_TEST_CHAOS_PORT (default 19292) and PROCESSOR_TEST_CHAOS_S3_PORT (19392) move the
-ports of the broker and the S3 server each test starts."""
+ports of the broker and the S3 server each test starts; PROCESSOR_TEST_CHAOS_CLUSTER_PORT
+(19892) the 3-node cluster's (brokers P..P+2, controllers P+100..P+102)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+from tests.broker_faults import TXN_LEADER_KILL
 from tests.chaos import run_chaos
+
+CLUSTER_PORT = int(os.environ.get("PROCESSOR_TEST_CHAOS_CLUSTER_PORT", "19892"))
 
 # The faults of a short run without a broker restart: every kind of process fault, once at least.
 NO_BROKER_RESTART = {"worker SIGKILL", "coordinator SIGKILL", "worker SIGSTOP (zombie)"}
@@ -88,4 +93,27 @@ def test_chaos_short_on_chained_timed_stages_with_poison_records(tmp_path: Path)
     }
     assert all(check.records > 0 for check in summary.sinks.values()), report
     assert summary.dead == 11, report  # one set of poison records (tests/integration/poison.py)
+    assert summary.exact, report
+
+
+def test_chaos_short_on_three_brokers(tmp_path: Path) -> None:
+    """On a 3-node cluster (3 copies, min ISR 2): the broker that leads a task's transaction
+    coordinator partition SIGKILLed (its partitions must get other leaders) and restarted,
+    besides worker and coordinator faults; the output exact."""
+    summary = run_chaos(
+        tmp_path,
+        words=200_000,
+        faults=4,
+        seed=2,
+        broker_restart=False,
+        port=CLUSTER_PORT,
+        brokers=3,
+        broker_kinds=[TXN_LEADER_KILL],
+    )
+    report = summary.to_json()
+    print(json.dumps(report))
+    assert summary.faults[TXN_LEADER_KILL] == 1, report
+    assert "broker restart" not in summary.faults, report
+    assert summary.missed == 0, report  # leadership moved, the id was in that partition
+    assert summary.records_verified > 0
     assert summary.exact, report
