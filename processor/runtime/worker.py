@@ -37,6 +37,21 @@ log = logging.getLogger(__name__)
 _MAX_BACKOFF_S = 10.0
 
 
+def unmasked(exc: BaseException) -> BaseException:
+    """The error a ``SystemError`` of confluent-kafka's log callback hides.
+
+    confluent-kafka-python calls the ``logger`` it is given while a Kafka error it has just
+    raised is still pending (upstream issue #1708, open): the log call then fails with
+    ``SystemError: <class 'logging.LogRecord'> returned a result with an exception set``, and
+    that replaces the real error, a fenced producer say, which becomes its ``__cause__``.
+    Under broker faults the chaos run saw 118 task failures reported so.
+    """
+    seen = exc
+    while isinstance(seen, SystemError) and seen.__cause__ is not None:
+        seen = seen.__cause__
+    return seen
+
+
 class TaskRunner:
     def __init__(self, task: Task) -> None:
         self.task = task
@@ -58,12 +73,13 @@ class TaskRunner:
             if exc.state == "stopped":
                 metrics.task_stopped.labels(**labels, reason=exc.reason).set(1)
             log.error("%s: %s (task stopped, not restarted)", self.task.ctx.task_id, exc)
-        except Exception as exc:
+        except Exception as raised:
             self.task.state = "failed"
-            self.error = f"{type(exc).__name__}: {exc}"
+            cause = unmasked(raised)
+            self.error = f"{type(cause).__name__}: {cause}"
             # Kafka's errors (a fenced producer, a broker away) are expected and say it all;
             # anything else is a bug somewhere, and its traceback is what finds it.
-            expected = isinstance(exc, KafkaException)
+            expected = isinstance(cause, KafkaException)
             log.error(
                 "task %s failed: %s", self.task.ctx.task_id, self.error, exc_info=not expected
             )
