@@ -126,11 +126,15 @@ def parse_segments(lines: Iterable[str]) -> dict[TopicPart, list[Batch]]:
     out: dict[TopicPart, list[Batch]] = defaultdict(list)
     current: list[Batch] | None = None
     batch: Batch | None = None
+    dumped: set[Path] = set()
     for line in lines:
         if line.startswith("Dumping "):
             path = Path(line[len("Dumping ") :].strip())
             topic, _, part = path.parent.name.rpartition("-")
-            current = out[topic, int(part)] if path.suffix == ".log" else None
+            # A segment dumped twice would read as a producer's transactions repeated.
+            fresh = path.suffix == ".log" and path not in dumped
+            dumped.add(path)
+            current = out[topic, int(part)] if fresh else None
             batch = None
         elif current is None:
             continue
@@ -377,7 +381,8 @@ def check(
     transactional ids' prefix (``<job>.``)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     visible = committed_offsets(bootstrap, read_topics, isolation)
-    files = _leader_files(admin, [*read_topics, *other_topics], log_dirs)
+    topics = list(dict.fromkeys([*read_topics, *other_topics]))  # each once: see parse_segments
+    files = _leader_files(admin, topics, log_dirs)
     segments = parse_segments(dump_lines(files, "--deep-iteration"))
     txn_files = _leader_files(admin, [TXN_LOG], log_dirs)
     txn_log = parse_txn_log(dump_lines(txn_files, "--transaction-log-decoder"))

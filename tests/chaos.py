@@ -85,12 +85,15 @@ from pathlib import Path
 
 from processor.commands import corpus
 from processor.commands.counts import read_records, read_updates
+from processor.kafka import clients
 from processor.kafka.broker import LocalBroker
 from processor.kafka.cluster import LocalCluster
 from processor.pipeline import reference
 from processor.pipeline.api import Pipeline
 from processor.pipeline.load import load_pipeline
-from tests import broker_faults
+from processor.pipeline.plan import INTERNAL_SUFFIXES, plan
+from tests import anomalies, broker_faults
+from tests.anomalies import Anomalies
 from tests.chaos_feeds import SOURCE_PARTITIONS, ChainedFeed, ClicksFeed
 from tests.chaos_summary import Summary
 from tests.conftest import TEST_REGION, create_bucket
@@ -253,6 +256,8 @@ def run_chaos(
             _verify(run, summary)
         else:
             _verify_pipeline(run, graph, corpus.lines(words, seed=seed), summary)
+        if feed is None:
+            summary.anomalies = _anomalies(run, broker, graph)
         messages = control_messages(run)
         summary.recovery_s = recovery_times(messages, kills)
         if cluster_faults is not None:
@@ -266,6 +271,25 @@ def run_chaos(
         if s3_server is not None:
             s3_server.stop()
     return summary
+
+
+def _anomalies(
+    run: JobRun, broker: LocalBroker | LocalCluster, graph: Pipeline | None
+) -> Anomalies:
+    """Transaction anomalies of the job's sinks (reads and transactions) and shuffles
+    (transactions), from the brokers' own logs (tests/anomalies.py)."""
+    job = run.job
+    sinks = [run.settings.output_topic] if graph is None else plan(graph).sink_topics
+    # The job's other topics: its shuffles (the harness's input and output topics share the
+    # job's prefix too).
+    internal = {f"{job}.{suffix}" for suffix in INTERNAL_SUFFIXES}
+    internal |= {run.settings.input_topic, *sinks}
+    topics = clients.admin(run.settings).list_topics(timeout=30).topics
+    shuffles = [t for t in topics if t.startswith(f"{job}.") and t not in internal]
+    nodes = broker.brokers() if isinstance(broker, LocalCluster) else [broker]
+    return anomalies.check(
+        broker.bootstrap, anomalies.log_dirs(nodes), sinks, f"{job}.", other_topics=shuffles
+    )
 
 
 def _inject(

@@ -8,6 +8,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from tests import broker_faults
+from tests.anomalies import Anomalies
 from tests.sinkcheck import SinkCheck
 
 
@@ -31,6 +32,8 @@ class Summary:
     recovery_by_kind: dict[str, list[float]] = field(default_factory=dict)
     unconfirmed: int = 0  # coordinator kills whose transactional id was not in that partition
     duration_s: float = 0.0
+    # Transaction anomalies read from the brokers' logs (tests/anomalies.py); None: not checked.
+    anomalies: Anomalies | None = None
 
     @property
     def missed(self) -> int:
@@ -46,7 +49,10 @@ class Summary:
 
     @property
     def exact(self) -> bool:
-        return self.lost == self.duplicated == self.unknown == self.wrong == self.late == 0
+        clean = self.anomalies is None or self.anomalies.clean
+        return (
+            clean and self.lost == self.duplicated == self.unknown == self.wrong == self.late == 0
+        )
 
     def to_json(self) -> dict[str, object]:
         rec = sorted(self.recovery_s)
@@ -90,5 +96,6 @@ class Summary:
                 else {}
             ),
             **({"broker_faults_missed": self.missed} if self.moved_s else {}),
+            **({"anomalies": self.anomalies.to_json()} if self.anomalies else {}),
             "duration_s": round(self.duration_s, 1),
         }

@@ -27,6 +27,7 @@ def test_chaos_short(tmp_path: Path) -> None:
     assert sum(summary.faults.values()) == 10
     assert summary.records_verified > 0
     assert (summary.lost, summary.duplicated, summary.unknown) == (0, 0, 0), report
+    assert summary.anomalies is not None and summary.anomalies.clean, report
 
 
 def test_chaos_short_with_s3_storage_and_an_outage(tmp_path: Path) -> None:
@@ -36,6 +37,7 @@ def test_chaos_short_with_s3_storage_and_an_outage(tmp_path: Path) -> None:
     assert summary.faults["S3 outage"] == 1
     assert summary.records_verified > 0
     assert (summary.lost, summary.duplicated, summary.unknown) == (0, 0, 0), report
+    assert summary.anomalies is not None and summary.anomalies.clean, report
 
 
 def test_chaos_short_on_the_two_shuffle_pipeline(tmp_path: Path) -> None:

@@ -153,3 +153,12 @@ def test_data_before_a_decision_of_the_same_millisecond_goes_to_the_next() -> No
     ]
     found = find_anomalies(parse_segments(segments), parse_txn_log(log), {("out", 0): {0}}, "job.")
     assert found.clean and found.transactions == 2, found.examples
+
+
+def test_a_segment_dumped_twice_is_read_once() -> None:
+    """A topic both read and named among the others once made every transaction of it
+    look torn (its runs twice over, the second copy matching no decision)."""
+    twice = parse_segments(SEGMENTS + SEGMENTS)
+    assert twice == parse_segments(SEGMENTS)
+    found = find_anomalies(twice, parse_txn_log(TXN_LOG), VISIBLE, "job.")
+    assert found.clean and found.records == 8
