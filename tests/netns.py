@@ -1,9 +1,14 @@
 """Network partitions for tests: hosts in network namespaces the test makes itself.
 
-A bridge ``pcxbr`` in the root namespace holds 10.203.0.1/24; each host is a namespace
-``pcx-<name>`` with its own 10.203.0.N/24 on a veth pair whose other end is a port of the
-bridge. Hosts reach each other through the bridge (layer 2, no forwarding), and processes of
-the root namespace (the test, a coordinator) reach every host from the bridge's address.
+A bridge ``pcxbr`` is the switch; each host is a namespace ``pcx-<name>`` with its own
+10.203.0.N/24 on a veth pair whose other end is a port of the bridge. The root namespace is
+on the switch too, as 10.203.0.1 (interface ``pcxroot``): processes there (the test, a
+coordinator) reach every host, and every host reaches them, with no forwarding anywhere.
+
+The bridge lives in a namespace of its own, ``pcx-switch``, not in the root namespace: with
+br_netfilter loaded (``net.bridge.bridge-nf-call-iptables=1``, as Docker sets it), frames
+bridged in the root namespace pass its iptables FORWARD chain, which Docker's policy DROPs:
+host-to-host traffic died while root-to-host worked. The switch namespace has no rules.
 
 Nothing leaves the machine:
 
@@ -53,12 +58,14 @@ from types import TracebackType
 
 BRIDGE = "pcxbr"
 NETNS_PREFIX = "pcx-"
-SUBNET = "10.203.0"  # a /24: the bridge is .1, hosts .2 and up
-BRIDGE_ADDRESS = f"{SUBNET}.1"
+SWITCH = f"{NETNS_PREFIX}switch"  # the namespace of the bridge (not a host's name: see _NAME)
+ROOT_LINK = "pcxroot"  # the root namespace's interface on the switch
+SUBNET = "10.203.0"  # a /24: the root namespace is .1, hosts .2 and up
+ROOT_ADDRESS = f"{SUBNET}.1"
 GUARD_METRIC = "4000"  # above the bridge's own route for the subnet (metric 0)
 MAX_HOSTS = 200
 # Interface names are at most 15 characters: "pcxv" + 11 (root side), "pcxp" + 11 (host side).
-_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,10}")
+_NAME = re.compile(r"(?!switch$)[a-z0-9][a-z0-9-]{0,10}")
 
 
 class NetworkError(Exception):
@@ -116,7 +123,7 @@ class Host:
 
     @property
     def outer(self) -> str:
-        """The root namespace's end of the host's veth pair (a bridge port)."""
+        """The switch's end of the host's veth pair (a bridge port)."""
         return f"pcxv{self.name}"
 
     @property
@@ -126,7 +133,8 @@ class Host:
 
 
 class TestNetwork:
-    """A bridge and the hosts on it; a context manager that removes everything on exit."""
+    """A switch, the root namespace and the hosts on it; a context manager that removes
+    everything on exit."""
 
     __test__ = False  # not a pytest test class, whatever its name
 
@@ -148,13 +156,21 @@ class TestNetwork:
         self.close()
 
     def open(self) -> None:
-        """Make the bridge, after removing whatever a crashed run left behind."""
+        """Make the switch and put the root namespace on it, after removing whatever a
+        crashed run left behind."""
         remove_leftovers()
         _ip("route", "replace", "unreachable", f"{SUBNET}.0/24", "metric", GUARD_METRIC)
-        _ip("link", "add", BRIDGE, "type", "bridge")
+        _ip("netns", "add", SWITCH)
         self._open = True
-        _ip("addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE)
-        _ip("link", "set", BRIDGE, "up")
+        _ip("-n", SWITCH, "link", "add", BRIDGE, "type", "bridge")
+        _ip("-n", SWITCH, "link", "set", BRIDGE, "up")
+        port = f"{ROOT_LINK}p"
+        _ip("link", "add", ROOT_LINK, "type", "veth", "peer", "name", port, "netns", SWITCH)
+        _ip("-n", SWITCH, "link", "set", port, "master", BRIDGE)
+        _ip("-n", SWITCH, "link", "set", port, "up")
+        _ip("addr", "add", f"{ROOT_ADDRESS}/24", "dev", ROOT_LINK)
+        _ip("link", "set", ROOT_LINK, "up")
+        _wait_up(ROOT_LINK, None, port)
 
     def add_host(self, name: str) -> Host:
         """A new namespace ``pcx-<name>`` with lo up and the next free address."""
@@ -169,12 +185,13 @@ class TestNetwork:
         ns = host.netns
         _ip("netns", "add", ns)
         _ip("-n", ns, "link", "set", "lo", "up")
-        _ip("link", "add", host.outer, "type", "veth", "peer", "name", host.inner, "netns", ns)
-        _ip("link", "set", host.outer, "master", BRIDGE)
-        _ip("link", "set", host.outer, "up")
+        _ip("-n", SWITCH, "link", "add", host.outer, "type", "veth", "peer", "name", host.inner)
+        _ip("-n", SWITCH, "link", "set", host.inner, "netns", ns)
+        _ip("-n", SWITCH, "link", "set", host.outer, "master", BRIDGE)
+        _ip("-n", SWITCH, "link", "set", host.outer, "up")
         _ip("-n", ns, "addr", "add", f"{host.address}/24", "dev", host.inner)
         _ip("-n", ns, "link", "set", host.inner, "up")
-        _wait_up(host)
+        _wait_up(host.inner, ns, host.outer)
         return host
 
     def cut(self, host: Host) -> None:
@@ -197,7 +214,7 @@ class TestNetwork:
         kind = ["blackhole"] if verb == "add" else []
         return [
             ["tc", "-n", host.netns, "qdisc", verb, "dev", host.inner, "root", *kind],
-            ["tc", "qdisc", verb, "dev", host.outer, "root", *kind],
+            ["tc", "-n", SWITCH, "qdisc", verb, "dev", host.outer, "root", *kind],
         ]
 
     def close(self) -> None:
@@ -209,34 +226,37 @@ class TestNetwork:
         remove_leftovers()
 
 
-def _wait_up(host: Host, timeout: float = 10.0) -> None:
-    """Until both ends of the host's veth are operationally up. The kernel activates a
-    link's qdisc only then (linkwatch, up to a second after ``link set up``); until then
-    every packet is dropped, and the first connection attempts of a test would time out."""
+def _wait_up(inner: str, netns: str | None, outer: str, timeout: float = 10.0) -> None:
+    """Until both ends of a veth pair (``inner`` in ``netns``, None: the root namespace;
+    ``outer`` in the switch) are operationally up. The kernel activates a link's qdisc only
+    then (linkwatch, up to a second after ``link set up``); until then every packet is
+    dropped, and the first connection attempts of a test would time out."""
     deadline = time.monotonic() + timeout
+    where = ["-n", netns] if netns else []
     while True:
-        inner = _ip("-n", host.netns, "-o", "link", "show", "dev", host.inner).stdout
-        outer = _ip("-o", "link", "show", "dev", host.outer).stdout
-        if "state UP" in inner and "state UP" in outer:
+        inside = _ip(*where, "-o", "link", "show", "dev", inner).stdout
+        switch = _ip("-n", SWITCH, "-o", "link", "show", "dev", outer).stdout
+        if "state UP" in inside and "state UP" in switch:
             return
         if time.monotonic() > deadline:
-            raise NetworkError(f"the veth of {host.netns} is not up after {timeout}s")
+            raise NetworkError(f"the veth pair {inner}/{outer} is not up after {timeout}s")
         time.sleep(0.05)
 
 
 def remove_leftovers() -> None:
-    """Delete every ``pcx-*`` namespace, ``pcxv*`` veth and the bridge, from this or an
-    earlier (crashed) run."""
+    """Delete every ``pcx-*`` namespace (the switch and the hosts) and the root namespace's
+    end of the switch, from this or an earlier (crashed) run."""
     listed = _ip("netns", "list", check=False).stdout
     for line in listed.splitlines():
         name = line.split()[0] if line.split() else ""
         if name.startswith(NETNS_PREFIX):
-            # Deleting a namespace deletes the veth end inside it, and so its peer.
+            # A veth end inside a deleted namespace goes with it, and so does its peer;
+            # unless a process still holds the namespace, hence the links below.
             _ip("netns", "del", name, check=False)
     links = _ip("-o", "link", "show", check=False).stdout
     for line in links.splitlines():
         fields = line.split(":")
         if len(fields) > 1:
             name = fields[1].strip().split("@")[0]
-            if name.startswith("pcxv") or name == BRIDGE:
+            if name.startswith("pcx"):
                 _ip("link", "del", name, check=False)
