@@ -167,6 +167,11 @@ class JobRun:
         self._feeder = threading.Thread(target=run, daemon=True)
         self._feeder.start()
 
+    @property
+    def feeding(self) -> bool:
+        """Whether the background feed is still sending."""
+        return self._feeder is not None and self._feeder.is_alive()
+
     def resume_feed(self) -> None:
         self._resume.set()
 

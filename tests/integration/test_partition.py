@@ -41,6 +41,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 WORDS = int(os.environ.get("PROCESSOR_PARTITION_WORDS", "200000"))
 CUT_S = 20.0
+MAX_CUT_S = 60.0
 # Inside the namespaces, each node on its own address: any ports will do.
 PORT = 9092
 WORKERS = 3
@@ -183,27 +184,39 @@ def _control_leader(run: JobRun) -> int:
 def test_a_cut_off_worker_and_a_cut_off_broker_leave_the_output_exact(
     network: netns.TestNetwork, kafka: LocalCluster, tmp_path: Path
 ) -> None:
-    run = JobRun(kafka.bootstrap, tmp_path, interval_ms=500)
+    # A worker is dead after 5 s without a heartbeat rather than 2: on a loaded machine
+    # (load 100 on 2 cores, seen) 2 s moved tasks back and forth all the time and no
+    # checkpoint ever completed. A 20 s cut is far beyond either.
+    run = JobRun(kafka.bootstrap, tmp_path, interval_ms=500, worker_timeout_ms="5000")
     run.worker_prefix = {i: network.hosts[f"w{i}"].prefix for i in range(WORKERS)}
     try:
         run.start(workers=WORKERS)
-        run.feed(WORDS, seconds=80)
+        # Long enough to go on through both cuts: each must hit the job mid-stream.
+        run.feed(WORDS, seconds=200)
         run.wait_for_checkpoints(2, timeout=300)
 
         # (a) The zombie: worker 1 cut off, still running, its tasks taken over.
         zombie = network.hosts["w1"]
+        assert run.feeding, "the input ended before the worker cut: lengthen the feed"
+        moves = _moves(run, "worker-1")
         network.cut(zombie)
         cut_at = time.monotonic()
         try:
-            wait_until(lambda: _moved(run, "worker-1"), CUT_S, "worker-1's tasks to move")
-            # The job goes on without it: checkpoints complete only once every task acked.
+            wait_until(lambda: _moves(run, "worker-1") > moves, CUT_S, "worker-1's tasks to move")
+            # The job goes on without it: a checkpoint completes only once every task acked.
+            # The cut lasts CUT_S, and longer (up to MAX_CUT_S, the chaos run's longest)
+            # until the others have completed one: on a loaded machine moved tasks can
+            # take longer than the rest of CUT_S to restore.
             done = run.completed_checkpoints()
+            wait_until(
+                lambda: run.completed_checkpoints() > done,
+                MAX_CUT_S - (time.monotonic() - cut_at),
+                "a checkpoint without the cut-off worker",
+            )
             time.sleep(max(0.0, CUT_S - (time.monotonic() - cut_at)))
-            went_on = run.completed_checkpoints() - done
             assert run.workers[1].poll() is None, "the zombie died instead of living on"
         finally:
             network.heal(zombie)
-        assert went_on > 0, "no checkpoint completed while worker-1 was cut off"
         run.wait_for_checkpoints(3, timeout=180)
         # Storage the zombie may have touched: every task restores from it.
         restores = _restores(run)
@@ -217,6 +230,7 @@ def test_a_cut_off_worker_and_a_cut_off_broker_leave_the_output_exact(
         # (b) A broker cut off: the leader of the control topic.
         node = _control_leader(run)
         broker = network.hosts[f"k{node}"]
+        assert run.feeding, "the input ended before the broker cut: lengthen the feed"
         network.cut(broker)
         try:
             time.sleep(CUT_S)
@@ -231,9 +245,9 @@ def test_a_cut_off_worker_and_a_cut_off_broker_leave_the_output_exact(
         run.stop()
 
 
-def _moved(run: JobRun, worker: str) -> bool:
-    """Whether the coordinator saw ``worker`` miss its heartbeats and moved its tasks."""
-    return any(
+def _moves(run: JobRun, worker: str) -> int:
+    """How often the coordinator saw ``worker`` miss its heartbeats and moved its tasks."""
+    return sum(
         "missed their heartbeats" in line and repr(worker) in line
         for line in run.log("coordinator").splitlines()
     )
