@@ -79,6 +79,12 @@ class LocalBroker:
     voters: str = ""
     cluster_id: str = ""
     overrides: dict[str, str] = field(default_factory=dict)
+    # Where the node listens and what it advertises, and what its command runs under: a
+    # partition test puts each node into a network namespace of its own (tests/netns.py:
+    # its address, and ``ip netns exec <ns>``, which execs, so the pid stays Kafka's).
+    # The defaults are the loopback broker everything else uses.
+    host: str = HOST
+    prefix: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir).expanduser().resolve()
@@ -92,7 +98,7 @@ class LocalBroker:
 
     @property
     def bootstrap(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def kafka_home(self) -> Path:
@@ -177,9 +183,9 @@ class LocalBroker:
         """Everything before the launch: free ports, jars, config files, formatted storage."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         for port in (self.port, self.controller_port, self.sasl_port):
-            if port and not _port_free_soon(port):
+            if port and not _port_free_soon(port, host=self.host):
                 raise BrokerError(
-                    f"{HOST}:{port} is already in use by another process; "
+                    f"{self.host}:{port} is already in use by another process; "
                     "pick other ports with --port or stop whatever listens there"
                 )
         java = find_java()
@@ -194,6 +200,7 @@ class LocalBroker:
         before any of them can become ready (a quorum needs a majority of its voters).
         Returns the process and where its output starts in the log, for ``wait_launched``."""
         cmd = [
+            *self.prefix,
             find_java(),
             f"-Xmx{self.heap}",
             f"-Xms{self.heap}",
@@ -253,19 +260,20 @@ class LocalBroker:
         pid = self._running_pid()
         if pid is None:
             return None
-        return f"running pid {pid} on {HOST}:{self.configured_port() or self.port}"
+        return f"running pid {pid} on {self.host}:{self.configured_port() or self.port}"
 
     # ----------------------------------------------------------------- internals
 
     def _server_properties(self) -> str:
+        host = self.host
         settings = {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
             # Dynamic quorum (bootstrap servers, not controller.quorum.voters) is what
             # `format --standalone` requires.
-            "controller.quorum.bootstrap.servers": f"{HOST}:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
+            "controller.quorum.bootstrap.servers": f"{host}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{host}:{self.port},CONTROLLER://{host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{self.port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
@@ -291,7 +299,7 @@ class LocalBroker:
             settings["controller.quorum.voters"] = self.voters
         settings.update(self.overrides)
         if self.sasl_port:
-            sasl = f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}"
+            sasl = f"SASL_PLAINTEXT://{host}:{self.sasl_port}"
             settings["listeners"] += f",{sasl}"
             settings["advertised.listeners"] += f",{sasl}"
             settings["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
@@ -364,7 +372,7 @@ class LocalBroker:
                     f"see {self.log_file}"
                 )
             step = max(0.5, min(remaining, 5.0))
-            if not metadata_ok and not accepts(self.port):
+            if not metadata_ok and not accepts(self.port, self.host):
                 # librdkafka backs off between refused connects; a plain socket notices
                 # the listener the moment it opens.
                 time.sleep(0.1)

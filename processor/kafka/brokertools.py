@@ -120,21 +120,25 @@ def wait_exit(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float) ->
         time.sleep(0.1)
 
 
-def port_free_soon(port: int, grace: float = 5.0) -> bool:
+def port_free_soon(port: int, grace: float = 5.0, host: str = HOST) -> bool:
     """Whether `port` is free now or within `grace` seconds.
 
     A client reconnecting to a stopped broker on a port in the ephemeral range can briefly
     hold that very port (a TCP self-connect), which it drops after the first failed request.
     """
     deadline = time.monotonic() + grace
-    while not port_free(port):
+    while not port_free(port, host):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.2)
     return True
 
 
-def port_free(port: int) -> bool:
+def port_free(port: int, host: str = HOST) -> bool:
+    if host != HOST:
+        # An address of another network namespace (a partition test's host): this process
+        # cannot bind it, but it can reach it, and a listener there answers a connect.
+        return not accepts(port, host)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # Kafka binds with SO_REUSEADDR too, so a port in TIME_WAIT counts as free.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -145,9 +149,9 @@ def port_free(port: int) -> bool:
     return True
 
 
-def accepts(port: int) -> bool:
+def accepts(port: int, host: str = HOST) -> bool:
     try:
-        with socket.create_connection((HOST, port), timeout=1.0):
+        with socket.create_connection((host, port), timeout=1.0):
             return True
     except OSError:
         return False

@@ -126,10 +126,26 @@ class LocalCluster:
     data_dir: Path = field(default_factory=default_data_dir)
     cache_dir: Path = field(default_factory=default_cache_dir)
     heap: str = "512m"
+    # Per node (node 1 first), for a partition test that runs each node in a network
+    # namespace of its own (tests/netns.py): the address it listens on and advertises (its
+    # controller too), and a command prefix to launch it with (``ip netns exec <ns>``).
+    # Empty: every node on loopback, launched as it is.
+    hosts: list[str] = field(default_factory=list)
+    prefixes: list[list[str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir).expanduser().resolve()
         self.layout = port_layout(self.port, self.nodes)
+        for name, given in (("hosts", self.hosts), ("prefixes", self.prefixes)):
+            if given and len(given) != self.nodes:
+                raise BrokerError(f"{len(given)} {name} for {self.nodes} brokers")
+
+    def host(self, node_id: int) -> str:
+        """The address node ``node_id`` (from 1) listens on."""
+        return self.hosts[node_id - 1] if self.hosts else HOST
+
+    def _prefix(self, node_id: int) -> list[str]:
+        return list(self.prefixes[node_id - 1]) if self.prefixes else []
 
     @classmethod
     def found(cls, data_dir: Path | None = None, port: int = 9092) -> LocalCluster:
@@ -141,7 +157,9 @@ class LocalCluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"{HOST}:{port}" for port in self.layout.brokers)
+        return ",".join(
+            f"{self.host(i)}:{port}" for i, port in enumerate(self.layout.brokers, start=1)
+        )
 
     @property
     def state_file(self) -> Path:
@@ -151,10 +169,15 @@ class LocalCluster:
         """Node ``node_id`` (from 1) as a ``LocalBroker``."""
         if self.nodes == 1:
             return LocalBroker(
-                port=self.port, data_dir=self.data_dir, cache_dir=self.cache_dir, heap=self.heap
+                port=self.port,
+                data_dir=self.data_dir,
+                cache_dir=self.cache_dir,
+                heap=self.heap,
+                host=self.host(1),
+                prefix=self._prefix(1),
             )
         voters = ",".join(
-            f"{i}@{HOST}:{port}" for i, port in enumerate(self.layout.controllers, start=1)
+            f"{i}@{self.host(i)}:{port}" for i, port in enumerate(self.layout.controllers, start=1)
         )
         return LocalBroker(
             port=self.layout.brokers[node_id - 1],
@@ -166,6 +189,8 @@ class LocalCluster:
             voters=voters,
             cluster_id=cluster_id,
             overrides=cluster_properties(self.nodes),
+            host=self.host(node_id),
+            prefix=self._prefix(node_id),
         )
 
     def brokers(self, cluster_id: str = "") -> list[LocalBroker]:
@@ -383,7 +408,7 @@ def _status(cluster: LocalCluster) -> int:
     up = sum(node.pid is not None for node in nodes)
     print(f"kafka cluster of {cluster.nodes} brokers: {up} running (data {cluster.data_dir})")
     for node in nodes:
-        where = f"{HOST}:{node.port}"
+        where = f"{cluster.host(node.node_id)}:{node.port}"
         state = f"running pid {node.pid} on {where}" if node.pid else f"not running ({where})"
         print(f"  broker {node.node_id}: {state}")
     return 0 if up == cluster.nodes else 1

@@ -77,6 +77,10 @@ class JobRun:
         self.expected: collections.Counter[str] = self._expected()
         self.coordinator: subprocess.Popen[bytes] | None = None
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
+        # Per worker index: a command prefix to start it under, e.g. ``ip netns exec <ns>``
+        # to run it inside a network namespace (tests/netns.py). That execs the worker, so
+        # the pid in ``workers`` is still the worker's own and kill_worker's signals reach it.
+        self.worker_prefix: dict[int, list[str]] = {}
         self._feeder: threading.Thread | None = None
         self.halfway = threading.Event()  # a feed that holds half-way has got there
         self._resume = threading.Event()
@@ -170,6 +174,11 @@ class JobRun:
         self._feeder = threading.Thread(target=run, daemon=True)
         self._feeder.start()
 
+    @property
+    def feeding(self) -> bool:
+        """Whether the background feed is still sending."""
+        return self._feeder is not None and self._feeder.is_alive()
+
     def resume_feed(self) -> None:
         self._resume.set()
 
@@ -193,10 +202,12 @@ class JobRun:
 
     # --- processes -----------------------------------------------------------------------
 
-    def _spawn(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, *args: str, prefix: Sequence[str] = (), **env: str
+    ) -> subprocess.Popen[bytes]:
         log = (self.workdir / f"{name}.log").open("ab")
         return subprocess.Popen(
-            [sys.executable, "-m", "processor", *args],
+            [*prefix, sys.executable, "-m", "processor", *args],
             env={**self.env, **env},
             stdout=log,
             stderr=log,
@@ -213,6 +224,7 @@ class JobRun:
             "worker",
             "--worker-id",
             f"worker-{index}",
+            prefix=self.worker_prefix.get(index, ()),
             PROCESSOR_METRICS_PORT=str(metrics_port),
             PROCESSOR_FAULT=fault,
         )
