@@ -156,14 +156,17 @@ class CoordinatorLease:
         newest: tuple[str, float] | None = None
         position = 0
         deadline = time.monotonic() + 30
+        tp = TopicPartition(self._settings.control_topic, 0)
         while position < high and time.monotonic() < deadline:
             for msg in consumer.consume(1000, 0.2):
-                position = max(position, (msg.offset() or 0) + 1)
                 if msg.error() is not None or not msg.value():
                     continue
                 message = control.decode(msg.value() or b"")
                 if isinstance(message, control.Lease) and message.incarnation != self.incarnation:
                     newest = (message.incarnation, message.renewed_at)
+            # The consumer's position moves past transaction markers (the leases' own), which
+            # are never returned and can be the topic's last offsets.
+            position = consumer.position([tp])[0].offset
         return newest
 
     def _renewed_by(self, consumer: Consumer, incarnation: str) -> bool:

@@ -331,12 +331,15 @@ def control_messages(run: JobRun) -> ControlLog:
     out: ControlLog = []
     position = 0
     try:
+        # Ends by the consumer's position, not by the offsets of the records read: the
+        # coordinator's lease is renewed in transactions, and their markers (never returned)
+        # can be the last offsets of the topic.
         while position < high:
             for msg in consumer.consume(10_000, 1.0):
-                position = max(position, (msg.offset() or 0) + 1)
                 message = control.decode(msg.value() or b"")
                 if message is not None:
                     out.append((msg.timestamp()[1] / 1000, message))
+            position = consumer.position([tp])[0].offset
     finally:
         consumer.close()
     return out
