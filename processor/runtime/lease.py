@@ -121,6 +121,7 @@ class CoordinatorLease:
             newest = self._newest_other(consumer, high)
             seen = Seen(newest[0], time.time() - newest[1]) if newest else None
             started = time.monotonic()
+            said = False
             while True:
                 watched = time.monotonic() - started
                 renewed = seen is not None and self._renewed_by(consumer, seen.incarnation)
@@ -130,7 +131,8 @@ class CoordinatorLease:
                 if verdict == "conflict":
                     assert seen is not None
                     raise CoordinatorConflict(conflict_line(s.job_name, seen.incarnation, False))
-                if watched == 0.0:
+                if not said:  # once: the wait may last EXPIRE_S
+                    said = True
                     log.info(
                         "coordinator %s renewed its lease %.1fs ago: waiting up to %.0fs for "
                         "it to renew again (then it is dead or hung, and this one takes over)",
