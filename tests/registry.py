@@ -129,6 +129,10 @@ class ApicurioRegistry:
                 proc.wait(10)
         self._proc = None
 
+    def running(self) -> bool:
+        """Whether the registry's process is still there."""
+        return self._proc is not None and self._proc.poll() is None
+
     def _answers(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.url}/subjects", timeout=1.0) as reply:

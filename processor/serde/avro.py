@@ -27,6 +27,18 @@ from processor.pipeline.ops import Unavailable
 # HTTP statuses of a registry that is away or overloaded, not of a refused schema or id.
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
+# Seconds a registry request may take before it fails the task (which retries).
+REQUEST_TIMEOUT_S = 30.0
+
+
+def _topic_subject(ctx: Any, record_name: Any) -> Any:
+    """``<topic>-value`` (``-key``), as documented, without asking the registry: from 2.16,
+    confluent-kafka's default first asks the registry for the topic's "associations", a newer
+    endpoint that Confluent-compatible registries such as Apicurio do not all serve."""
+    from confluent_kafka.schema_registry import topic_subject_name_strategy
+
+    return topic_subject_name_strategy(ctx, record_name)
+
 
 class Avro:
     """Avro values (or keys).
@@ -139,7 +151,10 @@ class Avro:
             )
         field = MessageField.KEY if self.is_key else MessageField.VALUE
         self._context = SerializationContext(self.topic, field)
-        self._registry = SchemaRegistryClient({**self.registry_config, "url": self.registry_url})
+        # A registry that accepts a connection and never answers would hold the task for ever
+        # (the client waits without a limit by default): time out, and the task retries.
+        conf = {"timeout": REQUEST_TIMEOUT_S, **self.registry_config, "url": self.registry_url}
+        self._registry = SchemaRegistryClient(conf)
         return self._registry
 
     def _serializer_fn(self) -> Callable[[Any, Any], Any]:
@@ -148,7 +163,10 @@ class Avro:
                 if self._serializer is None:
                     from confluent_kafka.schema_registry.avro import AvroSerializer
 
-                    conf = {"auto.register.schemas": self.auto_register}
+                    conf = {
+                        "auto.register.schemas": self.auto_register,
+                        "subject.name.strategy": _topic_subject,
+                    }
                     self._serializer = AvroSerializer(self._client(), self.schema_str, conf=conf)
         return self._serializer
 
@@ -158,5 +176,8 @@ class Avro:
                 if self._deserializer is None:
                     from confluent_kafka.schema_registry.avro import AvroDeserializer
 
-                    self._deserializer = AvroDeserializer(self._client(), self.schema_str)
+                    conf = {"subject.name.strategy": _topic_subject}
+                    self._deserializer = AvroDeserializer(
+                        self._client(), self.schema_str, conf=conf
+                    )
         return self._deserializer

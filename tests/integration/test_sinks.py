@@ -151,6 +151,12 @@ def registry_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield server.url
     finally:
+        # Shown with a failure of the module's last test: was the registry still up, and what
+        # did it say last (a registry hung or gone left a request waiting in one CI run).
+        alive = server.running()
+        print(f"Apicurio Registry running at teardown: {alive}; its log ends with:")
+        lines = server.log_file.read_text(errors="replace").splitlines()
+        print("\n".join(lines[-40:]))
         server.stop()
 
 
