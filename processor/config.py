@@ -174,6 +174,15 @@ class Settings(BaseSettings):
     # written) does: dlq = it goes to <job>.dlq and the job goes on; stop = the job stops
     # there, nothing of that epoch committed, and stops there again after a restart.
     on_error: Literal["dlq", "stop"] = "dlq"
+    # What <job>.dlq keeps of a dead record: full = its bytes (key and value as read, or its
+    # value's JSON), the error's text and a user function's traceback; metadata = where it
+    # was read and why it failed (operator, reason, the error's type, position, lengths),
+    # none of its bytes nor the error's text, which may quote them; off = nothing is written
+    # (dead records are still counted, and logged: the first ones in full).
+    dlq_mode: Literal["full", "metadata", "off"] = "full"
+    # Retention of <job>.dlq and <job>.late (-1: for ever), set on each coordinator start.
+    dlq_retention_ms: int = Field(default=604_800_000, ge=-1)
+    late_retention_ms: int = Field(default=604_800_000, ge=-1)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
 

@@ -35,10 +35,10 @@ from processor.config import Settings, SettingsError
 from processor.health import LoopHealth
 from processor.jobs import load_graph
 from processor.kafka import clients
-from processor.kafka.replication import topic_replication
 from processor.models import control, internal
 from processor.runtime import status
 from processor.runtime.assignment import WorkerRegistry, assign
+from processor.runtime.job_topics import create_job_topics
 from processor.runtime.keyed import STATE_FORMAT
 from processor.runtime.layout import check_history
 from processor.runtime.lease import CoordinatorConflict, CoordinatorLease
@@ -98,36 +98,7 @@ class CoordinatorService:
             sources[topic] = partitions
         self.parallelism = graph.parallelism(sources, s.shuffle_partitions)
         self.input_partitions = self.parallelism[graph.stages[0].name]
-        # Every topic the job creates gets the cluster's replication (kafka/replication.py).
-        rep = topic_replication(s, self._admin)
-        for topic in graph.shuffle_topics:
-            shuffle = clients.ensure_topic(
-                self._admin, topic, s.shuffle_partitions, shuffle_topic_config(s), replication=rep
-            )
-            if shuffle != s.shuffle_partitions:
-                raise SettingsError(
-                    f"invalid setting PROCESSOR_SHUFFLE_PARTITIONS: {topic} already has "
-                    f"{shuffle} partitions, not {s.shuffle_partitions}"
-                )
-        clients.ensure_topic(
-            self._admin, s.control_topic, 1, {"retention.ms": "3600000"}, replication=rep
-        )
-        clients.ensure_topic(
-            self._admin,
-            s.checkpoints_topic,
-            1,
-            {
-                "cleanup.policy": "compact",
-                "segment.ms": "600000",
-                "min.cleanable.dirty.ratio": "0.1",
-            },
-            replication=rep,
-        )
-        clients.ensure_topic(self._admin, s.dlq_topic, 1, replication=rep)
-        if graph.plan.timed:
-            clients.ensure_topic(self._admin, graph.late_topic, 1, replication=rep)
-        for topic in graph.plan.sink_topics:
-            clients.ensure_topic(self._admin, topic, s.shuffle_partitions, replication=rep)
+        create_job_topics(self._admin, s, graph)
         if s.from_savepoint:
             self._apply_savepoint(sources)
 
@@ -616,20 +587,6 @@ def _event_time_lag(watermark_ms: int | None) -> float | None:
     if watermark_ms is None:
         return None
     return round(max(0.0, time.time() - watermark_ms / 1000), 3)
-
-
-def shuffle_topic_config(settings: Settings) -> dict[str, str]:
-    """Explicit retention for the shuffle: deletion is the keyed tasks' purge, not time.
-
-    A segment rolls at least every 10 minutes, so that purged records free their disk within
-    that (plus the broker's retention check) even when little flows.
-    """
-    return {
-        "cleanup.policy": "delete",
-        "retention.ms": str(settings.shuffle_retention_ms),
-        "segment.bytes": str(settings.shuffle_segment_bytes),
-        "segment.ms": "600000",
-    }
 
 
 def _slowest(record: dict[str, Any]) -> str | None:

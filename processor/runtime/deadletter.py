@@ -8,6 +8,11 @@ record is its value's JSON (`processor.pipeline.dead.dead_value`). Headers say w
 ``operator``, ``task``, ``error``, ``traceback`` (a user function's, at most 4 KB) and
 ``topic``/``partition``/``offset``, those known (`Position`).
 
+``PROCESSOR_DLQ_MODE`` says how much of it the DLQ keeps, for data that must not be kept:
+``full`` (the default) all of the above; ``metadata`` no bytes of the record and no error text
+(which may quote them), only ``operator``, ``task``, ``reason``, ``error`` (the exception's
+type), the position and ``length`` (``key.length``) of what was left out; ``off`` nothing.
+
 A dead record is never too large for the DLQ itself: past the record limit its value (then
 its key) keeps a prefix, and a ``truncated`` header gives the original length.
 
@@ -69,8 +74,10 @@ class DeadLetters:
         limit: int,
         on_error: str = "dlq",
         clock: Callable[[], float] = time.monotonic,
+        mode: str = "full",
     ) -> None:
         self.topic = dlq
+        self.mode = mode  # PROCESSOR_DLQ_MODE: full, metadata or off
         self.task = task
         self.limit = limit  # of a record, key and headers included
         self.stops = on_error == "stop"
@@ -92,8 +99,7 @@ class DeadLetters:
         where = Position(msg.topic() or "", msg.partition(), msg.offset())
         if self.stops:
             self._stop(operator, error, reason, exc, where)
-        headers = self._headers(operator, error, exc, where)
-        self._write(out, msg.value() or b"", msg.key(), headers)
+        self._write(out, msg.value() or b"", msg.key(), operator, error, reason, exc, where)
         self._note(reason, operator, error, exc, where)
 
     def failed(
@@ -119,8 +125,16 @@ class DeadLetters:
             at = record.where or where
             if self.stops:
                 self._stop(record.operator, record.error, record.reason, record.exc, at)
-            headers = self._headers(record.operator, record.error, record.exc, at)
-            self._write(out, record.value, None, headers)
+            self._write(
+                out,
+                record.value,
+                None,
+                record.operator,
+                record.error,
+                record.reason,
+                record.exc,
+                at,
+            )
             if not again:
                 self._note(record.reason, record.operator, record.error, record.exc, at)
 
@@ -143,9 +157,46 @@ class DeadLetters:
             headers += where.headers()
         return headers
 
+    def _metadata(
+        self,
+        operator: str,
+        reason: str,
+        exc: BaseException | None,
+        where: Position | None,
+        value: bytes,
+        key: bytes | None,
+    ) -> _Headers:
+        headers: _Headers = [
+            ("operator", _utf8(operator)),
+            ("task", _utf8(self.task)),
+            ("reason", _utf8(reason)),
+            ("error", _utf8(type(exc).__name__ if exc is not None else reason)),
+            ("length", b"%d" % len(value)),
+        ]
+        if key is not None:
+            headers.append(("key.length", b"%d" % len(key)))
+        if where is not None:
+            headers += where.headers()
+        return headers
+
     def _write(
-        self, out: TransactionalOutput, value: bytes, key: bytes | None, headers: _Headers
+        self,
+        out: TransactionalOutput,
+        value: bytes,
+        key: bytes | None,
+        operator: str,
+        error: str,
+        reason: str,
+        exc: BaseException | None,
+        where: Position | None,
     ) -> None:
+        if self.mode == "off":
+            return
+        if self.mode == "metadata":
+            headers = self._metadata(operator, reason, exc, where, value, key)
+            out.produce(self.topic, b"", key=None, headers=list(headers))
+            return
+        headers = self._headers(operator, error, exc, where)
         room = self.limit - headers_size(headers)
         key_len = len(key) if key is not None else 0
         if len(value) + key_len > room:

@@ -162,7 +162,12 @@ class KeyedTask(Task):
         self._m_oversized = skipped.labels(**self.labels, reason="oversized_key")
         s = ctx.settings
         self._dlq = DeadLetters(
-            s.dlq_topic, ctx.task_id, self.labels, clients.record_limit(s), s.on_error
+            s.dlq_topic,
+            ctx.task_id,
+            self.labels,
+            clients.record_limit(s),
+            s.on_error,
+            mode=s.dlq_mode,
         )
 
     def run(self) -> None:

@@ -100,7 +100,12 @@ class SourceTask(Task):
         self._m_empty = skipped.labels(**self.labels, reason="empty")
         self._m_oversized = skipped.labels(**self.labels, reason="oversized_key")
         self._dlq = DeadLetters(
-            s.dlq_topic, ctx.task_id, self.labels, clients.record_limit(s), s.on_error
+            s.dlq_topic,
+            ctx.task_id,
+            self.labels,
+            clients.record_limit(s),
+            s.on_error,
+            mode=s.dlq_mode,
         )
         # Of a dead record derived from an input record: what the task knows of where.
         self._read_from = Position(self.topic, partitions[0] if len(partitions) == 1 else None)

@@ -27,7 +27,25 @@ TIMEOUT_S = 1500
 def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
     results = tmp_path / "results"
     done = subprocess.run(
-        [sys.executable, "bench/run.py", "--quick", "--results-dir", str(results)],
+        # Quick mode, trimmed further for CI: every phase runs for each system, at one latency
+        # rate, one state size and a shorter steady-state window (the suite's slowest test).
+        [
+            sys.executable,
+            "bench/run.py",
+            "--quick",
+            "--latency-rates",
+            "20000",
+            "--scaling-keys",
+            "100000",
+            "--steady-words",
+            "12000000",
+            "--warmup",
+            "3",
+            "--window",
+            "6",
+            "--results-dir",
+            str(results),
+        ],
         cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdin=subprocess.DEVNULL,

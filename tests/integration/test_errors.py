@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 from prometheus_client.parser import text_string_to_metric_families
 
 from processor.config import load_settings
@@ -120,6 +121,46 @@ def test_a_dead_record_of_a_keyed_stage_is_its_json_with_where_and_why(
         where = f"(function_error at track) from {shuffle.decode()}[{partition}]@{offset}"
         assert where in log and "BadEvent: cannot track event 31" in log
         assert log.count("Traceback") == 1
+    finally:
+        run.stop()
+
+
+def test_dlq_mode_metadata_keeps_no_record_bytes_and_retention_is_set_on_start(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """PROCESSOR_DLQ_MODE=metadata: the dead record's DLQ entry says where and why, with no
+    byte of the record; PROCESSOR_DLQ_RETENTION_MS is set on a DLQ topic made before with
+    another retention (as after a change of the setting)."""
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        FAILING,
+        {"events": "events", "totals": "totals"},
+        source_partitions=1,
+        shuffle_partitions="2",
+        dlq_mode="metadata",
+        dlq_retention_ms="3600000",
+    )
+    admin = clients.admin(run.settings)
+    dlq = run.settings.dlq_topic
+    clients.ensure_topic(admin, dlq, 1, {"retention.ms": "86400000"})
+    events = _events(users=3, per_user=20, bad=31)
+    try:
+        send(run._producer, [(run.topics["events"], v, None, 0) for v in events])
+        run.start_coordinator()
+        run.start_worker(0)
+        run.wait_idle(120)
+        letters = [r for part in read_committed(kafka_bootstrap, dlq).values() for r in part]
+        assert len(letters) == 1
+        key, value, headers = letters[0]
+        assert key is None and not value
+        assert headers["operator"] == b"track" and headers["error"] == b"BadEvent"
+        assert headers["reason"] == b"function_error" and "traceback" not in headers
+        assert int(headers["length"]) == len(b'{"id":31,"user":"u1","n":1,"bad":true}')
+        assert headers["topic"] == f"{run.job}.by-user".encode()
+        resource = ConfigResource(ConfigResource.Type.TOPIC, dlq)
+        config = admin.describe_configs([resource])[resource].result(30)
+        assert config["retention.ms"].value == "3600000"
     finally:
         run.stop()
 

@@ -302,3 +302,52 @@ def test_a_task_stopped_on_a_record_is_reported_stopped_and_counted_in_a_gauge()
     metrics.forget_stopped(job, "count-1")
     samples = [s for f in metrics.task_stopped.collect() for s in f.samples]
     assert not [s for s in samples if s.labels["job"] == job]
+
+
+def test_metadata_mode_keeps_where_and_why_but_no_byte_of_the_record(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """PROCESSOR_DLQ_MODE=metadata: the DLQ says which record failed where and why, and
+    keeps none of its bytes, nor the error's text (which quotes the record here)."""
+    out: Any = _Out()
+    letters = DeadLetters(
+        "job.dlq",
+        "count-0",
+        {"job": "j", "task": "count-0"},
+        1_000_000,
+        clock=_Clock(),
+        mode="metadata",
+    )
+    secret = b'{"card": "4111 1111 1111 1111"'
+    msg: Any = _Msg(secret, b"alice", 41)
+    letters.source_record(out, msg, f"not JSON: {secret!r}", "undecodable", "clicks")
+    letters.failed(out, [_failure(value={"card": "4111"})], where=Position("clicks", 2, 17))
+    (topic, value, key, headers), (_, value2, key2, headers2) = out.records
+    assert topic == "job.dlq" and value == value2 == b"" and key is key2 is None
+    assert headers == {
+        "operator": b"clicks",
+        "task": b"count-0",
+        "reason": b"undecodable",
+        "error": b"undecodable",
+        "length": b"%d" % len(secret),
+        "key.length": b"5",
+        "topic": b"in",
+        "partition": b"3",
+        "offset": b"41",
+    }
+    assert headers2["error"] == b"KeyError" and "traceback" not in headers2
+    assert headers2["offset"] == b"17"
+    assert all(b"4111" not in v for h in (headers, headers2) for v in h.values())
+
+
+def test_off_mode_writes_nothing_and_still_counts_and_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    out: Any = _Out()
+    letters = DeadLetters(
+        "job.dlq", "count-0", {"job": "j", "task": "count-0"}, 1_000_000, clock=_Clock(), mode="off"
+    )
+    with caplog.at_level("WARNING", logger=_LOGGER):
+        letters.failed(out, [_failure()], where=Position("clicks", 2, 17))
+    assert out.records == []
+    assert len(_lines(caplog)) == 1

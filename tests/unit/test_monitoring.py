@@ -75,6 +75,7 @@ ALERTS = {
     "ProcessorWorkerLost",
     "ProcessorTaskRestored",
     "ProcessorTaskStoppedForGood",
+    "ProcessorShufflePurgesFailing",
 }
 
 
@@ -799,6 +800,7 @@ def _alert_tests() -> list[dict[str, Any]]:
 
     failures, in_a_row = "processor_snapshot_failures_total", "processor_snapshot_failures_in_a_row"
     count_0 = {"job": "wc", "task": "count-0"}
+    purges = "processor_shuffle_purges_total"
 
     def lag(values: str, **labels: str) -> dict[str, str]:
         return _series("processor_consumer_lag_records", values, partition="0", **labels)
@@ -1009,6 +1011,28 @@ def _alert_tests() -> list[dict[str, Any]]:
                     "5m",
                     {**critical, "job": "wc", "task": "count-3", "reason": "records_deleted"},
                 ),
+            ],
+        },
+        {
+            "input_series": [
+                # Job "denied": every purge fails from 2m on (two a minute), none succeeds.
+                _series(purges, "_x2 1+2x60", job="denied", outcome="failed", instance="w1:9400"),
+                # Job "flaky": a purge fails now and then, others succeed.
+                _series(purges, "0x10 1x50", job="flaky", outcome="failed", instance="w1:9400"),
+                _series(purges, "0+2x60", job="flaky", outcome="ok", instance="w1:9400"),
+                # Job "recovered": purges failed until 20m, then succeed.
+                _series(purges, "1+2x19 39x40", job="recovered", outcome="failed", instance="w2"),
+                _series(purges, "_x20 1+2x40", job="recovered", outcome="ok", instance="w2"),
+            ],
+            "alert_rule_test": [
+                _expect("ProcessorShufflePurgesFailing", "5m"),
+                _expect(
+                    "ProcessorShufflePurgesFailing",
+                    "15m",
+                    {**warning, "job": "denied"},
+                    {**warning, "job": "recovered"},
+                ),
+                _expect("ProcessorShufflePurgesFailing", "30m", {**warning, "job": "denied"}),
             ],
         },
     ]
