@@ -34,7 +34,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,10 +42,11 @@ from confluent_kafka import Consumer, ElectionType, KafkaException, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from processor.kafka import clients
-from processor.kafka.brokertools import HOST, wait_exit
+from processor.kafka.brokertools import wait_exit
 from processor.kafka.cluster import LocalCluster
 from processor.models import control
 from tests.integration.harness import ControlLog, JobRun, control_messages
+from tests.netns import TestNetwork
 
 SESSION_TIMEOUT_S = 9.0  # broker.session.timeout.ms, Kafka's default (not overridden here)
 MOVE_TIMEOUT_S = 40.0  # for leadership to leave a dead broker: the session timeout and more
@@ -92,7 +93,7 @@ Leaders = dict[tuple[str, int], int]  # (topic, partition) -> leader node id (-1
 class FaultRecord:
     kind: str
     started: float  # wall clock, comparable with the control topic's timestamps
-    victim: int  # node id; 0: every node (rolling restart)
+    victim: int  # node id; 0: every node (rolling restart); -1 - i: worker i
     moved_s: float | None = None  # until leadership left the victim (None: not seen)
     confirmed: bool | None = None  # transaction coordinator kill: the id is in that partition
 
@@ -106,6 +107,9 @@ class ClusterFaults:
     rng: random.Random
     log_path: Path
     records: list[FaultRecord] = field(default_factory=list)
+    # The run's test network (tests/netns.py) when brokers and workers run in hosts of
+    # their own: the network partitions of tests/network_faults.py need it.
+    network: TestNetwork | None = None
     _tasks: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -127,7 +131,7 @@ class ClusterFaults:
         job = f"{self.run.job}."
         if avoid:
             others = [
-                f"{HOST}:{port}"
+                f"{self.cluster.host(node)}:{port}"
                 for node, port in enumerate(self.cluster.layout.brokers, start=1)
                 if node != avoid
             ]
@@ -365,12 +369,19 @@ FAULTS: dict[str, Fault] = {
 }
 
 
-def plan(rng: random.Random, faults: int, kinds: list[str], share: float = 0.3) -> dict[int, str]:
-    """Which of ``faults`` slots get a broker fault and which: about ``share`` of them, at
-    least one, the kinds in turn from the first (each kind once before any twice)."""
+def plan(
+    rng: random.Random,
+    faults: int,
+    kinds: list[str],
+    share: float = 0.3,
+    known: Collection[str] = FAULTS.keys(),
+) -> dict[int, str]:
+    """Which of ``faults`` slots get a cluster fault and which: about ``share`` of them, at
+    least one, the kinds in turn from the first (each kind once before any twice);
+    ``known``: the fault names allowed."""
     for kind in kinds:
-        if kind not in FAULTS:
-            raise ValueError(f"unknown broker fault {kind!r}; known: {sorted(FAULTS)}")
+        if kind not in known:
+            raise ValueError(f"unknown cluster fault {kind!r}; known: {sorted(known)}")
     if not kinds or not faults:
         return {}
     n = min(faults, max(1, round(faults * share)))

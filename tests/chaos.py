@@ -72,6 +72,7 @@ P+100..P+102).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -92,12 +93,13 @@ from processor.pipeline import reference
 from processor.pipeline.api import Pipeline
 from processor.pipeline.load import load_pipeline
 from processor.pipeline.plan import INTERNAL_SUFFIXES, plan
-from tests import anomalies, broker_faults
+from tests import anomalies, broker_faults, network_faults
 from tests.anomalies import Anomalies
 from tests.chaos_feeds import SOURCE_PARTITIONS, ChainedFeed, ClicksFeed
 from tests.chaos_summary import Summary
 from tests.conftest import TEST_REGION, create_bucket
 from tests.integration.harness import JobRun, control_messages, recovery_times
+from tests.netns import TestNetwork
 from tests.s3server import S3Server
 from tests.sinkcheck import check_sink
 
@@ -111,6 +113,9 @@ NEVER_IDLE_MS = 3_600_000  # the clicks run's idle_ms: longer than any fault and
 # The chained run's idle_ms: shorter than its longer pauses (worker SIGKILL 1-5 s before the
 # restart, SIGSTOP 3-6 s), far longer than the feed's gaps.
 CHAINED_IDLE_MS = 2000
+CLUSTER_WORKER_TIMEOUT_MS = 5000  # PROCESSOR_WORKER_TIMEOUT_MS of a run on a cluster
+# Every fault of a cluster run by name: the brokers' and, with a test network, the partitions.
+CLUSTER_FAULTS: dict[str, broker_faults.Fault] = {**broker_faults.FAULTS, **network_faults.FAULTS}
 
 
 def run_chaos(
@@ -127,12 +132,16 @@ def run_chaos(
     chained: int = 0,
     brokers: int = 1,
     broker_kinds: list[str] | None = None,
+    network: TestNetwork | None = None,
 ) -> Summary:
     """``pipeline``: ``file.py:attribute`` to run instead of the built-in word count;
     ``clicks``: run examples/clicks.py on that many clicks instead (``words`` is unused);
     ``chained``: run examples/promotions.py on that many clicks, with poison records;
     ``brokers``: above 1, a local cluster with broker faults (``broker_restart`` unused) of
-    ``broker_kinds`` (tests/broker_faults.py FAULTS names, default all)."""
+    ``broker_kinds`` (names in tests/broker_faults.py's or tests/network_faults.py's FAULTS;
+    default: all those of brokers, and the network partitions with ``network``);
+    ``network``: a test network of `network_faults.chaos_network` for the brokers and
+    workers to run in (a cluster only)."""
     rng = random.Random(seed)
     timed = clicks or chained
     summary = Summary(words=0 if timed else words)
@@ -158,13 +167,24 @@ def run_chaos(
     broker: LocalBroker | LocalCluster
     if brokers > 1:
         # A small heap: three JVMs next to the job's processes on a small machine.
-        broker = LocalCluster(nodes=brokers, port=port, data_dir=workdir / "kafka", heap="384m")
+        cluster = {"data_dir": workdir / "kafka", "heap": "384m"}
+        if network is not None:
+            broker = network_faults.cluster_on(network, brokers, port, **cluster)
+        else:
+            broker = LocalCluster(nodes=brokers, port=port, **cluster)  # type: ignore[arg-type]
         broker.start(timeout=300)
         # Set rather than taken from the brokers listed: a coordinator restarted while a
         # broker is down must not create a topic with fewer copies.
         job_settings["replication_factor"] = str(min(3, brokers))
+        # Heartbeats go through the control topic's leader, which a broker fault takes away
+        # for seconds, and three brokers' JVMs load a small machine: a worker is dead after
+        # 5 s without one rather than 2 (on a 2-core machine under load 40, 2 s moved every
+        # task back and forth and no checkpoint completed).
+        job_settings |= {"worker_timeout_ms": str(CLUSTER_WORKER_TIMEOUT_MS)}
         broker_restart = False
     else:
+        if network is not None:
+            raise ValueError("a test network needs a cluster (brokers > 1)")
         broker = LocalBroker(port=port, controller_port=port + 1, data_dir=workdir / "kafka")
         broker.start(timeout=120)
     s3_server: S3Server | None = None
@@ -185,6 +205,8 @@ def run_chaos(
     run = JobRun(
         broker.bootstrap, workdir, partitions, 1000 if s3 else 500, **storage, **job_settings
     )
+    if network is not None:
+        network_faults.place_workers(network, run, WORKERS)
     feed: ClicksFeed | ChainedFeed | None = None
     if clicks:
         feed = ClicksFeed(run, clicks, seed)
@@ -201,9 +223,15 @@ def run_chaos(
     cluster_faults: broker_faults.ClusterFaults | None = None
     cluster_plan: dict[int, str] = {}
     if isinstance(broker, LocalCluster):
-        cluster_faults = broker_faults.ClusterFaults(broker, run, rng, workdir / "faults.log")
-        kinds = list(broker_faults.FAULTS) if broker_kinds is None else broker_kinds
-        cluster_plan = broker_faults.plan(rng, faults, kinds)
+        cluster_faults = broker_faults.ClusterFaults(
+            broker, run, rng, workdir / "faults.log", network=network
+        )
+        kinds = broker_kinds
+        if kinds is None:
+            kinds = list(broker_faults.FAULTS)
+            if network is not None:
+                kinds += list(network_faults.FAULTS)
+        cluster_plan = broker_faults.plan(rng, faults, kinds, known=CLUSTER_FAULTS)
     try:
         run.start_coordinator()
         for i in range(WORKERS):
@@ -217,7 +245,7 @@ def run_chaos(
             # restarts and catches up: 60-125 s each on a loaded 2-core machine): input keeps
             # coming during them too, or the job is idle and begins no checkpoint after them.
             slow = sum(
-                180 if k == broker_faults.ROLLING_RESTART else 75 for k in cluster_plan.values()
+                180 if k == broker_faults.ROLLING_RESTART else 90 for k in cluster_plan.values()
             )
             run.feed(words, seconds=max(10.0, faults * 0.7 + slow), seed=seed)
         run.wait_for_checkpoints(2, timeout=120)
@@ -227,7 +255,7 @@ def run_chaos(
         for n in range(faults):
             if n in cluster_plan and cluster_faults is not None:
                 kind = cluster_plan[n]
-                broker_faults.FAULTS[kind](cluster_faults)
+                CLUSTER_FAULTS[kind](cluster_faults)
                 summary.faults[kind] += 1
             elif n == broker_at:
                 broker.stop()
@@ -241,7 +269,15 @@ def run_chaos(
                 summary.faults["S3 outage"] += 1
             else:
                 kind = rng.choices(["kill", "coordinator", "stop"], weights=[6, 2, 1])[0]
-                _inject(run, rng, kind, kills, summary, long_pauses=bool(chained))
+                _inject(
+                    run,
+                    rng,
+                    kind,
+                    kills,
+                    summary,
+                    long_pauses=bool(chained),
+                    stop_s=CLUSTER_WORKER_TIMEOUT_MS / 1000 + 1 if brokers > 1 else 3.0,
+                )
             time.sleep(rng.uniform(0.2, 1.0))
         for i in run.dead_workers():
             run.start_worker(i)
@@ -261,6 +297,7 @@ def run_chaos(
         messages = control_messages(run)
         summary.recovery_s = recovery_times(messages, kills)
         if cluster_faults is not None:
+            network_faults.worker_moves(messages, cluster_faults.records)
             for record in cluster_faults.records:
                 summary.moved_s.setdefault(record.kind, []).append(record.moved_s)
                 summary.unconfirmed += record.confirmed is False
@@ -299,9 +336,11 @@ def _inject(
     kills: list[tuple[float, str]],
     summary: Summary,
     long_pauses: bool = False,
+    stop_s: float = 3.0,
 ) -> None:
     """``long_pauses``: a killed worker stays down 1-5 s rather than up to 3, a stopped one
-    3-6 s rather than 3 (the chained run's sources go idle after 2 s)."""
+    3-6 s rather than ``stop_s`` (the chained run's sources go idle after 2 s); ``stop_s``:
+    past the job's worker timeout, so that a stopped worker's tasks move."""
     i = rng.randrange(WORKERS)
     if kind == "kill":
         if run.workers[i].poll() is None:
@@ -320,8 +359,8 @@ def _inject(
             run.start_worker(i)
             return
         run.kill_worker(i, signal.SIGSTOP)
-        # Past the 2 s heartbeat timeout: its tasks move and fence it.
-        time.sleep(rng.uniform(3, 6) if long_pauses else 3.0)
+        # Past the heartbeat timeout: its tasks move and fence it.
+        time.sleep(rng.uniform(3, 6) if long_pauses else stop_s)
         run.kill_worker(i, signal.SIGCONT)
         summary.faults["worker SIGSTOP (zombie)"] += 1
 
@@ -396,10 +435,24 @@ def main() -> int:
         default=PORT,
         help="the broker's (controller: +1); a cluster's: brokers P.., controllers P+100..",
     )
+    parser.add_argument(
+        "--netns",
+        action="store_true",
+        help="with --brokers 3: brokers and workers in network namespaces of their own, and "
+        "network partitions (a worker or a broker cut off 20-60 s) among the faults (root)",
+    )
     parser.add_argument("--s3-port", type=int, default=S3_PORT)
     parser.add_argument("--keep", default="", help="a directory for the logs, kept afterwards")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
+    if args.netns and (args.brokers < 2 or args.storage != "dir"):
+        parser.error("--netns needs --brokers 3 and checkpoints in a directory")
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-"))
+        network = (
+            stack.enter_context(network_faults.chaos_network(args.brokers, WORKERS))
+            if args.netns
+            else None
+        )
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         summary = run_chaos(
@@ -418,6 +471,7 @@ def main() -> int:
             # As without the cluster: a broker away leaves partitions without records
             # for longer than the chained run's idle_ms (see above).
             broker_kinds=[] if args.chained else None,
+            network=network,
         )
     report = summary.to_json()
     print(json.dumps(report, indent=1))

@@ -10,8 +10,12 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.broker_faults import TXN_LEADER_KILL
-from tests.chaos import run_chaos
+from tests.chaos import WORKERS, run_chaos
+from tests.netns import available
+from tests.network_faults import BROKER_CUT, WORKER_CUT, chaos_network
 
 CLUSTER_PORT = int(os.environ.get("PROCESSOR_TEST_CHAOS_CLUSTER_PORT", "19892"))
 
@@ -99,23 +103,34 @@ def test_chaos_short_on_chained_timed_stages_with_poison_records(tmp_path: Path)
 
 
 def test_chaos_short_on_three_brokers(tmp_path: Path) -> None:
-    """On a 3-node cluster (3 copies, min ISR 2): the broker that leads a task's transaction
-    coordinator partition SIGKILLed (its partitions must get other leaders) and restarted,
-    besides worker and coordinator faults; the output exact."""
-    summary = run_chaos(
-        tmp_path,
-        words=200_000,
-        faults=4,
-        seed=2,
-        broker_restart=False,
-        port=CLUSTER_PORT,
-        brokers=3,
-        broker_kinds=[TXN_LEADER_KILL],
-    )
+    """On a 3-node cluster (3 copies, min ISR 2), every broker and worker in a network
+    namespace of its own: the broker that leads a task's transaction coordinator partition
+    SIGKILLed (its partitions must get other leaders) and restarted, a worker cut off from
+    the network (a zombie: its tasks must move, it must be fenced once healed) and the
+    busiest broker cut off (its leaderships must move), besides worker and coordinator
+    faults; the output exact."""
+    missing = available()
+    if missing:
+        pytest.skip(f"no network namespaces here: {missing}")
+    kinds = [TXN_LEADER_KILL, WORKER_CUT, BROKER_CUT]
+    with chaos_network(3, WORKERS) as network:
+        summary = run_chaos(
+            tmp_path,
+            words=200_000,
+            faults=10,  # 3 of them (30 %) the cluster's
+            seed=2,
+            broker_restart=False,
+            port=CLUSTER_PORT,
+            brokers=3,
+            broker_kinds=kinds,
+            network=network,
+        )
     report = summary.to_json()
     print(json.dumps(report))
-    assert summary.faults[TXN_LEADER_KILL] == 1, report
+    assert {kind: summary.faults[kind] for kind in kinds} == dict.fromkeys(kinds, 1), report
     assert "broker restart" not in summary.faults, report
-    assert summary.missed == 0, report  # leadership moved, the id was in that partition
+    # Leadership left the killed and the cut-off broker, the transactional id was in the
+    # killed one's partition, and the cut-off worker's tasks were assigned elsewhere.
+    assert summary.missed == 0, report
     assert summary.records_verified > 0
     assert summary.exact, report
