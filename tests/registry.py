@@ -28,6 +28,10 @@ from processor.kafka.broker import _default_cache_dir
 from tests.s3server import _die_with_parent
 
 APICURIO_VERSION = "3.3.3"
+# The SHA-256 of the distribution (processor/maven.py; regenerate it as its docstring says).
+APICURIO_SUMS = (
+    Path(__file__).resolve().parent / "checksums" / f"apicurio-registry-{APICURIO_VERSION}.sha256"
+)
 HOST = "127.0.0.1"
 CCOMPAT = "/apis/ccompat/v7"
 
@@ -60,7 +64,11 @@ class ApicurioRegistry:
         """The unpacked application (once per cache); returns its directory."""
         try:
             libs = maven.fetch(
-                self.home, _pom_xml(), f"Apicurio Registry {APICURIO_VERSION}", "*-all.tar.gz"
+                self.home,
+                _pom_xml(),
+                f"Apicurio Registry {APICURIO_VERSION}",
+                "*-all.tar.gz",
+                APICURIO_SUMS,
             )
         except maven.MavenError as exc:
             raise RegistryError(str(exc)) from exc
