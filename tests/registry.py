@@ -74,16 +74,18 @@ class ApicurioRegistry:
             raise RegistryError(str(exc)) from exc
         app = self.home / "app"
         marker = app / ".unpacked"
-        if marker.is_file():
+        # The SHA-256 of the archive it was unpacked from, which maven.fetch checked.
+        (archive,) = libs.glob("*-all.tar.gz")
+        unpacked = maven.parse_sums(APICURIO_SUMS.read_text(), APICURIO_SUMS)[archive.name]
+        if _read(marker) == unpacked:
             return app
         with maven.locked(self.home / ".lock"):
-            if marker.is_file():
+            if _read(marker) == unpacked:
                 return app
             shutil.rmtree(app, ignore_errors=True)
-            (archive,) = libs.glob("*-all.tar.gz")
             with tarfile.open(archive) as tar:
                 tar.extractall(app, filter="data")
-            marker.write_text(APICURIO_VERSION + "\n")
+            marker.write_text(unpacked + "\n")
         return app
 
     def start(self, timeout: float = 120) -> None:
@@ -181,6 +183,13 @@ def _major(java: Path) -> int:
         if found:
             return int(found.group(1))
     return 0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def _pom_xml() -> str:
