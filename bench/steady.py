@@ -51,24 +51,11 @@ from bench.measure import (
     words_of,
 )
 from bench.peers.base import Job, Peer
-from processor import maven
 from processor.commands import corpus
-from processor.kafka.broker import KAFKA_VERSION, LocalBroker
+from processor.kafka.broker import LocalBroker
+from processor.kafka.tools import tools_libs
 
 INPUT_TOPIC = "steady.input"
-# kafka-consumer-perf-test lives in kafka-tools, which the broker's jars do not include.
-TOOLS_POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>local.processor.bench</groupId>
-  <artifactId>kafka-tools-{KAFKA_VERSION}-runtime</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId>\
-<version>{KAFKA_VERSION}</version></dependency>
-  </dependencies>
-</project>
-"""
 PERF_CLASS = "org.apache.kafka.tools.ConsumerPerformance"
 
 
@@ -534,9 +521,10 @@ def _cores() -> int:
 
 
 def tools_classpath(broker: LocalBroker) -> str:
-    home = broker.cache_dir / f"kafka-tools-{KAFKA_VERSION}"
-    libs = maven.fetch(home, TOOLS_POM, "kafka-tools", "kafka-tools-*.jar")
-    return str(libs / "*")
+    # kafka-consumer-perf-test lives in kafka-tools, which the broker's jars do not include:
+    # the same checked set as processor's own tools (it once had a pom of its own for the
+    # same home, and each of the two refetched over the other's jars).
+    return str(tools_libs(broker.cache_dir) / "*")
 
 
 def consumer_perf_test(

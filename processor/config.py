@@ -16,7 +16,12 @@ from pydantic import (
     field_validator,
 )
 from pydantic_core import CoreSchema, core_schema
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 from pydantic_settings import SettingsError as SourceError
 
 # S3's rules for new bucket names (no dots-only or IP-like checks: the server has the last word).
@@ -72,6 +77,45 @@ class S3Location:
         return hash((self.bucket, self.prefix))
 
 
+# A directory of files named after the variables (PROCESSOR_API_TOKEN, PROCESSOR_KAFKA_CONFIG,
+# PROCESSOR_S3_SECRET_ACCESS_KEY...), each holding that setting's value: a Kubernetes Secret
+# or a compose secret mounted as files. Unset: no files are read (never a default directory,
+# so what a process reads never depends on what happens to exist on the machine). Child
+# processes (`processor local`) inherit the variable and read the same files, so no secret
+# has to be in their environment.
+SECRETS_DIR_ENV = "PROCESSOR_SECRETS_DIR"
+
+
+class SecretFileError(ValueError):
+    """A secrets directory or file that must not be used; the message names it."""
+
+
+class _SecretFiles(SecretsSettingsSource):
+    """pydantic-settings' secrets_dir source, refusing what ssh refuses for a private key:
+    a secrets directory that is not there, and a file that other users may read."""
+
+    def __call__(self) -> dict[str, Any]:
+        directory = Path(str(self.secrets_dir)).expanduser()
+        if not directory.is_dir():
+            # pydantic-settings only warns; a token that silently is not there disables
+            # the status page's authentication.
+            raise SecretFileError(f"{SECRETS_DIR_ENV}={directory} is not a directory")
+        return super().__call__()
+
+    @classmethod
+    def find_case_path(cls, dir_path: Path, file_name: str, case_sensitive: bool) -> Path | None:
+        path = super().find_case_path(dir_path, file_name, case_sensitive)
+        if path is not None and path.is_file():
+            # Group bits are allowed: Kubernetes adds group read for the pod's fsGroup to a
+            # Secret volume's files (defaultMode 0400 shows as 0440 then).
+            mode = path.stat().st_mode & 0o777
+            if mode & 0o007:
+                raise SecretFileError(
+                    f"{path} is accessible to other users (mode {mode:04o}): chmod it 0400"
+                )
+        return path
+
+
 # The checkpoint storage holds <job>/<task>/... next to savepoints/<name>/.
 RESERVED_JOB_NAMES = frozenset({"savepoints"})
 
@@ -87,6 +131,23 @@ class Settings(BaseSettings):
     """One job's configuration. Every field maps to ``PROCESSOR_<NAME>``."""
 
     model_config = SettingsConfigDict(env_prefix="PROCESSOR_", extra="forbid")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """pydantic-settings' order, first wins: arguments (CLI flags), the environment,
+        then the files of ``PROCESSOR_SECRETS_DIR``. No .env file is read."""
+        # Read when settings are made, not at import: tests and children set it later.
+        secrets_dir = os.environ.get(SECRETS_DIR_ENV, "")
+        if not secrets_dir:
+            return (init_settings, env_settings)
+        return (init_settings, env_settings, _SecretFiles(settings_cls, secrets_dir=secrets_dir))
 
     bootstrap_servers: str = "127.0.0.1:9092"
     # No dots: every topic, group and transactional id of the job is "<job>." + something, so
@@ -258,7 +319,8 @@ class SettingsError(Exception):
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Environment first, then the non-None overrides (CLI flags)."""
+    """The non-None overrides (CLI flags) first, then the environment, then the files of
+    ``PROCESSOR_SECRETS_DIR`` (see ``Settings.settings_customise_sources``)."""
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
         return Settings(**given)
@@ -267,10 +329,16 @@ def load_settings(**overrides: Any) -> Settings:
         name = str(err["loc"][0]) if err["loc"] else "?"
         source = "--" + name.replace("_", "-") if name in given else "PROCESSOR_" + name.upper()
         raise SettingsError(f"invalid setting {source}: {err['msg']}") from None
+    except SecretFileError as exc:
+        raise SettingsError(f"invalid secrets: {exc}") from None
     except SourceError as exc:
+        if isinstance(exc.__cause__, SecretFileError):
+            raise SettingsError(f"invalid secrets: {exc.__cause__}") from None
         # A complex value (PROCESSOR_KAFKA_CONFIG) that is not even JSON: only the environment
-        # is parsed this way, overrides arrive as Python values.
+        # and secrets files are parsed this way, overrides arrive as Python values.
         match = re.search(r'field "(\w+)"', str(exc))
         name = match.group(1) if match else "?"
         detail = f"not valid JSON ({exc.__cause__})" if exc.__cause__ else str(exc)
+        if _SecretFiles.__name__ in str(exc):
+            detail += f" in the file of that name in {SECRETS_DIR_ENV}"
         raise SettingsError(f"invalid setting PROCESSOR_{name.upper()}: {detail}") from None

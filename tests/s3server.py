@@ -22,6 +22,8 @@ from processor import maven
 from processor.kafka.broker import _default_cache_dir, _java, _port_free_soon
 
 S3PROXY_VERSION = "2.7.0"
+# The SHA-256 of each jar (processor/maven.py; regenerate it as its docstring says).
+S3PROXY_SUMS = Path(__file__).resolve().parent / "checksums" / f"s3proxy-{S3PROXY_VERSION}.sha256"
 HOST = "127.0.0.1"
 
 # S3Proxy ships no logging configuration: logback's default is every DEBUG line of Jetty.
@@ -76,6 +78,7 @@ class S3Server:
                 _pom_xml(),
                 f"S3Proxy {S3PROXY_VERSION}",
                 f"s3proxy-{S3PROXY_VERSION}.jar",
+                S3PROXY_SUMS,
             )
         except maven.MavenError as exc:
             raise S3ServerError(str(exc)) from exc

@@ -70,7 +70,8 @@ kafka_libs() {
     say "fetching the jars of Kafka $version with mvn"
     rm -rf "$dir/libs"
     mkdir -p "$dir"
-    (cd "$dir" && mvn -q -B -Dstyle.color=never -f "$HERE/kafka/pom.xml" \
+    # --strict-checksums: a download that does not match the repository's checksum fails.
+    (cd "$dir" && mvn -q -B -Dstyle.color=never --strict-checksums -f "$HERE/kafka/pom.xml" \
       dependency:copy-dependencies -DincludeScope=runtime \
       -Dkafka.version="$version" -DoutputDirectory="$dir/libs" >"$dir/mvn.log" 2>&1) ||
       { cat "$dir/mvn.log" >&2; say "mvn failed"; exit 1; }

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from processor import maven
 from processor.kafka.brokertools import (
+    BROKER_SUMS,
     FORMAT_TIMEOUT_S,
     HOST,
     KAFKA_VERSION,
@@ -127,7 +128,7 @@ class LocalBroker:
     @property
     def fetched(self) -> bool:
         """Whether the jars of this exact dependency set are already complete on disk."""
-        return maven.fetched(self.kafka_home, pom_xml())
+        return maven.fetched(self.kafka_home, pom_xml(), BROKER_SUMS)
 
     # ----------------------------------------------------------------- fetch
 
@@ -139,6 +140,7 @@ class LocalBroker:
                 pom_xml(),
                 f"Kafka {KAFKA_VERSION}",
                 f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar",
+                BROKER_SUMS,
             )
         except maven.MavenError as exc:
             raise BrokerError(str(exc)) from exc

@@ -23,6 +23,11 @@ SCALA_VERSION = "2.13"
 # log4j-slf4j2-impl only binds SLF4J 2.x and would leave the broker logging nothing.
 LOG4J_VERSION = "2.25.5"
 HOST = "127.0.0.1"
+# The SHA-256 of every jar Maven fetches, per set (processor/maven.py): package data, so an
+# installed processor checks its downloads as a checkout does. Regenerated on a version bump.
+CHECKSUMS = Path(__file__).resolve().parent / "checksums"
+BROKER_SUMS = CHECKSUMS / f"kafka-{KAFKA_VERSION}.sha256"
+TOOLS_SUMS = CHECKSUMS / f"kafka-tools-{KAFKA_VERSION}.sha256"
 
 FORMAT_TIMEOUT_S = 120.0
 

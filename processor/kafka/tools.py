@@ -18,6 +18,7 @@ from pathlib import Path
 from processor import maven
 from processor.kafka.brokertools import (
     KAFKA_VERSION,
+    TOOLS_SUMS,
     BrokerError,
     default_cache_dir,
     find_java,
@@ -33,7 +34,9 @@ def tools_libs(cache_dir: Path | None = None) -> Path:
     """The directory of the tools' jars, fetched with Maven on first use."""
     home = (cache_dir or default_cache_dir()) / f"kafka-tools-{KAFKA_VERSION}"
     try:
-        return maven.fetch(home, TOOLS_POM, f"Kafka {KAFKA_VERSION} tools", "kafka-tools-*.jar")
+        return maven.fetch(
+            home, TOOLS_POM, f"Kafka {KAFKA_VERSION} tools", "kafka-tools-*.jar", TOOLS_SUMS
+        )
     except maven.MavenError as exc:
         raise BrokerError(str(exc)) from exc
 

@@ -26,7 +26,7 @@ import yaml  # type: ignore[import-untyped, unused-ignore]
 from prometheus_client import REGISTRY
 
 from processor.cli import build_parser
-from processor.config import Settings
+from processor.config import SECRETS_DIR_ENV, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -544,11 +544,48 @@ def test_k8s_settings_are_real(
         for key in keys
         if key.startswith("PROCESSOR_")
         and key[len("PROCESSOR_") :].lower() not in Settings.model_fields
+        and key != SECRETS_DIR_ENV  # where settings come from, not one of them
     }
     assert not unknown, f"no such setting in processor/config.py: {sorted(unknown)}"
     for key, value in config_map["data"].items():
         assert isinstance(value, str), f"{key}: ConfigMap values must be strings"
-    assert Settings(**{k[len("PROCESSOR_") :].lower(): v for k, v in config_map["data"].items()})
+    fields = {k: v for k, v in config_map["data"].items() if k != SECRETS_DIR_ENV}
+    assert Settings(**{k[len("PROCESSOR_") :].lower(): v for k, v in fields.items()})
+
+
+# The settings whose values are secrets: never in the ConfigMap or the environment.
+SECRET_SETTINGS = {
+    f"PROCESSOR_{name.upper()}"
+    for name in ("api_token", "kafka_config", "s3_access_key_id", "s3_secret_access_key")
+}
+
+
+def test_k8s_secrets_are_files_not_environment(
+    manifests: dict[str, list[dict[str, Any]]], config_map: dict[str, Any]
+) -> None:
+    secrets_dir = config_map["data"][SECRETS_DIR_ENV]
+    assert not SECRET_SETTINGS & set(config_map["data"])
+    uid, gid = _dockerfile_user()
+    pods = {kind: _one(manifests, kind) for kind in ("Deployment", "StatefulSet", "Job")}
+    for kind, workload in pods.items():
+        pod = workload["spec"]["template"]["spec"]
+        container = _container(workload)
+        # The environment is inherited by every child process and readable in /proc.
+        assert all("secretRef" not in e for e in container.get("envFrom", [])), kind
+        for env in container.get("env", []):
+            assert "secretKeyRef" not in env.get("valueFrom", {}), (kind, env["name"])
+            assert env["name"] not in SECRET_SETTINGS, (kind, env["name"])
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        mount = mounts[secrets_dir]
+        assert mount.get("readOnly") is True, kind
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        assert volume["secret"]["secretName"] == "processor-secrets", kind
+        assert volume["secret"]["defaultMode"] == 0o400, kind
+        assert all(item.get("mode", 0o400) == 0o400 for item in volume["secret"].get("items", []))
+        # Files of a Secret volume belong to root: the image's user reads them through the
+        # fsGroup, which Kubernetes gives them (group read added: 0440).
+        assert pod["securityContext"]["runAsUser"] == uid, kind
+        assert pod["securityContext"]["fsGroup"] == gid, kind
 
 
 def test_k8s_workloads_read_the_config(
