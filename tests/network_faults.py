@@ -26,7 +26,7 @@ from processor.kafka.cluster import LocalCluster
 from processor.models import control
 from tests import netns
 from tests.broker_faults import MOVE_TIMEOUT_S, ClusterFaults, FaultRecord
-from tests.integration.harness import ControlLog, JobRun
+from tests.integration.harness import ControlLog, JobRun, control_messages
 
 WORKER_CUT = "network partition (worker cut off)"
 BROKER_CUT = "network partition (broker cut off)"
@@ -71,10 +71,15 @@ def _network(faults: ClusterFaults) -> netns.TestNetwork:
 def cut_worker(faults: ClusterFaults) -> None:
     """Cut a running worker off for ``CUT_S``, then heal it (it is left running: a zombie)."""
     net = _network(faults)
-    running = [i for i, proc in faults.run.workers.items() if proc.poll() is None]
+    running = {i for i, proc in faults.run.workers.items() if proc.poll() is None}
     if not running:
         raise RuntimeError("no worker running to cut off")
-    i = faults.rng.choice(sorted(running))
+    # One that holds tasks now (a worker just restarted may have none yet): their move is
+    # what the cut is about.
+    assignments = [m for _, m in control_messages(faults.run) if isinstance(m, control.Assignment)]
+    now = assignments[-1].tasks.values() if assignments else ()
+    holding = {int(w.rpartition("-")[2]) for w in now}
+    i = faults.rng.choice(sorted(running & holding or running))
     host = net.hosts[f"w{i}"]
     seconds = faults.rng.uniform(*CUT_S)
     record = FaultRecord(WORKER_CUT, time.time(), -1 - i)
