@@ -2,10 +2,12 @@
 
 Armed only through the environment, read once at import::
 
-    PROCESSOR_FAULT=<point>[@<task>][#<n>]
+    PROCESSOR_FAULT=<point>[@<task>][#<n>][:stop]
 
 kills this process with SIGKILL the ``n``-th time (default: the first) ``<point>`` is reached,
-by ``<task>`` when one is named. Unarmed, ``reach()`` is one comparison. A helper process that
+by ``<task>`` when one is named. With ``:stop`` it stops it there instead (SIGSTOP): a zombie
+frozen at that very step, which a test continues (SIGCONT) once its tasks have moved, to see
+it fenced. Unarmed, ``reach()`` is one comparison. A helper process that
 runs a step for a worker (`serve`) kills that worker first, so a point means the same process
 wherever its step runs.
 """
@@ -31,6 +33,10 @@ POINTS = {
 
 class _Armed:
     def __init__(self, spec: str) -> None:
+        spec, _, action = spec.partition(":")
+        if action not in ("", "stop"):
+            raise ValueError(f"PROCESSOR_FAULT: unknown action {action!r} (only :stop)")
+        self.signal = signal.SIGSTOP if action else signal.SIGKILL
         spec, _, count = spec.partition("#")
         self.point, _, self.task = spec.partition("@")
         if self.point not in POINTS:
@@ -54,9 +60,11 @@ def reach(point: str, task: str = "") -> None:
     _armed.remaining -= 1
     if _armed.remaining > 0:
         return
-    log.critical("fault point %s reached%s: SIGKILL", point, f" by {task}" if task else "")
+    sig = _armed.signal
+    by = f" by {task}" if task else ""
+    log.critical("fault point %s reached%s: %s", point, by, signal.Signals(sig).name)
     for handler in logging.getLogger().handlers:
         handler.flush()
     if _served is not None:
-        os.kill(_served, signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(_served, sig)
+    os.kill(os.getpid(), sig)
