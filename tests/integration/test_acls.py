@@ -1,7 +1,9 @@
 """The job under Kafka's ACL authorizer, its principal granted exactly what
 ``processor/kafka/acls.py`` lists: the word count (a shuffle, a keyed count, the DLQ, purges)
-runs to exact output with no authorization error anywhere. Without the transactional-id
-rule it gets nowhere and says why: the list is what the job needs, not a decoration."""
+runs to exact output, and the broker logs no denial (so no rule is missing, even one the
+clients would shrug off). Without the transactional-id rule, or the sink's, the coordinator
+exits 2 in one line and nothing is written. (Each other rule left out was seen to fail the
+first test too: the source's, the shuffle's Delete, the group's, the groups' prefix.)"""
 
 from __future__ import annotations
 
@@ -150,22 +152,32 @@ def test_the_listed_acls_are_enough(broker: LocalBroker, tmp_path: Path) -> None
         run.stop()
 
 
-def test_without_the_transactional_id_acl_nothing_is_written(
-    broker: LocalBroker, tmp_path: Path
+# Each rule left out once where the coordinator meets it: its transactional id (the lease),
+# the sink it creates. It exits 2 with one line pointing at `processor acls`, nothing written.
+@pytest.mark.parametrize(
+    ("left_out", "error"),
+    [
+        ("transactional-id", "Transactional Id authorization failed"),
+        ("sink", "Topic authorization failed"),
+    ],
+)
+def test_without_a_listed_acl_the_job_says_so_and_writes_nothing(
+    broker: LocalBroker, tmp_path: Path, left_out: str, error: str
 ) -> None:
     run, rules = _job(broker, tmp_path)
-    _grant(broker, [r for r in rules if r.resource != "transactional-id"])
+    sink = run.settings.output_topic
+    _grant(
+        broker, [r for r in rules if left_out not in (r.resource, "sink" if r.name == sink else "")]
+    )
     try:
         run.start(workers=1)
         run.produce([b"alpha beta gamma"])
-        wait_until(
-            lambda: (
-                "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in _logs(run).upper()
-                or "TRANSACTIONAL ID AUTHORIZATION FAILED" in _logs(run).upper()
-            ),
-            30,
-            "the job to report the missing ACL",
-        )
-        assert _records(broker, run.settings.output_topic) == []
+        assert run.coordinator is not None
+        assert run.coordinator.wait(60) == 2, run.log("coordinator")[-3000:]
+        last = run.log("coordinator").strip().splitlines()[-1]
+        assert last.startswith("processor: Kafka at 127.0.0.1:20194 denied"), last
+        assert error in last and "processor acls --principal" in last, last
+        if left_out != "sink":
+            assert _records(broker, sink) == []
     finally:
         run.stop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AclOperation,
     ResourcePatternType,
@@ -16,7 +17,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from processor import cli
 from processor.config import Settings
 from processor.jobs import load_graph
-from processor.kafka import acls
+from processor.kafka import acls, clients
 from processor.kafka.broker import LocalBroker
 
 Row = tuple[str, str, str, tuple[str, ...]]
@@ -113,3 +114,24 @@ def test_broker_acl_authorizer_settings(tmp_path: Path) -> None:
     assert on["authorizer.class.name"].endswith("StandardAuthorizer")
     assert on["super.users"] == "User:ANONYMOUS"
     assert on["allow.everyone.if.no.acl.found"] == "false"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    ],
+)
+def test_a_denied_operation_is_a_setting_error_naming_the_command(code: int) -> None:
+    settings = Settings(bootstrap_servers="k:1")
+    with pytest.raises(clients.AccessDenied, match=r"^Kafka at k:1 denied .*processor acls"):
+        clients.check_denied(settings, KafkaException(KafkaError(code)))
+
+
+def test_other_errors_are_not_denials() -> None:
+    settings = Settings()
+    clients.check_denied(settings, KafkaException(KafkaError(KafkaError._TRANSPORT)))
+    clients.check_denied(settings, TimeoutError("no broker"))
