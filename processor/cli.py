@@ -130,6 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(a job that is stopped)",
     )
 
+    acls = sub.add_parser(
+        "acls", parents=[common], help="the Kafka ACLs the job needs, as kafka-acls.sh commands"
+    )
+    acls.add_argument("--principal", required=True, help="the services' principal, User:<name>")
+    acls.add_argument(
+        "--command-config", default="", help="kafka-acls.sh --command-config (the admin's login)"
+    )
+    acls.add_argument("--table", action="store_true", help="a Markdown table, not commands")
+
     status = sub.add_parser("status", help="the coordinator's checkpoint and task status")
     status.add_argument("--url", default="http://127.0.0.1:9400", help="coordinator's metrics URL")
     status.add_argument("--history", type=int, default=10, help="checkpoints to show")
@@ -247,6 +256,17 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if command == "savepoint":
         return _savepoint(args, settings)
+    if command == "acls":
+        from processor.jobs import load_graph
+        from processor.kafka import acls
+
+        rules = acls.graph_acls(settings, load_graph(settings))
+        if args.table:
+            print(acls.table(rules), end="")
+        else:
+            servers = settings.bootstrap_servers
+            print(acls.render(rules, args.principal, servers, args.command_config), end="")
+        return 0
     if command == "demo":
         from processor.commands.demo import run_demo
 

@@ -73,6 +73,12 @@ class LocalBroker:
     # (user -> password). The broker itself keeps using the PLAINTEXT one.
     sasl_port: int = 0
     sasl_users: dict[str, str] = field(default_factory=dict)
+    # True: Kafka's ACL authorizer (KRaft's StandardAuthorizer); without an ACL nothing is
+    # allowed. The PLAINTEXT listeners' principal, User:ANONYMOUS (controller, inter-broker,
+    # the readiness probe, whoever connects there), is a super user: only the SASL users are
+    # held to ACLs. For tests of the ACLs a job needs (processor/kafka/acls.py), not for
+    # anything reachable from elsewhere.
+    acl_authorizer: bool = False
     # A node of a cluster (cluster.LocalCluster): its id, the static quorum of every node's
     # controller (``id@host:port,...``), the id its storage is formatted with, and broker
     # settings on top of the single-node ones. Empty voters: a quorum of this node alone.
@@ -312,6 +318,12 @@ class LocalBroker:
             settings["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
                 f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
             )
+        if self.acl_authorizer:
+            settings["authorizer.class.name"] = (
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+            )
+            settings["super.users"] = "User:ANONYMOUS"
+            settings["allow.everyone.if.no.acl.found"] = "false"
         lines = ["# Written by processor.kafka.broker on every start; edits are overwritten."]
         lines += [f"{key}={value}" for key, value in settings.items()]
         return "\n".join(lines) + "\n"

@@ -77,7 +77,8 @@ def pom_xml(
 
 
 # Kafka's INFO level dumps every config and each partition change; WARN keeps kafka.log
-# readable while the one INFO logger still records start and shutdown. Log4j's own
+# readable while the one INFO logger still records start and shutdown, and the authorizer's
+# records each request it denies (with an ACL authorizer, see LocalBroker). Log4j's own
 # shutdown hook would close the appender before Kafka's shutdown hook is done logging.
 LOG4J2_XML = """\
 <?xml version="1.0" encoding="UTF-8"?>
@@ -90,6 +91,7 @@ LOG4J2_XML = """\
   <Loggers>
     <Root level="WARN"><AppenderRef ref="out"/></Root>
     <Logger name="kafka.server.KafkaRaftServer" level="INFO"/>
+    <Logger name="kafka.authorizer.logger" level="INFO"/>
   </Loggers>
 </Configuration>
 """

@@ -102,6 +102,34 @@ def check_authentication(settings: Settings, timeout: float = 5.0) -> None:
         )
 
 
+# What a broker answers when the principal has no ACL for the operation.
+_DENIED = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+}
+
+
+class AccessDenied(SettingsError):
+    """The broker denied the job's principal an operation: ACLs are missing (exit 2)."""
+
+
+def check_denied(settings: Settings, exc: BaseException) -> None:
+    """Raise AccessDenied if ``exc`` is the broker refusing an operation for want of an ACL.
+
+    Otherwise a missing ACL looks like a broker that is not there yet, and the services
+    would wait for it forever ("waiting for Kafka ...: Topic authorization failed").
+    """
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if isinstance(err, KafkaError) and err.code() in _DENIED:
+        raise AccessDenied(
+            f"Kafka at {settings.bootstrap_servers} denied the job's principal an operation "
+            f"({err.str()}): `processor acls --principal User:<name>` prints the ACLs the job "
+            "needs"
+        ) from None
+
+
 def common_config(settings: Settings) -> dict[str, Any]:
     """What every client gets: bootstrap servers and the security settings, our logging."""
     return {**settings.client_config(), "error_cb": _log_error, "logger": rdkafka_log}

@@ -212,6 +212,7 @@ class CoordinatorService:
                 return last_id
             except (KafkaException, TimeoutError) as exc:
                 clients.check_authentication(self.settings)
+                clients.check_denied(self.settings, exc)
                 log.warning(
                     "waiting for Kafka at %s: %s (next try in %.1fs)",
                     self.settings.bootstrap_servers,
@@ -255,7 +256,12 @@ class CoordinatorService:
         if last_id is None:
             return False
         lease = CoordinatorLease(s, self.incarnation)
-        if not lease.acquire(stop):
+        try:
+            acquired = lease.acquire(stop)
+        except KafkaException as exc:
+            clients.check_denied(s, exc)  # no ACL for <job>.coordinator: one line, not a trace
+            raise
+        if not acquired:
             return False
         try:
             return self._loop(stop, exit_when_idle, exit_when_stopped, last_id, lease)

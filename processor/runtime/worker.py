@@ -170,6 +170,7 @@ class Worker:
                     return
             except Exception as exc:  # noqa: BLE001 - broker not there yet: keep waiting
                 clients.check_authentication(self.settings)
+                clients.check_denied(self.settings, exc)
                 reason = str(exc)
             else:
                 reason = "no coordinator has created it yet"

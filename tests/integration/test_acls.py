@@ -1,0 +1,183 @@
+"""The job under Kafka's ACL authorizer, its principal granted exactly what
+``processor/kafka/acls.py`` lists: the word count (a shuffle, a keyed count, the DLQ, purges)
+runs to exact output, and the broker logs no denial (so no rule is missing, even one the
+clients would shrug off). Without the transactional-id rule, or the sink's, the coordinator
+exits 2 in one line and nothing is written. (Each other rule left out was seen to fail the
+first test too: the source's, the shuffle's Delete, the group's, the groups' prefix.)"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from processor.config import load_settings
+from processor.jobs import load_graph
+from processor.kafka import acls
+from processor.kafka.broker import LocalBroker
+from tests.integration.harness import JobRun, wait_until
+
+# A broker of its own, below the ephemeral port range like every test port (tests/conftest.py):
+# PLAINTEXT 20192 (the broker, and the test's clients: a super user), controller 20193,
+# SASL 20194 (the job's principal, held to its ACLs).
+PORT = 20192
+SASL_PORT = PORT + 2
+USER, PASSWORD = "processor", "acl-test-password"
+PRINCIPAL = f"User:{USER}"
+NOT_UTF8 = b"\xff\xfe not utf8"  # a dead record: the word count writes it to <job>.dlq
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    broker = LocalBroker(
+        port=PORT,
+        controller_port=PORT + 1,
+        data_dir=tmp_path_factory.mktemp("acls") / "kafka",
+        sasl_port=SASL_PORT,
+        sasl_users={USER: PASSWORD},
+        acl_authorizer=True,
+    )
+    broker.start(timeout=120)
+    yield broker
+    broker.stop()
+
+
+def _job(broker: LocalBroker, workdir: Path) -> tuple[JobRun, list[acls.AclRule]]:
+    """A word count whose source and sink are outside ``<job>.`` (so their literal rules
+    count), run through the SASL listener; and the rules its principal needs."""
+    name = uuid.uuid4().hex[:8]
+    source, sink = f"acl-words-{name}", f"acl-counts-{name}"
+    run = JobRun(broker.bootstrap, workdir, input_partitions=2, input_topic=source)
+    run.settings = load_settings(
+        bootstrap_servers=broker.bootstrap, job_name=run.job, input_topic=source, output_topic=sink
+    )
+    run.env.update(
+        {
+            "PROCESSOR_OUTPUT_TOPIC": sink,
+            "PROCESSOR_BOOTSTRAP_SERVERS": f"127.0.0.1:{SASL_PORT}",
+            "PROCESSOR_KAFKA_CONFIG": json.dumps(
+                {
+                    "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "PLAIN",
+                    "sasl.username": USER,
+                    "sasl.password": PASSWORD,
+                }
+            ),
+            "PROCESSOR_SHUFFLE_PARTITIONS": "2",
+            "PROCESSOR_SHUFFLE_PURGE_INTERVAL_MS": "200",
+        }
+    )
+    # What `processor acls` prints for this job: the same settings, the same graph.
+    settings = load_settings(
+        job_name=run.job, input_topic=source, output_topic=sink, shuffle_purge_interval_ms=200
+    )
+    return run, acls.graph_acls(settings, load_graph(settings))
+
+
+def _grant(broker: LocalBroker, rules: list[acls.AclRule]) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # PLAINTEXT: a super user
+    for future in admin.create_acls(acls.bindings(rules, PRINCIPAL)).values():
+        future.result(30)
+
+
+def _records(broker: LocalBroker, topic: str) -> list[bytes]:
+    """Every committed record of ``topic`` (one partition is enough for the DLQ)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"acl-test-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        tp = TopicPartition(topic, 0)
+        _, high = consumer.get_watermark_offsets(tp, timeout=10)
+        if high == 0:
+            return []
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        values: list[bytes] = []
+        while consumer.position([tp])[0].offset < high:
+            for msg in consumer.consume(1000, 1.0):
+                if msg.error() is None and msg.value():
+                    values.append(msg.value())  # type: ignore[arg-type]
+        return values
+    finally:
+        consumer.close()
+
+
+def _log_start(broker: LocalBroker, topic: str, partitions: int) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "acl-test"})
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[0]
+            for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+
+
+def _broker_log(broker: LocalBroker) -> list[str]:
+    return broker.log_file.read_text(errors="replace").splitlines()
+
+
+def _logs(run: JobRun) -> str:
+    return run.log("coordinator") + run.log("worker-0") + run.log("worker-1")
+
+
+def test_the_listed_acls_are_enough(broker: LocalBroker, tmp_path: Path) -> None:
+    run, rules = _job(broker, tmp_path)
+    _grant(broker, rules)
+    try:
+        run.start(workers=2)
+        run.produce([NOT_UTF8])
+        run.feed(100_000, seconds=3)
+        assert run.finish() > 0
+        assert _records(broker, run.settings.dlq_topic) == [NOT_UTF8]
+        # Purges (DeleteRecords) went through: the shuffle's log start moved.
+        shuffle = f"{run.job}.shuffle"
+        wait_until(lambda: any(_log_start(broker, shuffle, 2)), 10, f"a purge of {shuffle}")
+        logs = _logs(run)
+        assert "could not purge" not in logs
+        assert "AUTHORIZATION" not in logs.upper(), logs[-3000:]
+        # Nor a denial the clients took in their stride: the broker logs every one.
+        denied = [x for x in _broker_log(broker) if f"{PRINCIPAL} is Denied" in x]
+        assert not denied, denied[:5]
+    finally:
+        run.stop()
+
+
+# Each rule left out once where the coordinator meets it: its transactional id (the lease),
+# the sink it creates. It exits 2 with one line pointing at `processor acls`, nothing written.
+@pytest.mark.parametrize(
+    ("left_out", "error"),
+    [
+        ("transactional-id", "Transactional Id authorization failed"),
+        ("sink", "Topic authorization failed"),
+    ],
+)
+def test_without_a_listed_acl_the_job_says_so_and_writes_nothing(
+    broker: LocalBroker, tmp_path: Path, left_out: str, error: str
+) -> None:
+    run, rules = _job(broker, tmp_path)
+    sink = run.settings.output_topic
+    _grant(
+        broker, [r for r in rules if left_out not in (r.resource, "sink" if r.name == sink else "")]
+    )
+    try:
+        run.start(workers=1)
+        run.produce([b"alpha beta gamma"])
+        assert run.coordinator is not None
+        assert run.coordinator.wait(60) == 2, run.log("coordinator")[-3000:]
+        last = run.log("coordinator").strip().splitlines()[-1]
+        assert last.startswith("processor: Kafka at 127.0.0.1:20194 denied"), last
+        assert error in last and "processor acls --principal" in last, last
+        if left_out != "sink":
+            assert _records(broker, sink) == []
+    finally:
+        run.stop()
