@@ -46,7 +46,7 @@ def test_plan_gives_each_kind_in_turn_and_at_least_one() -> None:
     ordered = [slots[n] for n in sorted(slots)]
     assert ordered[: len(kinds)] == kinds  # each kind once before any twice
     assert plan(random.Random(1), 5, []) == {}
-    with pytest.raises(ValueError, match="unknown broker fault"):
+    with pytest.raises(ValueError, match="unknown cluster fault"):
         plan(random.Random(1), 5, ["broker on fire"])
 
 
@@ -77,3 +77,22 @@ def test_recovery_skips_a_fault_under_an_empty_assignment() -> None:
         (12.0, control.Trigger(6, 12.0)),
     ]
     assert recovery(messages, [FaultRecord(TXN_LEADER_KILL, 10.0, 1)]) == {}
+
+
+def test_a_worker_cut_moved_when_an_assignment_after_it_leaves_the_worker_out() -> None:
+    from tests.network_faults import BROKER_CUT, WORKER_CUT, worker_moves
+
+    holding = {"count-0": "worker-1", "count-1": "worker-0"}
+    moved = {"count-0": "worker-0", "count-1": "worker-0"}
+    messages: ControlLog = [
+        (1.0, control.Assignment(1, 1, dict(moved))),  # before the cut: not counted
+        (10.0, control.Assignment(2, 1, dict(holding))),
+        (17.5, control.Assignment(3, 1, dict(holding))),  # still has worker-1
+        (19.0, control.Assignment(4, 1, dict(moved))),
+    ]
+    cut = FaultRecord(WORKER_CUT, 12.0, -2)  # worker 1
+    never = FaultRecord(WORKER_CUT, 20.0, -2)
+    broker = FaultRecord(BROKER_CUT, 12.0, 1)
+    worker_moves(messages, [cut, never, broker])
+    assert cut.moved_s == 7.0
+    assert never.moved_s is None and broker.moved_s is None
