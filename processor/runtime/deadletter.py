@@ -35,6 +35,8 @@ from confluent_kafka import Message
 from prometheus_client import Counter as Metric
 
 from processor import metrics
+from processor.config import Settings
+from processor.kafka.clients import record_limit
 from processor.kafka.output import TransactionalOutput
 from processor.models.limits import HEADER_OVERHEAD, headers_size
 from processor.pipeline.chain import MAX_ERROR, DeadRecord
@@ -84,6 +86,12 @@ class DeadLetters:
         self._labels = dict(labels)
         self._counters: dict[str, Metric] = {}
         self.log = FailureLog(task, dlq, clock)
+
+    @classmethod
+    def of_task(cls, settings: Settings, task: str, labels: Mapping[str, str]) -> DeadLetters:
+        """A task's, as the job's settings say (DLQ topic, record limit, on_error, mode)."""
+        s = settings
+        return cls(s.dlq_topic, task, labels, record_limit(s), s.on_error, mode=s.dlq_mode)
 
     def source_record(
         self,

@@ -161,14 +161,7 @@ class KeyedTask(Task):
         self._m_bad = skipped.labels(**self.labels, reason="malformed_shuffle")
         self._m_oversized = skipped.labels(**self.labels, reason="oversized_key")
         s = ctx.settings
-        self._dlq = DeadLetters(
-            s.dlq_topic,
-            ctx.task_id,
-            self.labels,
-            clients.record_limit(s),
-            s.on_error,
-            mode=s.dlq_mode,
-        )
+        self._dlq = DeadLetters.of_task(s, ctx.task_id, self.labels)
 
     def run(self) -> None:
         s = self.settings

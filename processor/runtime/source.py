@@ -99,14 +99,7 @@ class SourceTask(Task):
         self._m_null = skipped.labels(**self.labels, reason="null")
         self._m_empty = skipped.labels(**self.labels, reason="empty")
         self._m_oversized = skipped.labels(**self.labels, reason="oversized_key")
-        self._dlq = DeadLetters(
-            s.dlq_topic,
-            ctx.task_id,
-            self.labels,
-            clients.record_limit(s),
-            s.on_error,
-            mode=s.dlq_mode,
-        )
+        self._dlq = DeadLetters.of_task(s, ctx.task_id, self.labels)
         # Of a dead record derived from an input record: what the task knows of where.
         self._read_from = Position(self.topic, partitions[0] if len(partitions) == 1 else None)
 

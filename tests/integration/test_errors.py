@@ -56,6 +56,13 @@ def _record_at(bootstrap: str, topic: str, partition: int, offset: int) -> bytes
         consumer.close()
 
 
+def _failing_run(kafka_bootstrap: str, tmp_path: Path, **settings: str) -> PipelineRun:
+    """The job of failing.py on one source partition and two shuffle partitions."""
+    topics = {"events": "events", "totals": "totals"}
+    settings = {"shuffle_partitions": "2", **settings}
+    return PipelineRun(kafka_bootstrap, tmp_path, FAILING, topics, 1, 300, **settings)
+
+
 def _events(users: int, per_user: int, bad: int) -> list[bytes]:
     """Events of ``users`` users in turn; the ``bad``-th one makes the user function raise."""
     out = []
@@ -70,15 +77,8 @@ def _events(users: int, per_user: int, bad: int) -> list[bytes]:
 def test_a_dead_record_of_a_keyed_stage_is_its_json_with_where_and_why(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    run = PipelineRun(
-        kafka_bootstrap,
-        tmp_path,
-        FAILING,
-        {"events": "events", "totals": "totals"},
-        source_partitions=1,
-        shuffle_partitions="2",
-        shuffle_purge_interval_ms="0",  # to read the shuffle record the position names
-    )
+    # No purges: to read the shuffle record the position names.
+    run = _failing_run(kafka_bootstrap, tmp_path, shuffle_purge_interval_ms="0")
     events = _events(users=3, per_user=20, bad=31)
     try:
         send(run._producer, [(run.topics["events"], v, None, 0) for v in events])
@@ -131,16 +131,7 @@ def test_dlq_mode_metadata_keeps_no_record_bytes_and_retention_is_set_on_start(
     """PROCESSOR_DLQ_MODE=metadata: the dead record's DLQ entry says where and why, with no
     byte of the record; PROCESSOR_DLQ_RETENTION_MS is set on a DLQ topic made before with
     another retention (as after a change of the setting)."""
-    run = PipelineRun(
-        kafka_bootstrap,
-        tmp_path,
-        FAILING,
-        {"events": "events", "totals": "totals"},
-        source_partitions=1,
-        shuffle_partitions="2",
-        dlq_mode="metadata",
-        dlq_retention_ms="3600000",
-    )
+    run = _failing_run(kafka_bootstrap, tmp_path, dlq_mode="metadata", dlq_retention_ms="3600000")
     admin = clients.admin(run.settings)
     dlq = run.settings.dlq_topic
     clients.ensure_topic(admin, dlq, 1, {"retention.ms": "86400000"})
@@ -169,15 +160,7 @@ def test_on_error_stop_shows_the_task_stopped_on_the_status_page_and_in_a_metric
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     worker_port, coordinator_port = _free_port(), _free_port()
-    run = PipelineRun(
-        kafka_bootstrap,
-        tmp_path,
-        FAILING,
-        {"events": "events", "totals": "totals"},
-        source_partitions=1,
-        shuffle_partitions="2",
-        on_error="stop",
-    )
+    run = _failing_run(kafka_bootstrap, tmp_path, on_error="stop")
     run.env["PROCESSOR_METRICS_PORT"] = str(coordinator_port)  # the worker gets its own
     try:
         send(run._producer, [(run.topics["events"], v, None, 0) for v in _events(3, 20, 31)])
