@@ -38,6 +38,7 @@ from processor.kafka import clients
 from processor.models import control, internal
 from processor.runtime import status
 from processor.runtime.assignment import WorkerRegistry, assign
+from processor.runtime.job_status import job_status
 from processor.runtime.job_topics import create_job_topics
 from processor.runtime.keyed import STATE_FORMAT
 from processor.runtime.layout import check_history
@@ -464,82 +465,7 @@ class CoordinatorService:
         placement: dict[str, str],
         now: float,
     ) -> None:
-        completed = [
-            {
-                "id": r["id"],
-                "status": "completed",
-                "at": r.get("completed_at"),
-                "duration_s": r.get("duration_s"),
-                "size_bytes": r.get("uploaded_bytes"),
-                "full_size_bytes": r.get("state_bytes"),
-                "slowest_task": _slowest(r),
-            }
-            for r in self.history[-50:]
-        ]
-        history = sorted([*completed, *self._failures], key=lambda c: -int(c["id"]))[:50]
-        tasks = []
-        for task in sorted(set(placement) | set(self._task_status), key=_task_key):
-            worker, state, checkpoint, reason = self._task_status.get(task, ("", "assigned", 0, ""))
-            tasks.append(
-                {
-                    "task": task,
-                    "worker": placement.get(task, worker),
-                    "state": state,
-                    "checkpoint": checkpoint,
-                    "lag": self._task_lag.get(task),
-                    "watermark_ms": self._task_watermark.get(task),
-                    "event_time_lag_s": _event_time_lag(self._task_watermark.get(task)),
-                    "reason": reason or None,
-                }
-            )
-        load = collections.Counter(placement.values())
-        workers = [
-            {
-                "worker": w,
-                "alive": True,
-                "last_seen_s": round(now - st.last_seen, 2),
-                "incarnation": st.incarnation,
-                "tasks": load.get(w, 0),
-            }
-            for w, st in sorted(registry.workers.items())
-        ]
-        self.board.publish(
-            {
-                "job": self.settings.job_name,
-                "coordinator": self.incarnation,
-                "updated_at": time.time(),
-                "input_topic": ", ".join(self.graph.plan.source_topics),
-                "output_topic": ", ".join(self.graph.plan.sink_topics),
-                "stages": [
-                    {
-                        "stage": stage.name,
-                        "kind": "source"
-                        if stage.is_source
-                        else "join"
-                        if stage.is_join
-                        else "keyed",
-                        "input": stage.head.topic
-                        if stage.is_source
-                        else self.graph.shuffle_topic(stage),
-                        "tasks": self.parallelism.get(stage.name, 0),
-                        "operators": [n.name for n in stage.nodes],
-                    }
-                    for stage in self.graph.stages
-                ],
-                "checkpoints": {
-                    "last_completed": checkpoints.last_completed.checkpoint_id
-                    if checkpoints.last_completed
-                    else (self.history[-1]["id"] if self.history else None),
-                    "in_progress": sorted(checkpoints.pending),
-                    "completed": self._counts["completed"],
-                    "failed": self._counts["failed"],
-                    "history": history,
-                },
-                "tasks": tasks,
-                "workers": workers,
-                "lag": sum(v for v in self._task_lag.values() if v),
-            }
-        )
+        self.board.publish(job_status(self, checkpoints, registry, placement, now))
 
     def _not_running(
         self, tasks: list[str], placement: dict[str, str], alive: Iterable[str]
@@ -586,32 +512,6 @@ class CoordinatorService:
             if held:
                 log.warning("%d more checkpoints failed for the same reason", held)
         log.warning("checkpoint %d failed: %s", failed.checkpoint_id, failed.reason)
-
-
-def _event_time_lag(watermark_ms: int | None) -> float | None:
-    """Wall time less a watermark, in seconds: how far behind event time a task is."""
-    if watermark_ms is None:
-        return None
-    return round(max(0.0, time.time() - watermark_ms / 1000), 3)
-
-
-def _slowest(record: dict[str, Any]) -> str | None:
-    tasks = record.get("tasks") or {}
-    if not tasks:
-        return None
-    return str(
-        max(
-            tasks,
-            key=lambda t: sum(
-                float(tasks[t].get(k, 0)) for k in ("alignment_s", "sync_s", "upload_s")
-            ),
-        )
-    )
-
-
-def _task_key(task: str) -> tuple[str, int]:
-    stage, _, index = task.rpartition("-")
-    return (stage, int(index)) if index.isdecimal() else (task, 0)
 
 
 def _describe(placement: dict[str, str]) -> str:

@@ -1,0 +1,120 @@
+"""The coordinator's status document (the status page and ``/api/status``): checkpoints,
+tasks, workers, stages and lag, from what the coordinator knows. Pure: no I/O."""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import TYPE_CHECKING, Any
+
+from processor.checkpointing.coordinator import CheckpointCoordinator
+from processor.runtime.assignment import WorkerRegistry
+
+if TYPE_CHECKING:
+    from processor.runtime.coordinator import CoordinatorService
+
+
+def job_status(
+    service: CoordinatorService,
+    checkpoints: CheckpointCoordinator,
+    registry: WorkerRegistry,
+    placement: dict[str, str],
+    now: float,
+) -> dict[str, Any]:
+    """The document `StatusBoard.publish` takes, at ``now`` (monotonic seconds)."""
+    completed = [
+        {
+            "id": r["id"],
+            "status": "completed",
+            "at": r.get("completed_at"),
+            "duration_s": r.get("duration_s"),
+            "size_bytes": r.get("uploaded_bytes"),
+            "full_size_bytes": r.get("state_bytes"),
+            "slowest_task": _slowest(r),
+        }
+        for r in service.history[-50:]
+    ]
+    history = sorted([*completed, *service._failures], key=lambda c: -int(c["id"]))[:50]
+    tasks = []
+    for task in sorted(set(placement) | set(service._task_status), key=_task_key):
+        worker, state, checkpoint, reason = service._task_status.get(task, ("", "assigned", 0, ""))
+        tasks.append(
+            {
+                "task": task,
+                "worker": placement.get(task, worker),
+                "state": state,
+                "checkpoint": checkpoint,
+                "lag": service._task_lag.get(task),
+                "watermark_ms": service._task_watermark.get(task),
+                "event_time_lag_s": _event_time_lag(service._task_watermark.get(task)),
+                "reason": reason or None,
+            }
+        )
+    load = collections.Counter(placement.values())
+    workers = [
+        {
+            "worker": w,
+            "alive": True,
+            "last_seen_s": round(now - st.last_seen, 2),
+            "incarnation": st.incarnation,
+            "tasks": load.get(w, 0),
+        }
+        for w, st in sorted(registry.workers.items())
+    ]
+    return {
+        "job": service.settings.job_name,
+        "coordinator": service.incarnation,
+        "updated_at": time.time(),
+        "input_topic": ", ".join(service.graph.plan.source_topics),
+        "output_topic": ", ".join(service.graph.plan.sink_topics),
+        "stages": [
+            {
+                "stage": stage.name,
+                "kind": "source" if stage.is_source else "join" if stage.is_join else "keyed",
+                "input": stage.head.topic
+                if stage.is_source
+                else service.graph.shuffle_topic(stage),
+                "tasks": service.parallelism.get(stage.name, 0),
+                "operators": [n.name for n in stage.nodes],
+            }
+            for stage in service.graph.stages
+        ],
+        "checkpoints": {
+            "last_completed": checkpoints.last_completed.checkpoint_id
+            if checkpoints.last_completed
+            else (service.history[-1]["id"] if service.history else None),
+            "in_progress": sorted(checkpoints.pending),
+            "completed": service._counts["completed"],
+            "failed": service._counts["failed"],
+            "history": history,
+        },
+        "tasks": tasks,
+        "workers": workers,
+        "lag": sum(v for v in service._task_lag.values() if v),
+    }
+
+
+def _event_time_lag(watermark_ms: int | None) -> float | None:
+    """Wall time less a watermark, in seconds: how far behind event time a task is."""
+    if watermark_ms is None:
+        return None
+    return round(max(0.0, time.time() - watermark_ms / 1000), 3)
+
+
+def _slowest(record: dict[str, Any]) -> str | None:
+    tasks = record.get("tasks") or {}
+    if not tasks:
+        return None
+    return str(
+        max(
+            tasks,
+            key=lambda t: sum(
+                float(tasks[t].get(k, 0)) for k in ("alignment_s", "sync_s", "upload_s")
+            ),
+        )
+    )
+
+
+def _task_key(task: str) -> tuple[str, int]:
+    stage, _, index = task.rpartition("-")
+    return (stage, int(index)) if index.isdecimal() else (task, 0)
