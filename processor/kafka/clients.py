@@ -274,6 +274,9 @@ _TRANSIENT = {
     KafkaError._TRANSPORT,
     KafkaError.NOT_COORDINATOR,
     KafkaError._ALL_BROKERS_DOWN,
+    # A new leader whose high watermark has not caught up yet (KIP-207): seen right after
+    # the leading broker of the control topic was killed.
+    KafkaError.OFFSET_NOT_AVAILABLE,
 }
 
 

@@ -108,6 +108,7 @@ class CoordinatorLease:
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._committing = False  # a commit failed retriably: call commit_transaction again
 
     def acquire(self, stop: threading.Event) -> bool:
         """Take the lease (False: stopped while waiting); CoordinatorConflict if another
@@ -187,30 +188,49 @@ class CoordinatorLease:
 
     def _renew(self) -> None:
         """One renewal in a transaction of its own; a fence ends the lease, anything else
-        (the broker away a moment) waits for the next renewal."""
+        (the broker away a moment) waits for the next renewal.
+
+        A commit that failed with a retriable error (its coordinator moving, a timeout) is
+        still in progress in the producer: librdkafka wants ``commit_transaction`` called
+        again, and answers anything else, an abort or the next ``begin_transaction``, with
+        _CONFLICT, for ever (seen: after a SIGKILL of the broker leading the lease's
+        transaction log partition, the lease was never renewed again). So the commit is
+        retried until it completes, the transaction must be aborted, or the lease is fenced.
+        """
         p = self._producer
         try:
+            if self._committing:
+                p.commit_transaction(COMMIT_TIMEOUT_S)
+                self._committing = False
+                return
             p.begin_transaction()
             lease = control.Lease(self.incarnation, time.time())
             p.produce(self._settings.control_topic, control.encode(lease))
+            self._committing = True
             p.commit_transaction(COMMIT_TIMEOUT_S)
+            self._committing = False
         except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            if error.fatal() or error.code() in (
-                KafkaError._FENCED,
-                KafkaError.PRODUCER_FENCED,
-                KafkaError.INVALID_PRODUCER_EPOCH,
-            ):
+            self._failed(exc.args[0])
+
+    def _failed(self, error: KafkaError) -> None:
+        if error.fatal() or error.code() in (
+            KafkaError._FENCED,
+            KafkaError.PRODUCER_FENCED,
+            KafkaError.INVALID_PRODUCER_EPOCH,
+        ):
+            self.reason = conflict_line(self._settings.job_name, "", True)
+            self.lost.set()
+            return
+        log.warning("could not renew the coordinator lease: %s", error)
+        if self._committing and error.retriable() and not error.txn_requires_abort():
+            return  # the next renewal calls commit_transaction again
+        self._committing = False
+        try:
+            self._producer.abort_transaction(COMMIT_TIMEOUT_S)
+        except KafkaException as again:
+            if again.args[0].fatal():
                 self.reason = conflict_line(self._settings.job_name, "", True)
                 self.lost.set()
-                return
-            log.warning("could not renew the coordinator lease: %s", error)
-            try:
-                p.abort_transaction(COMMIT_TIMEOUT_S)
-            except KafkaException as again:
-                if again.args[0].fatal():
-                    self.reason = conflict_line(self._settings.job_name, "", True)
-                    self.lost.set()
 
     def close(self) -> None:
         self._stop.set()

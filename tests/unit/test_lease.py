@@ -1,13 +1,23 @@
-"""The coordinator lease's decision (processor/runtime/lease.py), over every case."""
+"""The coordinator lease (processor/runtime/lease.py): its decision over every case, and its
+renewal's handling of a failed commit."""
 
 from __future__ import annotations
 
 import itertools
+import threading
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
+from processor.config import Settings
 from processor.models.control import Lease, decode, encode
-from processor.runtime.lease import EXPIRE_S, Seen, conflict_line, decide
+from processor.runtime.lease import (
+    EXPIRE_S,
+    CoordinatorLease,
+    Seen,
+    conflict_line,
+    decide,
+)
 
 
 def test_no_other_coordinator_or_an_expired_lease_is_taken_at_once() -> None:
@@ -51,3 +61,65 @@ def test_lease_messages_round_trip() -> None:
     lease = Lease("abc", 1_796_000_000.25)
     assert decode(encode(lease)) == lease
     assert decode(b'{"kind":"lease","incarnation":"abc","renewed_at":"now"}') is None
+
+
+class _ScriptedProducer:
+    """A transactional producer whose commits fail as scripted (None: it succeeds)."""
+
+    def __init__(self, commits: list[KafkaError | None]) -> None:
+        self.commits = commits
+        self.calls: list[str] = []
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    def produce(self, topic: str, value: bytes) -> None:
+        self.calls.append("produce")
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.calls.append("commit")
+        error = self.commits.pop(0)
+        if error is not None:
+            raise KafkaException(error)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.calls.append("abort")
+
+
+def _lease(producer: _ScriptedProducer) -> CoordinatorLease:
+    lease = CoordinatorLease.__new__(CoordinatorLease)
+    lease._settings = Settings(job_name="wc")
+    lease.incarnation = "c1"
+    lease.lost = threading.Event()
+    lease.reason = ""
+    lease._producer = producer  # type: ignore[assignment]
+    lease._committing = False
+    return lease
+
+
+def test_a_commit_that_timed_out_is_committed_again_not_aborted() -> None:
+    """librdkafka wants a retriable commit failure retried: an abort or a new transaction
+    would get _CONFLICT for ever (the lease then never renewed again)."""
+    timed_out = KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True)
+    producer = _ScriptedProducer([timed_out, timed_out, None, None])
+    lease = _lease(producer)
+    for _ in range(4):
+        lease._renew()
+    assert producer.calls == [
+        "begin", "produce", "commit",  # times out
+        "commit",  # times out again
+        "commit",  # done
+        "begin", "produce", "commit",  # the next renewal
+    ]  # fmt: skip
+    assert not lease.lost.is_set()
+
+
+def test_a_commit_that_must_be_aborted_is_aborted_and_a_fence_ends_the_lease() -> None:
+    abortable = KafkaError(KafkaError._STATE, "abort it", txn_requires_abort=True)
+    fenced = KafkaError(KafkaError._FENCED, "fenced", fatal=True)
+    producer = _ScriptedProducer([abortable, fenced])
+    lease = _lease(producer)
+    lease._renew()
+    assert producer.calls[-1] == "abort" and not lease.lost.is_set()
+    lease._renew()
+    assert lease.lost.is_set() and "took over" in lease.reason
