@@ -149,12 +149,15 @@ def test_bad_json_input_table(kafka_bootstrap: str, tmp_path: Path) -> None:
         assert +skipped == want
         dead = read_committed(kafka_bootstrap, run.settings.dlq_topic)
         assert sum(map(len, dead.values())) == len(cases) + len(no_time)
-        through = [
-            v
-            for part in read_committed(kafka_bootstrap, run.topics["passthrough"]).values()
-            for _, v, _ in part
-        ]
-        assert through == [sink_value(json.loads(raw)) for raw in good]
+        # Keyless records: the sink's partitioner may spread them over partitions, so the
+        # order holds within a partition only.
+        expected = [sink_value(json.loads(raw)) for raw in good]
+        parts = read_committed(kafka_bootstrap, run.topics["passthrough"]).values()
+        through = [v or b"" for part in parts for _, v, _ in part]
+        assert sorted(through) == sorted(expected)
+        for part in parts:
+            values = [v for _, v, _ in part]
+            assert values == [v for v in expected if v in values]
 
         log = run.log("worker-0")
         # The first 10 dead records of an operator are logged in full (then a line a
