@@ -63,6 +63,15 @@ def _failing_run(kafka_bootstrap: str, tmp_path: Path, **settings: str) -> Pipel
     return PipelineRun(kafka_bootstrap, tmp_path, FAILING, topics, 1, 300, **settings)
 
 
+def _run_to_idle(run: PipelineRun) -> None:
+    """Three users' 60 events, the 31st bad, through one worker until the job is idle."""
+    events = _events(users=3, per_user=20, bad=31)
+    send(run._producer, [(run.topics["events"], v, None, 0) for v in events])
+    run.start_coordinator()
+    run.start_worker(0)
+    run.wait_idle(120)
+
+
 def _events(users: int, per_user: int, bad: int) -> list[bytes]:
     """Events of ``users`` users in turn; the ``bad``-th one makes the user function raise."""
     out = []
@@ -79,12 +88,8 @@ def test_a_dead_record_of_a_keyed_stage_is_its_json_with_where_and_why(
 ) -> None:
     # No purges: to read the shuffle record the position names.
     run = _failing_run(kafka_bootstrap, tmp_path, shuffle_purge_interval_ms="0")
-    events = _events(users=3, per_user=20, bad=31)
     try:
-        send(run._producer, [(run.topics["events"], v, None, 0) for v in events])
-        run.start_coordinator()
-        run.start_worker(0)
-        run.wait_idle(120)
+        _run_to_idle(run)
 
         letters = [
             r
@@ -135,12 +140,8 @@ def test_dlq_mode_metadata_keeps_no_record_bytes_and_retention_is_set_on_start(
     admin = clients.admin(run.settings)
     dlq = run.settings.dlq_topic
     clients.ensure_topic(admin, dlq, 1, {"retention.ms": "86400000"})
-    events = _events(users=3, per_user=20, bad=31)
     try:
-        send(run._producer, [(run.topics["events"], v, None, 0) for v in events])
-        run.start_coordinator()
-        run.start_worker(0)
-        run.wait_idle(120)
+        _run_to_idle(run)
         letters = [r for part in read_committed(kafka_bootstrap, dlq).values() for r in part]
         assert len(letters) == 1
         key, value, headers = letters[0]
