@@ -64,6 +64,7 @@ class TaskRunner:
         try:
             self.task.run()
             self.task.state = "stopped"
+            log.info("task %s stopped", self.task.ctx.task_id)
         except PermanentTaskFailure as exc:
             self.task.state = exc.state  # "stopped": PROCESSOR_ON_ERROR=stop
             self.permanent = True
@@ -194,7 +195,10 @@ class Worker:
         )
         now = time.monotonic()
         for task_id, runner in list(self._runners.items()):
-            if task_id not in mine:
+            if task_id not in mine and not runner.task.ctx.stop.is_set():
+                log.info(
+                    "task %s is no longer assigned to %s: stopping it", task_id, self.worker_id
+                )
                 runner.stop()
             if not runner.running:
                 del self._runners[task_id]
