@@ -24,8 +24,8 @@ from processor.jobs import load_graph
 from processor.jobs.graph import JobGraph, TaskId
 from processor.kafka import clients
 from processor.models import internal
-from processor.runtime.keyed import STATE_FORMAT
 from processor.state.factory import open_storage
+from processor.state.format import STATE_FORMAT
 from processor.state.savepoints import Savepoint, SavepointError, SavepointStore, now_iso
 from processor.state.storage import CheckpointStorage, SnapshotMissing
 
