@@ -173,10 +173,10 @@ def serve(
     ``worker``: the worker id, added as the ``worker`` label to every exported sample.
     """
     if port:
-        from processor.runtime import status  # the HTTP endpoints live with the status page
+        from processor import endpoints  # the HTTP server only where it is served
 
         try:
-            status.serve(None, host, port, health, {"worker": worker} if worker else None)
+            endpoints.serve(host, port, health, {"worker": worker} if worker else None)
         except OSError as exc:
             raise SettingsError(
                 f"invalid setting PROCESSOR_METRICS_PORT: cannot serve {host}:{port} "

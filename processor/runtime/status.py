@@ -1,5 +1,5 @@
-"""The services' HTTP endpoints: ``/metrics`` (Prometheus), ``/healthz`` (the main loop's
-liveness, processor/health.py) and, on the coordinator, ``/api/status`` (JSON) and ``/``.
+"""The coordinator's status pages: ``/api/status`` (JSON) and ``/`` (HTML), beside the
+endpoints every service has (`processor.endpoints`).
 
 The coordinator loop publishes a fresh status document every heartbeat interval by swapping
 one reference; the HTTP thread only ever reads the latest document, so no lock is needed.
@@ -7,18 +7,15 @@ one reference; the HTTP thread only ever reads the latest document, so no lock i
 
 from __future__ import annotations
 
-import hmac
 import html
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
-from prometheus_client.metrics_core import Metric
-
+from processor import endpoints
 from processor.health import LoopHealth
-from processor.runtime.http_server import HttpServer, Request, Response
+from processor.http_server import HttpServer, Request, Response
 
 
 class StatusBoard:
@@ -45,39 +42,6 @@ class StatusBoard:
         self.document = document  # one reference swap: readers see the old or the new
 
 
-class LabelledRegistry:
-    """The default registry with constant labels added to every sample.
-
-    A worker labels everything it exports with its worker id (``worker``), the id the
-    coordinator and the logs use; Prometheus keeps it (honor_labels), whatever the target's
-    address or pod name.
-    """
-
-    def __init__(self, labels: Mapping[str, str]) -> None:
-        self._labels = dict(labels)
-
-    def collect(self) -> Iterator[Metric]:
-        for family in REGISTRY.collect():
-            labelled = Metric(family.name, family.documentation, family.type, family.unit)
-            labelled.samples = [
-                s._replace(labels={**s.labels, **self._labels}) for s in family.samples
-            ]
-            yield labelled
-
-
-# Host names a browser sends for a server on loopback. Any other name there is a page on
-# another site reaching 127.0.0.1 by DNS rebinding: refused.
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
-OPEN_PATHS = frozenset({"/metrics", "/healthz"})  # never behind the token: probes, scrapes
-
-
-def _host_name(header: str) -> str:
-    """``Host`` without its port: ``[::1]:9400`` -> ``[::1]``, ``a:1`` -> ``a``."""
-    if header.startswith("["):
-        return header.partition("]")[0] + "]"
-    return header.rpartition(":")[0] if header.count(":") == 1 else header
-
-
 def serve(
     board: StatusBoard | None,
     host: str,
@@ -86,50 +50,20 @@ def serve(
     labels: Mapping[str, str] | None = None,
     token: str = "",
 ) -> HttpServer:
-    """Serve the endpoints in a daemon thread; returns the server (``.shutdown()`` stops it).
+    """`processor.endpoints.serve` with the coordinator's pages: ``/api/status`` (JSON) and
+    ``/`` (HTML) of ``board`` (None: a worker, which has none)."""
 
-    Without a board (a worker) only ``/metrics`` and ``/healthz`` are served; ``labels`` are
-    added to every exported sample. ``token`` (``PROCESSOR_API_TOKEN``): every other path
-    wants ``Authorization: Bearer <token>`` (or ``?token=`` for a browser). Served on a
-    loopback address, requests must name it in their ``Host``.
-    """
-    registry = LabelledRegistry(labels) if labels else REGISTRY
-    check_host = host in LOOPBACK_NAMES
-    secret = token.encode()
-
-    def app(request: Request) -> Response:
-        if check_host and _host_name(request.headers.get("host", "")) not in LOOPBACK_NAMES:
-            return Response(421, "text/plain", b"this server answers to 127.0.0.1 only\n")
-        path = request.path
-        if path == "/metrics":
-            return Response(200, CONTENT_TYPE_LATEST, generate_latest(registry))
-        if path == "/healthz" and health is not None:
-            ok, line = health.check()
-            return Response(200 if ok else 503, "text/plain", line.encode())
-        if secret and not _authorized(request, secret):
-            return Response(
-                401,
-                "text/plain",
-                b"this endpoint wants Authorization: Bearer <PROCESSOR_API_TOKEN>\n",
-                [("WWW-Authenticate", 'Bearer realm="processor"')],
-            )
+    def pages(request: Request) -> Response | None:
         if board is None:
-            return Response(404, "text/plain", b"not found: try /metrics or /healthz\n")
-        if path == "/api/status":
+            return None
+        if request.path == "/api/status":
             body = json.dumps(board.document, indent=1).encode()
             return Response(200, "application/json", body)
-        if path in ("/", "/index.html"):
+        if request.path in ("/", "/index.html"):
             return Response(200, "text/html; charset=utf-8", render_html(board.document).encode())
         return Response(404, "text/plain", b"not found: try /, /api/status, /metrics or /healthz\n")
 
-    return HttpServer(host, port, app)
-
-
-def _authorized(request: Request, secret: bytes) -> bool:
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        given = (request.query.get("token") or [""])[0]
-    return hmac.compare_digest(given.strip().encode(), secret)
+    return endpoints.serve(host, port, health, labels, token, pages)
 
 
 def _fmt_bytes(n: float | None) -> str:

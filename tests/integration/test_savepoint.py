@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from processor.commands import corpus
-from processor.runtime.keyed import STATE_FORMAT
+from processor.state.format import STATE_FORMAT
 from processor.state.rocksdb.snapshots import seal_manifest
 from processor.state.savepoints import MANIFEST_NAME, Savepoint
 from processor.state.storage import DirectoryStorage

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from processor import http_server
 from processor.health import LoopHealth
-from processor.runtime import http_server
-from processor.runtime.http_server import HttpServer, Request, parse_head
+from processor.http_server import HttpServer, Request, parse_head
 from processor.runtime.status import StatusBoard, serve
 
 TOKEN = "s3cret-token"

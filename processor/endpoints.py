@@ -1,0 +1,98 @@
+"""The services' HTTP endpoints: ``/metrics`` (Prometheus) and ``/healthz`` (the main loop's
+liveness, processor/health.py), on the server of `processor.http_server`; the coordinator adds
+its status pages (`processor.runtime.status`)."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.metrics_core import Metric
+
+from processor.health import LoopHealth
+from processor.http_server import HttpServer, Request, Response
+
+
+class LabelledRegistry:
+    """The default registry with constant labels added to every sample.
+
+    A worker labels everything it exports with its worker id (``worker``), the id the
+    coordinator and the logs use; Prometheus keeps it (honor_labels), whatever the target's
+    address or pod name.
+    """
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        self._labels = dict(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in REGISTRY.collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            labelled.samples = [
+                s._replace(labels={**s.labels, **self._labels}) for s in family.samples
+            ]
+            yield labelled
+
+
+# Host names a browser sends for a server on loopback. Any other name there is a page on
+# another site reaching 127.0.0.1 by DNS rebinding: refused.
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+OPEN_PATHS = frozenset({"/metrics", "/healthz"})  # never behind the token: probes, scrapes
+
+
+def _host_name(header: str) -> str:
+    """``Host`` without its port: ``[::1]:9400`` -> ``[::1]``, ``a:1`` -> ``a``."""
+    if header.startswith("["):
+        return header.partition("]")[0] + "]"
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def serve(
+    host: str,
+    port: int,
+    health: LoopHealth | None = None,
+    labels: Mapping[str, str] | None = None,
+    token: str = "",
+    pages: Callable[[Request], Response | None] | None = None,
+) -> HttpServer:
+    """Serve the endpoints in a daemon thread; returns the server (``.shutdown()`` stops it).
+
+    ``/metrics`` and ``/healthz`` always; ``pages`` answers any other path (None: not
+    found), such as the coordinator's status page. ``labels`` are added to every exported
+    sample. ``token`` (``PROCESSOR_API_TOKEN``): every other path wants
+    ``Authorization: Bearer <token>`` (or ``?token=`` for a browser). Served on a loopback
+    address, requests must name it in their ``Host``.
+    """
+    registry = LabelledRegistry(labels) if labels else REGISTRY
+    check_host = host in LOOPBACK_NAMES
+    secret = token.encode()
+
+    def app(request: Request) -> Response:
+        if check_host and _host_name(request.headers.get("host", "")) not in LOOPBACK_NAMES:
+            return Response(421, "text/plain", b"this server answers to 127.0.0.1 only\n")
+        path = request.path
+        if path == "/metrics":
+            return Response(200, CONTENT_TYPE_LATEST, generate_latest(registry))
+        if path == "/healthz" and health is not None:
+            ok, line = health.check()
+            return Response(200 if ok else 503, "text/plain", line.encode())
+        if secret and not _authorized(request, secret):
+            return Response(
+                401,
+                "text/plain",
+                b"this endpoint wants Authorization: Bearer <PROCESSOR_API_TOKEN>\n",
+                [("WWW-Authenticate", 'Bearer realm="processor"')],
+            )
+        answer = pages(request) if pages is not None else None
+        if answer is None:
+            return Response(404, "text/plain", b"not found: try /metrics or /healthz\n")
+        return answer
+
+    return HttpServer(host, port, app)
+
+
+def _authorized(request: Request, secret: bytes) -> bool:
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        given = (request.query.get("token") or [""])[0]
+    return hmac.compare_digest(given.strip().encode(), secret)
