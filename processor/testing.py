@@ -2,11 +2,12 @@
 
 Both run the engine's own stage code, not a second interpreter: the pipeline is split by
 `processor.pipeline.plan.plan` into the stages the engine runs, and every task of every stage
-is a `processor.pipeline.chain.StageChain` over an in-memory state. Shuffles go through the
-real `ShuffleOut` partitioning and wire encoding (`processor.models.records`), watermarks are
-computed as the source and keyed tasks compute them (`processor.pipeline.time`), and a
-*checkpoint* is what an epoch's end is in the engine: the chains flush (aggregations emit one
-update per key), the shuffles deliver, the watermarks move on, stage after stage.
+is a `processor.pipeline.chain.StageChain` over an in-memory state (`processor.testing_tasks`).
+Shuffles go through the real `ShuffleOut` partitioning and wire encoding
+(`processor.models.records`), watermarks are computed as the source and keyed tasks compute
+them (`processor.pipeline.time`), and a *checkpoint* is what an epoch's end is in the engine:
+the chains flush (aggregations emit one update per key), the shuffles deliver, the watermarks
+move on, stage after stage.
 
 ::
 
@@ -38,20 +39,21 @@ import contextlib
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from processor.jobs.graph import JobGraph
 from processor.models.limits import EVENT_TIME_LIMIT, event_time_error
 from processor.models.murmur2 import partition_of
-from processor.models.records import Watermark, decode_shuffle
+from processor.models.records import Watermark
 from processor.pipeline.api import Node, Pipeline
-from processor.pipeline.chain import DeadRecord, StageChain
+from processor.pipeline.chain import DeadRecord
 from processor.pipeline.dead import dead_value
-from processor.pipeline.meta import Meta, decode_key
+from processor.pipeline.meta import decode_key
 from processor.pipeline.ops import RecordError, decode
-from processor.pipeline.plan import Plan, Stage, plan
-from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks, SourceWatermarks
+from processor.pipeline.plan import Plan, plan
+from processor.pipeline.time import NO_WATERMARK
+from processor.testing_tasks import MemoryState as MemoryState  # re-exported: tests use it
+from processor.testing_tasks import SentRecord, Task, new_task, read_shuffle, read_sources
 
 __all__ = ["FINAL_WATERMARK", "Driver", "SentRecord", "decode_sink_record", "run"]
 
@@ -60,66 +62,8 @@ __all__ = ["FINAL_WATERMARK", "Driver", "SentRecord", "decode_sink_record", "run
 FINAL_WATERMARK = 1 << 61
 # The topic a chain writes late records to (`Driver.late_records`).
 _LATE = "<late>"
-# Source records decoded per `StageChain.values` call at most: the engine's batches.
-_BATCH = 500
 
 SinkRecord = tuple[bytes | None, bytes]
-
-
-@dataclass(frozen=True)
-class SentRecord:
-    """A record as `Driver.send` got it, value decoded (the pipeline's input)."""
-
-    value: Any
-    key: Any = None
-    timestamp: int = 0
-    headers: list[tuple[str, bytes]] | None = None
-    partition: int = 0
-    offset: int = 0
-
-
-class MemoryState:
-    """A task's state: the two-method backend `StageChain` takes, in a dict (``data``).
-
-    >>> state = MemoryState(); state.write({b"k": b"1"}); state.get_many([b"k", b"x"])
-    [b'1', None]
-    """
-
-    def __init__(self) -> None:
-        self.data: dict[bytes, bytes] = {}
-
-    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        return [self.data.get(k) for k in keys]
-
-    def write(self, items: Mapping[bytes, bytes | None]) -> None:
-        for key, value in items.items():
-            if value is None:
-                self.data.pop(key, None)
-            else:
-                self.data[key] = value
-
-
-# What a keyed task reads from its shuffle partition, in order: records (channel, value),
-# and the watermarks of its channels.
-_Message = bytes | Watermark
-
-
-@dataclass(eq=False)
-class _Task:
-    stage: Stage
-    index: int
-    chain: StageChain
-    # Per downstream shuffle: (key_by name, target stage, this task's channel in it).
-    outputs: list[tuple[str, Stage, int]]
-    sent_mark: tuple[int, bool] | None = None  # the last watermark forwarded
-    # Source tasks: records not yet given to the chain, and the watermark.
-    pending: list[SentRecord] = field(default_factory=list)
-    source_marks: SourceWatermarks | None = None
-    # Keyed tasks: the shuffle partition's unread records, the channels' watermarks, and of
-    # a join which input each channel is.
-    inbox: list[_Message] = field(default_factory=list)
-    channel_marks: ChannelWatermarks | None = None
-    sides: list[int] = field(default_factory=list)
 
 
 class Driver:
@@ -161,8 +105,11 @@ class Driver:
         self._parallelism = {
             s.name: source_partitions if s.is_source else partitions for s in self.plan.stages
         }
-        self._tasks: dict[str, list[_Task]] = {
-            s.name: [self._task(s, i) for i in range(self._parallelism[s.name])]
+        self._tasks: dict[str, list[Task]] = {
+            s.name: [
+                new_task(self.plan, self._graph, self._parallelism, s, i, _LATE)
+                for i in range(self._parallelism[s.name])
+            ]
             for s in self.plan.stages
         }
         self._sources: dict[str, Node] = {s.topic: s for s in pipeline.sources}
@@ -182,30 +129,6 @@ class Driver:
         self._offsets: Counter[tuple[str, int]] = Counter()  # next offset per topic partition
         self.now_ms = 0  # the wall clock of processing-time timers (`advance_clock`)
         self.checkpoints = 0
-
-    def _task(self, stage: Stage, index: int) -> _Task:
-        shuffles = {n.name: self._parallelism[self.plan.target(n).name] for n in stage.shuffles}
-        chain = StageChain(self.plan, stage, index, MemoryState(), shuffles, late_topic=_LATE)
-        outputs = [
-            (
-                n.name,
-                self.plan.target(n),
-                self._graph.channel_base(n.name, self._parallelism, stage.name) + index,
-            )
-            for n in stage.shuffles
-        ]
-        task = _Task(stage, index, chain, outputs)
-        head = stage.head
-        if stage.is_source:
-            task.source_marks = SourceWatermarks([0], head.out_of_orderness_ms, head.idle_ms)
-        else:
-            channels = self._graph.channels(stage, self._parallelism)
-            task.channel_marks = ChannelWatermarks(channels)
-            if stage.is_join:
-                task.sides = [
-                    self._graph.side_of(stage, c, self._parallelism) for c in range(channels)
-                ]
-        return task
 
     # -- input ------------------------------------------------------------------------------
 
@@ -324,49 +247,16 @@ class Driver:
         for stage in self.plan.stages:  # upstream first: a stage's input is complete
             for task in self._tasks[stage.name]:
                 if stage.is_source:
-                    self._read_sources(task)
+                    read_sources(task)
                 else:
-                    self._read_shuffle(task)
+                    read_shuffle(task)
                 self._flush(task)
                 if stage.timed:
                     self._forward_watermark(task)
         self._since = dict.fromkeys(self._since, 0)
         self.checkpoints += 1
 
-    def _read_sources(self, task: _Task) -> None:
-        head, marks = task.stage.head, task.source_marks
-        assert marks is not None
-        kafka_times = head.timed and head.timestamp_fn is None
-        pending, task.pending = task.pending, []
-        for start in range(0, len(pending), _BATCH):
-            batch = pending[start : start + _BATCH]
-            times = [r.timestamp for r in batch] if kafka_times else None
-            metas = None
-            if head.meta:  # as the source task reads them (`processor.runtime.source_meta`)
-                metas = [
-                    Meta(
-                        r.key, r.timestamp, list(r.headers or []), head.topic, r.partition, r.offset
-                    )
-                    for r in batch
-                ]
-            newest = task.chain.values([r.value for r in batch], times=times, metas=metas)
-            if newest is not None:
-                marks.observe(0, newest)
-
-    def _read_shuffle(self, task: _Task) -> None:
-        chain, marks = task.chain, task.channel_marks
-        assert marks is not None
-        inbox, task.inbox = task.inbox, []
-        for message in inbox:
-            if isinstance(message, Watermark):
-                risen = marks.on_mark(message.channel, message.time_ms, message.idle)
-                if risen is not None:
-                    chain.advance(risen)
-                continue
-            channel, body = decode_shuffle(message)
-            chain.shuffled(body, side=task.sides[channel] if task.sides else 0)
-
-    def _flush(self, task: _Task) -> None:
+    def _flush(self, task: Task) -> None:
         chain = task.chain
         if chain.ticks:  # processing-time timers fire at a checkpoint, as in a keyed task
             chain.tick(self.now_ms)
@@ -382,7 +272,7 @@ class Driver:
                 readers[partition].inbox.append(value)
         self._dead.extend(chain.take_dead())
 
-    def _forward_watermark(self, task: _Task) -> None:
+    def _forward_watermark(self, task: Task) -> None:
         """The task's watermark into every downstream shuffle partition, if it changed (a
         source's: the highest event time read minus the bound; a keyed task's: held back to
         what its windows may still emit)."""

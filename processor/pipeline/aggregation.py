@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from processor.pipeline import sink_batch, state_flush
 from processor.pipeline.api import Node
 from processor.pipeline.ops import TAGGED, UNSET, RecordError, load_value
 from processor.pipeline.state_keys import state_prefix
@@ -94,7 +95,7 @@ def flush_into_sink(
 ) -> None:
     """An aggregation's changelog whose only child is a sink (word count's counts): a
     plain-string key with an int value is encoded once for its state and its record, what
-    the general path (state, then `_sink`) gives in two passes."""
+    the general path (state, then `sink_batch.sink`) gives in two passes."""
     records: list[tuple[bytes | None, bytes]] = []
     append = records.append
     rest: list[tuple[str, Any]] = []
@@ -108,11 +109,11 @@ def flush_into_sink(
                 writes[prefix + raw] = encoded
                 append((raw, encoded))
                 continue
-        stored = chain._encode(node, value)
+        stored = state_flush.encode(chain, node, value)
         if stored is not None:  # else dead: neither stored nor emitted
             writes[prefix + text.encode()] = stored
             rest.append((text, value))
     if records:
         chain.sinks.setdefault(sink.topic, []).extend(records)
     if rest:
-        chain._sink(sink, rest, keyed=True)
+        sink_batch.sink(chain, sink, rest, keyed=True)

@@ -37,71 +37,54 @@ carry a `processor.pipeline.meta.Meta` where a timed one carries the time (which
 holds): ``(meta, value)``, ``((key text, meta), value)``. The operators that take them run
 in `processor.pipeline.metachain`; a pipeline without metadata never gets there. A
 non-windowed ``process`` always takes them (``state.headers``).
+
+This module is the dataflow; beside it, on the chain's state: what a shuffle's items are on
+either side of it (`processor.pipeline.shuffle_format`), sink and late records
+(`processor.pipeline.sink_batch`), the epoch's state write (`processor.pipeline.state_flush`),
+watermarks and timers firing (`processor.pipeline.stage_time`), dead records
+(`processor.pipeline.dead`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
-from operator import itemgetter
 from typing import Any, Protocol
 
 from processor.models.limits import DEFAULT_RECORD_LIMIT
-from processor.pipeline import aggregation, metachain, process_op
+from processor.pipeline import (
+    aggregation,
+    metachain,
+    process_op,
+    shuffle_format,
+    sink_batch,
+    stage_time,
+    state_flush,
+)
 from processor.pipeline.api import Node
-from processor.pipeline.dead import Position, dead_value
+from processor.pipeline.dead import MAX_ERROR as MAX_ERROR  # re-exported: the tasks import it
+from processor.pipeline.dead import DeadRecord as DeadRecord  # re-exported, as MAX_ERROR
+from processor.pipeline.dead import dead_record
 from processor.pipeline.floors import Floors
 from processor.pipeline.meta import Meta
-from processor.pipeline.ops import (
-    TAGGED,
-    UNSET,
-    RecordError,
-    event_time,
-    folder,
-    load_value,
-    merger,
-    oversized,
-    sink_key_of,
-    sink_value,
-)
+from processor.pipeline.ops import UNSET, event_time, folder, load_value, merger
 from processor.pipeline.per_record import PerRecord
 from processor.pipeline.plan import Plan, Stage
-from processor.pipeline.process_op import DELETED
 from processor.pipeline.shuffle_out import ShuffleOut
-from processor.pipeline.sinks import Headed, SinkSpec
-from processor.pipeline.sinks import encode as encode_sink
+from processor.pipeline.sinks import Headed
 from processor.pipeline.state_keys import state_key as _state_key
 from processor.pipeline.state_keys import state_prefix as _state_prefix
 from processor.pipeline.time import NO_WATERMARK
-from processor.pipeline.timers import ProcessTimers, timers_name
-from processor.pipeline.windows import DELETED as _STATE_DELETED
+from processor.pipeline.timers import ProcessTimers, timers_prefix
 from processor.pipeline.windows import Item, JoinOperator, WindowOperator
-
-MAX_ERROR = 1000  # characters of an error kept for the DLQ (a user's message may be huge)
-_KEY, _VALUE = itemgetter(0), itemgetter(1)
 
 
 class StateBackend(Protocol):
     def get_many(self, keys: list[bytes]) -> list[bytes | None]: ...
 
     def write(self, items: Mapping[bytes, bytes | None]) -> None: ...
-
-
-@dataclass(frozen=True)
-class DeadRecord:
-    operator: str
-    error: str
-    value: bytes  # for the DLQ record: its JSON (`dead.dead_value`)
-    reason: str = "function_error"  # its label in processor_records_skipped_total
-    # The index, in the batch `StageChain.values` got, of the source value it is, if it is
-    # one (the task writes that record's own bytes to the DLQ).
-    origin: int | None = None
-    # What failed, with its traceback (formatted only if logged or written: see deadletter).
-    exc: BaseException | None = field(default=None, compare=False, repr=False)
-    where: Position | None = None  # where it was read, set by the task that knows
 
 
 class StageChain:
@@ -168,9 +151,10 @@ class StageChain:
         timed_process = [n for n, t in self._timers.items() if not t.processing_time]
         # Of each window and shuffle: the window before it in the stage (None: the stage's
         # input is its input). A window's results come after the watermark that passes their
-        # event time, so the watermark of what it feeds is held back (`_mark_into`).
+        # event time, so the watermark of what it feeds is held back (`stage_time.mark_into`).
         self._before = {
-            n: _windows_before(n, stage) for n in [*self._windows, *self._timers, *stage.shuffles]
+            n: stage_time.windows_before(n, stage)
+            for n in [*self._windows, *self._timers, *stage.shuffles]
         }
         # The watermark of each window's input, and of each event-time timer process's.
         self._marks = dict.fromkeys([*self._windows, *timed_process], NO_WATERMARK)
@@ -245,35 +229,10 @@ class StageChain:
         a record of its right input)."""
         if quiet:
             dead = len(self.dead)
-            self._shuffled(body, True, side)
+            shuffle_format.into_stage(self, body, True, side)
             del self.dead[dead:]  # dead-lettered already, when the record first came
         else:
-            self._shuffled(body, False, side)
-
-    def _shuffled(self, body: dict[str, Any] | list[list[Any]], quiet: bool, side: int) -> None:
-        if self.stage.head.meta and not isinstance(body, dict):
-            self._push(self.stage.head, metachain.from_shuffle(body), quiet)
-            return
-        if self.stage.timed and not isinstance(body, dict):
-            items: list[Item] = [((t, ts), v) for t, v, ts in body]
-            if self._join is None:
-                self._push(self.stage.head, items, quiet)
-                return
-            late: list[Item] = []
-            out = self._join.add(side, items, self._watermark, late)
-            self._late(self._join.node, late, quiet)
-            if not quiet:
-                self._push(self.stage.head, out, quiet)
-            return
-        if isinstance(body, dict):
-            assert self._merge is not None, "combined records for a stage that has no combiner"
-            node, merge = self._merge
-            # Partial counts and sums merge by addition, like a sum's values.
-            add = "sum" if node in self._adds else None
-            aggregation.fold(self, node, list(body.items()), quiet, merge, add, unique=True)
-        else:
-            # [key text, value] lists, as decoded: they unpack like the (key, value) items.
-            self._push(self.stage.head, body, quiet)
+            shuffle_format.into_stage(self, body, False, side)
 
     # -- the epoch's end --------------------------------------------------------------------
 
@@ -299,59 +258,25 @@ class StageChain:
     def watermark(self, watermark: int) -> None:
         self._watermark = watermark
         for node in self._marks:  # graph order: a window's input's window first
-            self._marks[node] = self._mark_into(node)
+            self._marks[node] = stage_time.mark_into(self, node)
 
     @property
     def output_watermark(self) -> int:
         """The watermark the task forwards downstream: its own, held back to the earliest
         event time the stage may still write into a shuffle (a window with lateness, a
         session or a ``process`` window emits results below the watermark)."""
-        return min(map(self._mark_into, self.stage.shuffles), default=self._watermark)
-
-    def _mark_into(self, node: Node) -> int:
-        """The watermark of ``node``'s input: of the windows before it (more than one
-        through a merge), or the task's."""
-        before = self._before[node]
-        if before is None:
-            return self._watermark
-        return min(
-            self._watermark if w is None else self._windows[w].output_mark(self._marks[w])
-            for w in before
-        )
+        marks = (stage_time.mark_into(self, n) for n in self.stage.shuffles)
+        return min(marks, default=self._watermark)
 
     def advance(self, watermark: int, quiet: bool = False) -> None:
         """The task's watermark rose: close the windows it passed (their results flow on, in
         graph order) and drop join records that can meet nothing any more."""
-        self._watermark = watermark
-        dead = len(self.dead)
-        if self.floors is not None and watermark >= self.floors.highest:
-            self.inherit(None)  # passed: every key's lateness is the task's own again
-        if self._join is not None:
-            self._join.fire(watermark, quiet)
-        for node in self._fired:
-            # Only now: the results of the windows before it came under its old watermark.
-            before, mark = self._marks[node], self._mark_into(node)
-            self._marks[node] = mark
-            op = self._windows.get(node)
-            if op is None:  # a process's event-time timers: those the watermark passed
-                process_op.fire_timers(self, node, mark - 1, before, quiet)
-                continue
-            out = op.fire(mark, quiet)
-            if out:
-                self._push(node, out, quiet)
-        if quiet:
-            del self.dead[dead:]  # dead-lettered already, when the watermark first came
+        stage_time.advance(self, watermark, quiet)
 
     def tick(self, now_ms: int, quiet: bool = False) -> None:
         """The wall clock is at ``now_ms``: fire the processing-time timers it passed. In a
         timed stage their output has the process's current watermark as event time."""
-        dead = len(self.dead)
-        for node, timers in self._timers.items():
-            if timers.processing_time:
-                low = self._mark_into(node) if node.timed else None
-                process_op.fire_timers(self, node, now_ms, low, quiet, event_time=False)
-        if quiet:
-            del self.dead[dead:]  # dead-lettered already, when the clock first came
+        stage_time.tick(self, now_ms, quiet)
 
     def inherit(self, floors: Floors | None) -> None:
         """Lateness floors from a savepoint (`processor.pipeline.floors`) for the windows and
@@ -370,7 +295,7 @@ class StageChain:
         found: dict[bytes, WindowOperator | JoinOperator | ProcessTimers]
         found = {_state_prefix(op.node): op for op in ops}
         for node, timers in self._timers.items():
-            found[_timers_prefix(node)] = timers
+            found[timers_prefix(node)] = timers
         return found
 
     def restore_timers(self, prefix: bytes, items: Iterable[tuple[bytes, bytes]]) -> None:
@@ -378,95 +303,12 @@ class StageChain:
         op = self.timed_operators()[prefix]
         op.restore_timers((k[len(prefix) :].decode(), load_value(v)) for k, v in items)
 
-    def _late(self, node: Node, late: list[Item], quiet: bool) -> None:
-        """Records a window or join got after its watermark: to ``<job>.late``, counted."""
-        if not late or quiet:
-            return
-        self.late[node.name] += len(late)
-        records = self.sinks.setdefault(self._late_topic, [])
-        for (text, _), value in late:
-            try:
-                key, raw = sink_key_of(text), sink_value(value)
-            except RecordError as exc:
-                self._dead(node, exc, value)
-                continue
-            if len(key) + len(raw) > self._max_record:
-                self._dead(node, oversized(len(key) + len(raw), self._max_record), value)
-                continue
-            records.append((key, raw))
-
     def flush(self) -> None:
         """Aggregations' latest values into state and on to their children (in graph order:
         an aggregation's output may feed another; ``emit="record"`` ones into state only,
         their updates went on already); state of ``process`` and quiet updates into state.
         Sink records and shuffle buffers are then ready to take."""
-        writes: dict[bytes, bytes | None] = {}
-        for node, dirty in self._dirty.items():
-            prefix = _state_prefix(node)
-            quiet = self._quiet[node]
-            for text, value in quiet.items():
-                if text not in dirty:
-                    raw = self._encode(node, value)
-                    if raw is not None:
-                        writes[prefix + text.encode()] = raw
-            quiet.clear()
-            if not dirty:
-                continue
-            items = list(dirty.items())
-            dirty.clear()
-            sink = node.children[0] if len(node.children) == 1 else None
-            if sink is not None and sink.kind == "sink" and sink.sink_spec is None:
-                aggregation.flush_into_sink(self, node, prefix, items, sink, writes)
-                continue
-            emitted = []
-            for text, value in items:
-                raw = self._encode(node, value)
-                if raw is not None:  # else dead: neither stored nor emitted
-                    writes[prefix + text.encode()] = raw
-                    emitted.append((text, value))
-            self._push(node, emitted, quiet=False)
-        for node, per_record in self._per_record.items():  # emitted already: state only
-            prefix = _state_prefix(node)
-            for text, value in per_record.take():
-                raw = self._encode(node, value)
-                if raw is not None:
-                    writes[prefix + text.encode()] = raw
-        for node, cache in self._process.items():
-            prefix = _state_prefix(node)
-            for text, value in cache.items():
-                if value is DELETED:
-                    writes[prefix + text.encode()] = None
-                elif value is not UNSET:
-                    raw = self._encode(node, value)
-                    if raw is not None:
-                        writes[prefix + text.encode()] = raw
-            cache.clear()
-        timed: list[WindowOperator | JoinOperator] = list(self._windows.values())
-        if self._join is not None:
-            timed.append(self._join)
-        for op in timed:
-            prefix = _state_prefix(op.node)
-            for text, state in op.take_writes().items():
-                key = prefix + text.encode()
-                if state is _STATE_DELETED:
-                    writes[key] = None
-                else:
-                    raw = self._encode(op.node, state)
-                    if raw is not None:
-                        writes[key] = raw
-        for node, timers in self._timers.items():
-            prefix = _timers_prefix(node)
-            for text, times in timers.take_writes().items():
-                writes[prefix + text.encode()] = None if times is None else sink_value(times)
-        self._state.write(writes)
-
-    def _encode(self, node: Node, value: Any) -> bytes | None:
-        """A state value's bytes; None (and a dead record) if it cannot be stored."""
-        try:
-            return sink_value(value)
-        except RecordError as exc:
-            self._dead(node, exc, value)
-            return None
+        state_flush.flush(self)
 
     def take_sinks(self) -> dict[str, list[tuple[bytes | None, bytes]]]:
         sinks, self.sinks = self.sinks, {}
@@ -512,7 +354,7 @@ class StageChain:
             if kind in ("map", "filter", "flat_map"):
                 keyed = True  # the time rides along like a key
             elif kind == "key_by":
-                self._key_by_timed(node, batch, quiet)
+                shuffle_format.key_by_timed(self, node, batch, quiet)
                 return
             elif kind == "window":
                 self._push(node, batch, quiet)
@@ -523,7 +365,7 @@ class StageChain:
             elif node.windowed:
                 late: list[Item] = []
                 out = self._windows[node].add(batch, self._marks[node], late)
-                self._late(node, late, quiet)
+                sink_batch.late(self, node, late, quiet)
                 if not quiet:
                     self._push(node, out, quiet)
                 return
@@ -571,34 +413,13 @@ class StageChain:
             if quiet:
                 return
             if node.sink_spec is None:
-                self._sink(node, batch, keyed)
+                sink_batch.sink(self, node, batch, keyed)
             else:
-                self._sink_spec(node, node.sink_spec, batch, keyed)
+                sink_batch.sink_spec(self, node, node.sink_spec, batch, keyed)
             return
         else:
             raise ValueError(f"unknown operator {node!r}")
         self._push(node, out, quiet)
-
-    def _key_by_timed(self, node: Node, batch: list[Any], quiet: bool) -> None:
-        """key_by of items with event time: shipped uncombined with it (or combined, into a
-        stage that drops it)."""
-        fn = node.fn
-        assert fn is not None and node.parent is not None
-        keyed = node.parent.keyed
-        keys: list[Any] = []
-        values: list[Any] = []
-        times: list[int] = []
-        for first, value in batch:
-            try:
-                key = fn(value)
-            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-                self._dead(node, exc, value)
-                continue
-            keys.append(key)
-            values.append(value)
-            times.append(first[1] if keyed else first)
-        if not quiet:
-            self.shuffles[node.name].add(keys, values, times=times)
 
     def _flat_map(
         self, node: Node, fn: Callable[[Any], Iterable[Any]], batch: list[Any], keyed: bool
@@ -645,54 +466,7 @@ class StageChain:
         (raw,) = self._state.get_many([_state_key(node, text)])
         return UNSET if raw is None else load_value(raw)
 
-    def _sink(self, node: Node, batch: list[Any], keyed: bool) -> None:
-        records = self.sinks.setdefault(node.topic, [])
-        start = len(records)
-        try:
-            if keyed:
-                # A plain string key's text is itself; an int's JSON its digits.
-                records.extend(
-                    (
-                        t.encode() if t[:1] != TAGGED else sink_key_of(t),
-                        b"%d" % v if type(v) is int else sink_value(v),
-                    )
-                    for t, v in batch
-                )
-            else:
-                records.extend((None, sink_value(v)) for v in batch)
-            if _fit(records, start, keyed, self._max_record):
-                return
-        except (RecordError, ValueError, RecursionError):
-            pass
-        del records[start:]  # extend() keeps what it appended before a failure
-        limit = self._max_record
-        for item in batch:
-            value = item[1] if keyed else item
-            try:
-                key = sink_key_of(item[0]) if keyed else None
-                raw = sink_value(value)
-            except RecordError as exc:
-                self._dead(node, exc, value)
-                continue
-            size = len(raw) + (len(key) if key is not None else 0)
-            if size > limit:
-                self._dead(node, oversized(size, limit), value)
-                continue
-            records.append((key, raw))
-
-    def _sink_spec(self, node: Node, spec: SinkSpec, batch: list[Any], keyed: bool) -> None:
-        """A sink with a key function, a value format or headers (`processor.pipeline.sinks`)."""
-        plain, headed = encode_sink(spec, batch, keyed, self._max_record, partial(self._dead, node))
-        if plain:
-            self.sinks.setdefault(node.topic, []).extend(plain)
-        if headed:
-            self.headed.setdefault(node.topic, []).extend(headed)
-
     def _dead(self, node: Node, exc: Exception, value: Any) -> None:
-        if isinstance(exc, RecordError):
-            error, reason = _text(exc), exc.reason
-        else:
-            error, reason = f"{type(exc).__name__}: {_text(exc)}", "function_error"
         origin = None
         if self._batch is not None:  # a source value of this batch, perhaps
             ids = self._ids
@@ -701,53 +475,4 @@ class StageChain:
                 for i, v in enumerate(self._batch):
                     ids.setdefault(id(v), i)
             origin = ids.get(id(value))
-        self.dead.append(
-            DeadRecord(node.name, error[:MAX_ERROR], dead_value(value), reason, origin, exc)
-        )
-
-
-def _text(exc: Exception) -> str:
-    try:
-        return str(exc)
-    except Exception:  # noqa: BLE001 - a user's exception whose __str__ fails
-        return f"<{type(exc).__name__} that cannot be shown>"
-
-
-def _fit(records: list[tuple[bytes | None, bytes]], start: int, keyed: bool, limit: int) -> bool:
-    """Whether every record from ``start`` on is at most ``limit`` bytes (a bound from the
-    largest key and value, in C loops; exact per record only if it fails)."""
-    new = records[start:] if start else records
-    if not new:
-        return True
-    largest = max(map(len, map(_VALUE, new)))
-    if keyed:
-        largest += max(map(len, map(_KEY, new)))
-    return largest <= limit
-
-
-def _windows_before(node: Node, stage: Stage) -> list[Node | None] | None:
-    """The nearest window aggregations or ``process`` upstream of ``node`` in ``stage``, one
-    per path from the stage's input (None: a path with none); None when no path has one."""
-    members = {id(n) for n in stage.nodes}
-    found: list[Node | None] = []
-    stack = list(node.inputs)
-    seen: set[int] = set()
-    while stack:
-        parent = stack.pop()
-        if id(parent) in seen:
-            continue
-        seen.add(id(parent))
-        if parent.windowed and id(parent) in members:
-            found.append(parent)
-        elif parent is stage.head or id(parent) not in members:
-            found.append(None)  # the stage's input (another stage's node: another task's)
-        else:
-            stack.extend(parent.inputs)
-    if all(w is None for w in found):
-        return None
-    return list(dict.fromkeys(found))
-
-
-def _timers_prefix(node: Node) -> bytes:
-    """Where the timers of a ``process`` with ``on_timer`` are stored, per key."""
-    return f"{timers_name(node)}\0".encode()
+        self.dead.append(dead_record(node.name, exc, value, origin))

@@ -1,17 +1,19 @@
-"""What a dead record carries besides its error: its value as the DLQ writes it, and where
-it was read (`Position`).
+"""A dead record (`DeadRecord`): its error, its value as the DLQ writes it, and where it was
+read (`Position`).
 
-Pure and small: `StageChain` builds a dead record's value here (only for dead records, never
-on the path of the records that go through), the task that read it adds its position.
+Pure and small: `StageChain` builds dead records here (only for dead records, never on the
+path of the records that go through), the task that read one adds its position.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from processor.pipeline.ops import shown
+from processor.pipeline.ops import RecordError, shown
+
+MAX_ERROR = 1000  # characters of an error kept for the DLQ (a user's message may be huge)
 
 # As a sink writes values (`ops.sink_value`), and an escaping twin for a lone surrogate.
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -73,3 +75,34 @@ class Position:
         if self.offset is not None:
             text += f"@{self.offset}"
         return text
+
+
+@dataclass(frozen=True)
+class DeadRecord:
+    operator: str
+    error: str
+    value: bytes  # for the DLQ record: its JSON (`dead_value`)
+    reason: str = "function_error"  # its label in processor_records_skipped_total
+    # The index, in the batch `StageChain.values` got, of the source value it is, if it is
+    # one (the task writes that record's own bytes to the DLQ).
+    origin: int | None = None
+    # What failed, with its traceback (formatted only if logged or written: see deadletter).
+    exc: BaseException | None = field(default=None, compare=False, repr=False)
+    where: Position | None = None  # where it was read, set by the task that knows
+
+
+def dead_record(operator: str, exc: Exception, value: Any, origin: int | None) -> DeadRecord:
+    """The dead record of ``value``, which failed in ``operator`` with ``exc``: a
+    `RecordError` by its own message and reason, a user function's failure by its type too."""
+    if isinstance(exc, RecordError):
+        error, reason = _text(exc), exc.reason
+    else:
+        error, reason = f"{type(exc).__name__}: {_text(exc)}", "function_error"
+    return DeadRecord(operator, error[:MAX_ERROR], dead_value(value), reason, origin, exc)
+
+
+def _text(exc: Exception) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a user's exception whose __str__ fails
+        return f"<{type(exc).__name__} that cannot be shown>"

@@ -36,6 +36,11 @@ def timers_name(node: Node) -> str:
     return node.name + SUFFIX
 
 
+def timers_prefix(node: Node) -> bytes:
+    """Where the timers of a ``process`` with ``on_timer`` are stored, per key."""
+    return f"{timers_name(node)}\0".encode()
+
+
 class ProcessTimers:
     """Every key's timers of one ``process`` operator, and the heap that finds the due ones.
 

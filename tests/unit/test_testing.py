@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from processor import Pipeline, testing
+from processor import Pipeline, testing, testing_tasks
 from processor.testing import Driver, run
 
 LINES = ["the cat and the hat", "a cat, a bat!", "The end"]
@@ -224,6 +224,8 @@ def test_keys_and_headers_are_kept_with_each_record() -> None:
 def test_the_docstring_examples_hold() -> None:
     results = doctest.testmod(testing, raise_on_error=False)
     assert results.attempted >= 10 and results.failed == 0
+    internal = doctest.testmod(testing_tasks, raise_on_error=False)  # MemoryState's
+    assert internal.attempted >= 1 and internal.failed == 0
 
 
 @pytest.mark.parametrize("partitions", [1, 3])

@@ -1,0 +1,144 @@
+"""The tasks of `processor.testing.Driver` (internal to it): one per stage and partition, each
+a `StageChain` over an in-memory state (`MemoryState`), and how a task reads its input as the
+engine's tasks do: a source task its sent records in the engine's batches (`read_sources`), a
+keyed task its shuffle partition, records and watermarks in order (`read_shuffle`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from processor.jobs.graph import JobGraph
+from processor.models.records import Watermark, decode_shuffle
+from processor.pipeline.chain import StageChain
+from processor.pipeline.meta import Meta
+from processor.pipeline.plan import Plan, Stage
+from processor.pipeline.time import ChannelWatermarks, SourceWatermarks
+
+# Source records decoded per `StageChain.values` call at most: the engine's batches.
+_BATCH = 500
+
+
+@dataclass(frozen=True)
+class SentRecord:
+    """A record as `processor.testing.Driver.send` got it, value decoded (the pipeline's
+    input)."""
+
+    value: Any
+    key: Any = None
+    timestamp: int = 0
+    headers: list[tuple[str, bytes]] | None = None
+    partition: int = 0
+    offset: int = 0
+
+
+class MemoryState:
+    """A task's state: the two-method backend `StageChain` takes, in a dict (``data``).
+
+    >>> state = MemoryState(); state.write({b"k": b"1"}); state.get_many([b"k", b"x"])
+    [b'1', None]
+    """
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, bytes] = {}
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return [self.data.get(k) for k in keys]
+
+    def write(self, items: Mapping[bytes, bytes | None]) -> None:
+        for key, value in items.items():
+            if value is None:
+                self.data.pop(key, None)
+            else:
+                self.data[key] = value
+
+
+# What a keyed task reads from its shuffle partition, in order: records (channel, value),
+# and the watermarks of its channels.
+Message = bytes | Watermark
+
+
+@dataclass(eq=False)
+class Task:
+    stage: Stage
+    index: int
+    chain: StageChain
+    # Per downstream shuffle: (key_by name, target stage, this task's channel in it).
+    outputs: list[tuple[str, Stage, int]]
+    sent_mark: tuple[int, bool] | None = None  # the last watermark forwarded
+    # Source tasks: records not yet given to the chain, and the watermark.
+    pending: list[SentRecord] = field(default_factory=list)
+    source_marks: SourceWatermarks | None = None
+    # Keyed tasks: the shuffle partition's unread records, the channels' watermarks, and of
+    # a join which input each channel is.
+    inbox: list[Message] = field(default_factory=list)
+    channel_marks: ChannelWatermarks | None = None
+    sides: list[int] = field(default_factory=list)
+
+
+def new_task(
+    plan: Plan,
+    graph: JobGraph,
+    parallelism: Mapping[str, int],
+    stage: Stage,
+    index: int,
+    late_topic: str,
+) -> Task:
+    """Task ``index`` of ``stage``, with ``parallelism`` tasks per stage (by name)."""
+    shuffles = {n.name: parallelism[plan.target(n).name] for n in stage.shuffles}
+    chain = StageChain(plan, stage, index, MemoryState(), shuffles, late_topic=late_topic)
+    outputs = [
+        (
+            n.name,
+            plan.target(n),
+            graph.channel_base(n.name, parallelism, stage.name) + index,
+        )
+        for n in stage.shuffles
+    ]
+    task = Task(stage, index, chain, outputs)
+    head = stage.head
+    if stage.is_source:
+        task.source_marks = SourceWatermarks([0], head.out_of_orderness_ms, head.idle_ms)
+    else:
+        channels = graph.channels(stage, parallelism)
+        task.channel_marks = ChannelWatermarks(channels)
+        if stage.is_join:
+            task.sides = [graph.side_of(stage, c, parallelism) for c in range(channels)]
+    return task
+
+
+def read_sources(task: Task) -> None:
+    """A source task's pending records through its chain, in batches, its watermark on."""
+    head, marks = task.stage.head, task.source_marks
+    assert marks is not None
+    kafka_times = head.timed and head.timestamp_fn is None
+    pending, task.pending = task.pending, []
+    for start in range(0, len(pending), _BATCH):
+        batch = pending[start : start + _BATCH]
+        times = [r.timestamp for r in batch] if kafka_times else None
+        metas = None
+        if head.meta:  # as the source task reads them (`processor.runtime.source_meta`)
+            metas = [
+                Meta(r.key, r.timestamp, list(r.headers or []), head.topic, r.partition, r.offset)
+                for r in batch
+            ]
+        newest = task.chain.values([r.value for r in batch], times=times, metas=metas)
+        if newest is not None:
+            marks.observe(0, newest)
+
+
+def read_shuffle(task: Task) -> None:
+    """A keyed task's unread shuffle records and watermarks through its chain, in order."""
+    chain, marks = task.chain, task.channel_marks
+    assert marks is not None
+    inbox, task.inbox = task.inbox, []
+    for message in inbox:
+        if isinstance(message, Watermark):
+            risen = marks.on_mark(message.channel, message.time_ms, message.idle)
+            if risen is not None:
+                chain.advance(risen)
+            continue
+        channel, body = decode_shuffle(message)
+        chain.shuffled(body, side=task.sides[channel] if task.sides else 0)
