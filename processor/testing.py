@@ -49,9 +49,9 @@ from processor.pipeline.api import Node, Pipeline
 from processor.pipeline.chain import DeadRecord
 from processor.pipeline.dead import dead_value
 from processor.pipeline.meta import decode_key
-from processor.pipeline.ops import RecordError, decode
 from processor.pipeline.plan import Plan, plan
 from processor.pipeline.time import NO_WATERMARK
+from processor.serde.codec import RecordError, decode
 from processor.testing_tasks import MemoryState as MemoryState  # re-exported: tests use it
 from processor.testing_tasks import SentRecord, Task, new_task, read_shuffle, read_sources
 

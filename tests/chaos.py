@@ -89,7 +89,7 @@ from processor.commands.counts import read_records, read_updates
 from processor.kafka import clients
 from processor.kafka.broker import LocalBroker
 from processor.kafka.cluster import LocalCluster
-from processor.pipeline import reference
+from tests import reference
 from processor.pipeline.api import Pipeline
 from processor.pipeline.load import load_pipeline
 from processor.pipeline.plan import INTERNAL_SUFFIXES, plan

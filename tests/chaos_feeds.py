@@ -14,7 +14,7 @@ from processor.commands.counts import read_records
 from processor.config import Settings
 from processor.kafka import clients
 from processor.kafka.replication import topic_replication
-from processor.pipeline.reference import SinkOutput
+from tests.reference import SinkOutput
 from tests import chaincheck
 from tests.chaos_summary import Summary
 from tests.integration.harness import JobRun

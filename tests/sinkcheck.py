@@ -15,7 +15,7 @@ import json
 from collections import Counter
 from dataclasses import asdict, dataclass
 
-from processor.pipeline.reference import SinkOutput, SinkRecord
+from tests.reference import SinkOutput, SinkRecord
 
 
 @dataclass

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypedDict
 
-from processor.pipeline.reference import SinkRecord
+from tests.reference import SinkRecord
 
 PAGES = [f"page-{i}" for i in range(8)]
 OUT_OF_ORDER = 2000  # the clicks source's bound (views have none)

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from processor.pipeline import sink_batch, state_flush
 from processor.pipeline.api import Node
-from processor.pipeline.ops import TAGGED, UNSET, RecordError, load_value
+from processor.pipeline.ops import TAGGED, UNSET, load_value
 from processor.pipeline.state_keys import state_prefix
+from processor.serde.codec import RecordError
 
 if TYPE_CHECKING:
     from processor.pipeline.chain import StageChain

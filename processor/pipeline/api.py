@@ -14,9 +14,9 @@ import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Self
 
+from processor.errors import PipelineError as PipelineError  # re-exported, for users
 from processor.pipeline.node import DEFAULT_IDLE_MS, EMITS, VALUE_FORMATS, Emit
 from processor.pipeline.node import Node as Node  # re-exported: the engine imports it from here
-from processor.pipeline.node import PipelineError as PipelineError  # re-exported, for users
 from processor.pipeline.node import ValueFormat as ValueFormat  # re-exported, as Node
 
 if TYPE_CHECKING:

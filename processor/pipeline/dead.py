@@ -11,11 +11,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from processor.pipeline.ops import RecordError, shown
+from processor.serde.codec import RecordError, shown
 
 MAX_ERROR = 1000  # characters of an error kept for the DLQ (a user's message may be huge)
 
-# As a sink writes values (`ops.sink_value`), and an escaping twin for a lone surrogate.
+# As a sink writes values (`codec.sink_value`), and an escaping twin for a lone surrogate.
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _ASCII_JSON = json.JSONEncoder(separators=(",", ":"))
 

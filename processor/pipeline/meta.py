@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from processor.pipeline.ops import RecordError, decode, key_of
+from processor.pipeline.ops import key_of
+from processor.serde.codec import RecordError, decode
 
 Headers = list[tuple[str, bytes | None]]  # None: a header with a null value
 # A header as it crosses a shuffle (in the shuffle record's JSON): the value's bytes as
@@ -79,7 +80,7 @@ def decode_key(key_format: Any, raw: bytes | None) -> Any:
         return raw
     if isinstance(key_format, str):
         try:
-            return decode(key_format, raw)  # type: ignore[arg-type]
+            return decode(key_format, raw)
         except RecordError as exc:
             raise RecordError(f"key {exc}", exc.reason) from None
     try:

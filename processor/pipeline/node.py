@@ -34,10 +34,6 @@ AGGREGATIONS = frozenset({"count", "sum", "reduce", "aggregate"})
 DEFAULT_IDLE_MS = 10_000
 
 
-class PipelineError(Exception):
-    """A pipeline that cannot run; the message is one line naming the problem."""
-
-
 @dataclass(eq=False)
 class Node:
     """One operator of the graph. ``fn``/``fn2``/``initial`` depend on ``kind``."""

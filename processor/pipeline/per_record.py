@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from processor.pipeline.api import Node
-from processor.pipeline.ops import UNSET, folder, load_value, sink_value
+from processor.pipeline.ops import UNSET, folder, load_value
+from processor.serde.codec import sink_value
 
 # Values that an update can share with the accumulator: nothing can change them later.
 _IMMUTABLE = frozenset({int, float, str, bool, type(None)})

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from processor.pipeline.api import Node
 from processor.pipeline.meta import Headers
-from processor.pipeline.ops import UNSET, RecordError, key_of
+from processor.pipeline.ops import UNSET, key_of
 from processor.pipeline.timers import ProcessTimers, Timers
+from processor.serde.codec import RecordError
 
 if TYPE_CHECKING:
     from processor.pipeline.chain import StageChain

@@ -19,8 +19,9 @@ from processor.models.limits import DEFAULT_RECORD_LIMIT
 from processor.models.records import encode_shuffle
 from processor.pipeline.api import Node
 from processor.pipeline.meta import Meta, to_wire
-from processor.pipeline.ops import TAGGED, UNSET, RecordError, folder, key_text, oversized, shown
+from processor.pipeline.ops import TAGGED, UNSET, folder, key_text, oversized
 from processor.pipeline.plan import Stage
+from processor.serde.codec import RecordError, shown
 
 # Of a shuffle record: partials by key, or [key, value(, time(, headers))] pairs (lists or
 # tuples).

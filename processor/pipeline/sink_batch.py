@@ -14,10 +14,11 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from processor.pipeline.api import Node
-from processor.pipeline.ops import TAGGED, RecordError, oversized, sink_key_of, sink_value
+from processor.pipeline.ops import TAGGED, oversized, sink_key_of
 from processor.pipeline.sinks import SinkSpec
 from processor.pipeline.sinks import encode as encode_sink
 from processor.pipeline.windows import Item
+from processor.serde.codec import RecordError, sink_value
 
 if TYPE_CHECKING:
     from processor.pipeline.chain import StageChain

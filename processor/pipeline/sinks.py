@@ -17,16 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from processor.models.limits import headers_size
-from processor.pipeline.ops import (
-    RecordError,
-    Unavailable,
-    key_of,
-    key_text,
-    oversized,
-    serde_dumps,
-    shown,
-    sink_key_of,
-)
+from processor.pipeline.ops import key_of, key_text, oversized, sink_key_of
+from processor.serde.codec import RecordError, Unavailable, serde_dumps, shown
 
 if TYPE_CHECKING:
     from processor.serde import Serde

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from processor.pipeline import aggregation
 from processor.pipeline.api import Node
-from processor.pipeline.ops import UNSET, RecordError, sink_value
+from processor.pipeline.ops import UNSET
 from processor.pipeline.process_op import DELETED
 from processor.pipeline.state_keys import state_prefix
 from processor.pipeline.timers import timers_prefix
 from processor.pipeline.windows import DELETED as STATE_DELETED
 from processor.pipeline.windows import JoinOperator, WindowOperator
+from processor.serde.codec import RecordError, sink_value
 
 if TYPE_CHECKING:
     from processor.pipeline.chain import StageChain

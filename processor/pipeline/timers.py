@@ -26,7 +26,7 @@ from typing import Any
 
 from processor.models.limits import EVENT_TIME_LIMIT
 from processor.pipeline.api import Node
-from processor.pipeline.ops import RecordError, shown
+from processor.serde.codec import RecordError, shown
 
 SUFFIX = "/timers"
 

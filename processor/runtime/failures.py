@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from processor.pipeline.dead import Position
-from processor.pipeline.ops import RecordError
+from processor.serde.codec import RecordError
 
 log = logging.getLogger("processor.runtime.deadletter")
 

@@ -33,7 +33,6 @@ from processor.models import limits
 from processor.models.records import Barrier, Watermark, encode_barrier, encode_watermark
 from processor.pipeline.chain import StageChain
 from processor.pipeline.dead import Position
-from processor.pipeline.ops import RecordError, decode
 from processor.pipeline.time import NO_WATERMARK, SourceWatermarks
 from processor.runtime import gaps, source_meta
 from processor.runtime.deadletter import DeadLetters
@@ -47,6 +46,7 @@ from processor.runtime.task import (
     output_partitions,
 )
 from processor.serde import loads_all
+from processor.serde.codec import RecordError, decode
 
 log = logging.getLogger(__name__)
 

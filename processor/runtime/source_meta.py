@@ -17,7 +17,7 @@ from confluent_kafka import Message
 from processor.models.limits import EVENT_TIME_LIMIT, event_time_error, in_range, json_problems
 from processor.pipeline.api import Node
 from processor.pipeline.meta import Meta, decode_key
-from processor.pipeline.ops import RecordError, decode
+from processor.serde.codec import RecordError, decode
 
 
 @dataclass

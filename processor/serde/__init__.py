@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from processor.pipeline.ops import RecordError, Unavailable, decode, sink_value
+from processor.errors import PipelineError
 from processor.serde.avro import Avro
+from processor.serde.codec import RecordError, Unavailable, decode, sink_value
 
 Format = Literal["text", "json", "bytes"]
 FORMATS: tuple[Format, ...] = ("text", "json", "bytes")
@@ -110,8 +111,6 @@ def resolve(spec: Any, where: str, topic: str | None = None, is_key: bool = Fals
     >>> resolve("json", "source('t')").loads(b"[1]")
     [1]
     """
-    from processor.pipeline.api import PipelineError  # api imports this module lazily too
-
     if isinstance(spec, str):
         builtin = _BUILTINS.get(spec)
         if builtin is None:
@@ -133,7 +132,7 @@ def resolve(spec: Any, where: str, topic: str | None = None, is_key: bool = Fals
 
 def loads_all(serde: Serde, raws: list[bytes]) -> list[Any] | None:
     """Every value decoded, or None if one fails (the caller then goes record by record,
-    `processor.pipeline.ops.decode`, to dead-letter just those)."""
+    `processor.serde.codec.decode`, to dead-letter just those)."""
     try:
         return list(map(serde.loads, raws))
     except Exception:  # noqa: BLE001 - any failure of a user's serde: find it record by record

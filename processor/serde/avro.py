@@ -22,7 +22,8 @@ from typing import Any
 
 import fastavro
 
-from processor.pipeline.ops import Unavailable
+from processor.errors import PipelineError
+from processor.serde.codec import Unavailable
 
 # HTTP statuses of a registry that is away or overloaded, not of a refused schema or id.
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -68,8 +69,6 @@ class Avro:
         try:
             self._parsed = fastavro.parse_schema(json.loads(self.schema_str))
         except Exception as exc:
-            from processor.pipeline.api import PipelineError
-
             raise PipelineError(f"Avro(schema): not an Avro schema: {exc}") from exc
         self.registry_url = registry_url
         self.registry_config = dict(registry_config or {})

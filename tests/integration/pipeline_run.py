@@ -20,7 +20,7 @@ from confluent_kafka import (
 )
 
 from processor.kafka import clients
-from processor.pipeline import reference
+from tests import reference
 from processor.pipeline.load import load_pipeline
 from tests.integration.harness import JobRun, wait_until
 

@@ -26,7 +26,7 @@ from processor.models.records import (
     encode_counts,
     encode_shuffle,
 )
-from processor.pipeline.ops import sink_value
+from processor.serde.codec import sink_value
 from tests.integration.harness import JobRun, wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed
 from tests.integration.poison import poison, send

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-from processor.pipeline.ops import sink_value
+from processor.serde.codec import sink_value
 from tests.integration.pipeline_run import PipelineRun, Record, read_committed
 from tests.integration.poison import WINDOW_MS, poison, send
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from processor.pipeline.reference import SinkRecord
+from tests.reference import SinkRecord
 from tests.integration import chained_windows, idle_window
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed

@@ -16,7 +16,7 @@ from processor.models.records import decode_shuffle
 from processor.pipeline.api import KeyedStream, PipelineError
 from processor.pipeline.chain import StageChain
 from processor.pipeline.plan import Plan, plan
-from processor.pipeline.reference import run
+from tests.reference import run
 from tests.unit.test_chain import DictBackend, compiled_names, simulate
 
 

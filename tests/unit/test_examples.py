@@ -15,8 +15,8 @@ import pytest
 
 from processor import testing
 from processor.pipeline.load import load_pipeline
-from processor.pipeline.ops import sink_value
-from processor.pipeline.reference import run
+from tests.reference import run
+from processor.serde.codec import sink_value
 from processor.testing import FINAL_WATERMARK, Driver
 from tests import chaincheck, timecheck
 

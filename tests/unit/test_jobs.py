@@ -19,7 +19,7 @@ from processor.jobs.graph import JobGraph, TaskId
 from processor.jobs.wordcount import line_words, wordcount_pipeline, words
 from processor.pipeline.api import Pipeline
 from processor.pipeline.plan import plan
-from processor.pipeline.reference import run as reference_run
+from tests.reference import run as reference_run
 
 
 def reference(lines: Iterable[str]) -> list[str]:

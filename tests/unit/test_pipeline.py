@@ -14,7 +14,7 @@ import pytest
 from processor import Pipeline, PipelineError
 from processor.pipeline.load import load_pipeline
 from processor.pipeline.plan import plan
-from processor.pipeline.reference import run
+from tests.reference import run
 
 CONTRACT = """
 import re

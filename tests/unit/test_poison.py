@@ -21,9 +21,10 @@ from processor.models.records import (
     encode_watermark,
 )
 from processor.pipeline.chain import DeadRecord, StageChain
-from processor.pipeline.ops import RecordError, decode, load_value, shown, sink_value
+from processor.pipeline.ops import load_value
 from processor.pipeline.plan import Plan, plan
 from processor.runtime.deadletter import DeadLetters
+from processor.serde.codec import RecordError, decode, shown, sink_value
 from tests.unit.test_chain import DictBackend
 
 SURROGATE = "\ud800"

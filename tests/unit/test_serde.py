@@ -15,8 +15,8 @@ import fastavro
 import pytest
 
 from processor import Pipeline, PipelineError
-from processor.pipeline.ops import RecordError, Unavailable, decode, serde_dumps
 from processor.serde import BYTES, JSON, TEXT, Avro, Serde, loads_all, resolve
+from processor.serde.codec import RecordError, Unavailable, decode, serde_dumps
 
 CLICK = {
     "type": "record",

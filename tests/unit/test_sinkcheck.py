@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from processor.pipeline.reference import SinkOutput
+from tests.reference import SinkOutput
 from tests.sinkcheck import check_sink
 
 

@@ -10,10 +10,11 @@ import pytest
 from processor import Pipeline, PipelineError
 from processor.pipeline.api import KeyedStream, Stream
 from processor.pipeline.chain import StageChain
-from processor.pipeline.ops import Unavailable, key_text
+from processor.pipeline.ops import key_text
 from processor.pipeline.plan import plan
-from processor.pipeline.reference import run
+from tests.reference import run
 from processor.serde import JSON, TEXT, Avro
+from processor.serde.codec import Unavailable
 from tests.unit.test_chain import DictBackend
 
 Out = tuple[
