@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import signal
 import sys
@@ -51,6 +52,23 @@ _DROPPED = (
 )
 
 
+_EXIT_CODES = """exit codes:
+  0    done (or stopped by SIGTERM / SIGINT, a service)
+  1    failed: a task failed for good, a check found a difference, a service died
+  2    refused at start, with one line: a setting, the pipeline, an ACL, a savepoint
+  3    coordinator --exit-when-stopped: a task stopped on a failing record
+       (PROCESSOR_ON_ERROR=stop); processor local then exits 1
+  130  interrupted (Ctrl-C)
+"""
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("processor")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown"
+
+
 def _settings_parent() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     for name, kind, text in _SETTING_FLAGS:
@@ -68,8 +86,12 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="processor", description="Exactly-once stream processing on Kafka."
+        prog="processor",
+        description="Exactly-once stream processing on Kafka.",
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"processor {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     common = _settings_parent()
 
@@ -94,21 +116,23 @@ def build_parser() -> argparse.ArgumentParser:
     local = sub.add_parser(
         "local", parents=[common], help="coordinator + N workers on this machine"
     )
-    local.add_argument("--workers", type=int, default=2)
+    local.add_argument(
+        "--workers", type=int, default=2, help="worker processes to run (default: 2)"
+    )
     local.add_argument("--until-idle", action="store_true", help="stop once all input is done")
     local.add_argument("--allow-dropped-state", action="store_true", help=_DROPPED)
 
     produce = sub.add_parser("produce", parents=[common], help="lines of text files into a topic")
-    produce.add_argument("--topic", required=True)
+    produce.add_argument("--topic", required=True, help="the topic to write (created if missing)")
     produce.add_argument("--partitions", type=int, default=4, help="if the topic is created")
     produce.add_argument(
         "--once", action="store_true", help="produce nothing if the topic already has records"
     )
-    produce.add_argument("files", nargs="+", type=Path)
+    produce.add_argument("files", nargs="+", type=Path, help="text files, one record per line")
 
     counts = sub.add_parser("counts", parents=[common], help="final counts from committed output")
     counts.add_argument("--topic", help="default: the output topic")
-    counts.add_argument("--top", type=int, default=20)
+    counts.add_argument("--top", type=int, default=20, help="words to show (default: 20)")
 
     savepoint = sub.add_parser(
         "savepoint", parents=[common], help="take, list or delete savepoints of the job"
@@ -144,15 +168,21 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--history", type=int, default=10, help="checkpoints to show")
 
     corpus = sub.add_parser("corpus", help="write a seeded Zipf text corpus")
-    corpus.add_argument("--words", type=int, default=1_000_000)
-    corpus.add_argument("--seed", type=int, default=1)
-    corpus.add_argument("--vocab", type=int, default=50_000)
-    corpus.add_argument("out", type=Path)
+    corpus.add_argument(
+        "--words", type=int, default=1_000_000, help="words to write (default: 1,000,000)"
+    )
+    corpus.add_argument("--seed", type=int, default=1, help="the same seed, the same corpus")
+    corpus.add_argument(
+        "--vocab", type=int, default=50_000, help="distinct words (default: 50,000)"
+    )
+    corpus.add_argument("out", type=Path, help="the file to write")
 
     demo = sub.add_parser("demo", parents=[common], help="word count end to end on a local broker")
-    demo.add_argument("--words", type=int, default=2_000_000)
-    demo.add_argument("--workers", type=int, default=2)
-    demo.add_argument("--top", type=int, default=15)
+    demo.add_argument(
+        "--words", type=int, default=2_000_000, help="words to feed (default: 2,000,000)"
+    )
+    demo.add_argument("--workers", type=int, default=2, help="worker processes (default: 2)")
+    demo.add_argument("--top", type=int, default=15, help="words to show (default: 15)")
     return parser
 
 
