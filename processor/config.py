@@ -24,6 +24,8 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from processor.topics import CHECKPOINTS, CONTROL, DLQ, job_topic, shuffle_topic
+
 # S3's rules for new bucket names (no dots-only or IP-like checks: the server has the last word).
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -295,19 +297,19 @@ class Settings(BaseSettings):
 
     @property
     def shuffle_topic(self) -> str:
-        return f"{self.job_name}.shuffle"
+        return shuffle_topic(self.job_name, "shuffle")
 
     @property
     def control_topic(self) -> str:
-        return f"{self.job_name}.control"
+        return job_topic(self.job_name, CONTROL)
 
     @property
     def checkpoints_topic(self) -> str:
-        return f"{self.job_name}.checkpoints"
+        return job_topic(self.job_name, CHECKPOINTS)
 
     @property
     def dlq_topic(self) -> str:
-        return f"{self.job_name}.dlq"
+        return job_topic(self.job_name, DLQ)
 
     @property
     def group_id(self) -> str:

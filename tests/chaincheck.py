@@ -19,8 +19,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TypedDict
 
-from tests.reference import SinkRecord
 from processor.serde.codec import sink_value
+from tests.reference import SinkRecord
 
 SITES = ["shop", "blog", "docs"]
 PAGES = [f"{site}/{page}" for site in SITES for page in ("home", "item")]

@@ -89,11 +89,11 @@ from processor.commands.counts import read_records, read_updates
 from processor.kafka import clients
 from processor.kafka.broker import LocalBroker
 from processor.kafka.cluster import LocalCluster
-from tests import reference
 from processor.pipeline.api import Pipeline
 from processor.pipeline.load import load_pipeline
-from processor.pipeline.plan import INTERNAL_SUFFIXES, plan
-from tests import anomalies, broker_faults, network_faults
+from processor.pipeline.plan import plan
+from processor.topics import INTERNAL_SUFFIXES, job_topic
+from tests import anomalies, broker_faults, network_faults, reference
 from tests.anomalies import Anomalies
 from tests.chaos_feeds import SOURCE_PARTITIONS, ChainedFeed, ClicksFeed
 from tests.chaos_summary import Summary
@@ -319,7 +319,7 @@ def _anomalies(
     sinks = [run.settings.output_topic] if graph is None else plan(graph).sink_topics
     # The job's other topics: its shuffles (the harness's input and output topics share the
     # job's prefix too).
-    internal = {f"{job}.{suffix}" for suffix in INTERNAL_SUFFIXES}
+    internal = {job_topic(job, suffix) for suffix in INTERNAL_SUFFIXES}
     internal |= {run.settings.input_topic, *sinks}
     topics = clients.admin(run.settings).list_topics(timeout=30).topics
     shuffles = [t for t in topics if t.startswith(f"{job}.") and t not in internal]

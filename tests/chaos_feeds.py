@@ -14,12 +14,12 @@ from processor.commands.counts import read_records
 from processor.config import Settings
 from processor.kafka import clients
 from processor.kafka.replication import topic_replication
-from tests.reference import SinkOutput
 from tests import chaincheck
 from tests.chaos_summary import Summary
 from tests.integration.harness import JobRun
 from tests.integration.pipeline_run import read_committed
 from tests.integration.poison import poison
+from tests.reference import SinkOutput
 from tests.sinkcheck import check_sink
 from tests.timecheck import (
     MINUTE,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from processor.pipeline.plan import Plan, Stage
+from processor.topics import LATE, job_topic, shuffle_topic
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,12 @@ class JobGraph:
         if isinstance(stage, str):
             names = {s.name for s in self.plan.stages}
             stage = self.plan.stage(stage) if stage in names else self.plan.target(stage)
-        return stage.head.topic or f"{self.job_name}.{stage.name}"
+        return stage.head.topic or shuffle_topic(self.job_name, stage.name)
 
     @property
     def late_topic(self) -> str:
         """Where windows and joins write the records that came after their watermark."""
-        return f"{self.job_name}.late"
+        return job_topic(self.job_name, LATE)
 
     @property
     def shuffle_topics(self) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from processor.pipeline.api import Pipeline
+from processor.topics import shuffle_topic
 
 _WORD = re.compile(r"\w+")
 
@@ -31,6 +32,6 @@ def wordcount_pipeline(job_name: str, input_topic: str, output_topic: str) -> Pi
         .flat_map(line_words, name="words", batched=words)
         .key_by(str, name="count")
     )
-    keyed.node.topic = f"{job_name}.shuffle"
+    keyed.node.topic = shuffle_topic(job_name, "shuffle")
     keyed.count(name="counts").sink(output_topic, name="output")
     return pipeline

@@ -20,12 +20,10 @@ from dataclasses import dataclass, field
 
 from processor.pipeline.api import Node, Pipeline, PipelineError
 from processor.pipeline.process_op import reads_headers
+from processor.topics import INTERNAL_SUFFIXES, job_topic, shuffle_topic
 
 # Kafka's limit on a topic name's length.
 MAX_TOPIC_CHARS = 249
-# The job's own topics, <job>.<suffix>: no source, sink or shuffle may be one of them (a
-# user's sink("<job>.control") would feed the coordinator records it cannot read).
-INTERNAL_SUFFIXES = ("control", "checkpoints", "dlq", "late")
 
 
 @dataclass(eq=False)
@@ -94,7 +92,7 @@ class Stage:
 
     def shuffle_topic(self, job: str) -> str:
         """The internal topic feeding this stage (only for a stage headed by key_by)."""
-        return f"{job}.{self.name}"
+        return shuffle_topic(job, self.name)
 
 
 @dataclass(frozen=True)
@@ -130,7 +128,7 @@ class Plan:
     def check_topic_names(self, job: str) -> None:
         """PipelineError if a topic name of the job is too long, or if a shuffle, source or
         sink topic is one of the job's internal topics (or another stage's shuffle)."""
-        internal = {f"{job}.{suffix}": suffix for suffix in INTERNAL_SUFFIXES}
+        internal = {job_topic(job, suffix): suffix for suffix in INTERNAL_SUFFIXES}
         shuffles: dict[str, str] = {}  # shuffle topic -> its stage
         for stage in self.stages:
             if stage.is_source:

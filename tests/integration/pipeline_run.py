@@ -20,8 +20,8 @@ from confluent_kafka import (
 )
 
 from processor.kafka import clients
-from tests import reference
 from processor.pipeline.load import load_pipeline
+from tests import reference
 from tests.integration.harness import JobRun, wait_until
 
 Record = tuple[bytes | None, bytes | None, dict[str, bytes]]  # key, value, headers

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from tests.reference import SinkRecord
 from tests.integration import chained_windows, idle_window
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed
+from tests.reference import SinkRecord
 from tests.timecheck import MINUTE, OUT_OF_ORDER, PAGES, Click, View, pairs, records, windows
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clicks.py"

@@ -16,9 +16,9 @@ from processor.models.records import decode_shuffle
 from processor.pipeline.chain import StageChain
 from processor.pipeline.load import load_pipeline
 from processor.pipeline.plan import Plan, plan
-from tests.reference import run
 from processor.pipeline.shuffle_out import MAX_RECORD_BYTES
 from processor.testing import MemoryState
+from tests.reference import run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

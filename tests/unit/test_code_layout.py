@@ -16,6 +16,7 @@ LAYERS: list[set[str]] = [
     {
         "config",
         "errors",
+        "topics",
         "logs",
         "health",
         "faults",

@@ -15,10 +15,10 @@ import pytest
 
 from processor import testing
 from processor.pipeline.load import load_pipeline
-from tests.reference import run
 from processor.serde.codec import sink_value
 from processor.testing import FINAL_WATERMARK, Driver
 from tests import chaincheck, timecheck
+from tests.reference import run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 LINES = [

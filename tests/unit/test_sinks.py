@@ -12,9 +12,9 @@ from processor.pipeline.api import KeyedStream, Stream
 from processor.pipeline.chain import StageChain
 from processor.pipeline.ops import key_text
 from processor.pipeline.plan import plan
-from tests.reference import run
 from processor.serde import JSON, TEXT, Avro
 from processor.serde.codec import Unavailable
+from tests.reference import run
 from tests.unit.test_chain import DictBackend
 
 Out = tuple[
