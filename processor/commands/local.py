@@ -21,33 +21,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+
+from processor.backoff import RestartBackoff
 
 log = logging.getLogger(__name__)
 
 EXIT_CONFIG_ERROR = 2
 EXIT_STOPPED = 3  # the coordinator's: a task stopped on a failing record (PROCESSOR_ON_ERROR)
 EXIT_FAILED = 1  # processor local's, then
-
-
-@dataclass
-class RestartBackoff:
-    """When a crashed child may start again: doubling delays, forgiven after a healthy run.
-
-    Pure (the caller passes the clock), so the policy is unit-tested without processes.
-    """
-
-    initial_s: float = 0.5
-    max_s: float = 10.0
-    healthy_after_s: float = 30.0  # a run this long resets the delay to ``initial_s``
-    _delay_s: float = field(default=0.0, init=False)
-
-    def next_start(self, started_at: float, exited_at: float) -> float:
-        """The time the child may start again after a run from ``started_at`` to ``exited_at``."""
-        if exited_at - started_at >= self.healthy_after_s:
-            self._delay_s = 0.0
-        self._delay_s = min(self.max_s, self._delay_s * 2 if self._delay_s else self.initial_s)
-        return exited_at + self._delay_s
 
 
 class _Child:
@@ -57,7 +38,7 @@ class _Child:
         self.name = name
         self._args = args
         self._env = env
-        self._backoff = RestartBackoff()
+        self._backoff = RestartBackoff()  # a crashed service: 0.5 s, doubling to 10 s
         self._restart_at: float | None = None
         self.proc = self._spawn()
 

@@ -20,6 +20,7 @@ import uuid
 from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
 from processor import metrics
+from processor.backoff import RestartBackoff
 from processor.config import Settings
 from processor.health import LoopHealth
 from processor.jobs import load_graph
@@ -33,8 +34,6 @@ from processor.runtime.task import PermanentTaskFailure, Task, TaskContext
 from processor.state.dirs import private_dir
 
 log = logging.getLogger(__name__)
-
-_MAX_BACKOFF_S = 10.0
 
 
 def unmasked(exc: BaseException) -> BaseException:
@@ -111,8 +110,9 @@ class Worker:
         )
         self._skipped_control = internal.SkippedRecords(settings.job_name, settings.control_topic)
         self._runners: dict[str, TaskRunner] = {}
-        self._backoff: dict[str, float] = {}  # task -> monotonic time before which not to restart
-        self._failures: dict[str, int] = {}  # task -> failures in a row
+        self._backoff: dict[str, RestartBackoff] = {}  # per task that failed here
+        self._restart_at: dict[str, float] = {}  # task -> monotonic time it may start again
+        self._started_at: dict[str, float] = {}
         # Tasks that failed for good here: (reason, last committed checkpoint, state).
         self._given_up: dict[str, tuple[str, int, str]] = {}
         # Per shuffle topic, shared by its keyed tasks here.
@@ -206,18 +206,17 @@ class Worker:
                     task = runner.task
                     self._given_up[task_id] = (runner.error, task.last_checkpoint, task.state)
                 elif runner.task.state == "failed":
-                    # Back off, so that a persistent failure is a slow retry, not a crash loop.
-                    if now - self._backoff.get(task_id, now) > 60:
-                        self._failures[task_id] = 0
-                    failures = self._failures[task_id] = self._failures.get(task_id, 0) + 1
-                    self._backoff[task_id] = now + min(_MAX_BACKOFF_S, 0.25 * 2**failures)
+                    # A run of a minute forgives the failures before it.
+                    backoff = self._backoff.setdefault(task_id, RestartBackoff(healthy_after_s=60))
+                    started = self._started_at.get(task_id, now)
+                    self._restart_at[task_id] = backoff.next_start(started, now)
         for task_id in self._given_up.keys() - mine:
             del self._given_up[task_id]  # moved away: wherever it goes next tries afresh
             metrics.forget_stopped(self.settings.job_name, task_id)
         if assignment is None:
             return
         for task_id in sorted(mine - self._runners.keys() - self._given_up.keys()):
-            if now < self._backoff.get(task_id, 0.0):
+            if now < self._restart_at.get(task_id, 0.0):
                 continue
             try:
                 task = self._make_task(task_id, assignment)
@@ -228,6 +227,7 @@ class Worker:
                 self._given_up[task_id] = (reason, 0, "failed")
                 continue
             self._runners[task_id] = TaskRunner(task)
+            self._started_at[task_id] = now
             log.info("task %s started on %s", task_id, self.worker_id)
 
     def _make_task(self, task_id: str, assignment: control.Assignment) -> Task:

@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
         "logs",
         "health",
         "faults",
+        "backoff",
         "processes",
         "maven",
         "http_server",

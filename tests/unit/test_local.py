@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processor.commands.local import RestartBackoff
+from processor.backoff import RestartBackoff
 
 
 def test_crashes_in_a_row_double_the_delay_up_to_the_cap() -> None:
