@@ -81,7 +81,12 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
-    return load_settings(**_overrides(args), **extra)
+    settings = load_settings(**_overrides(args), **extra)
+    if "job_name" in settings.model_fields_set:  # PROCESSOR_JOB_NAME (or a secret file)
+        return settings
+    from processor.jobs import default_job_name
+
+    return load_settings(**{**_overrides(args), **extra, "job_name": default_job_name(settings)})
 
 
 def build_parser() -> argparse.ArgumentParser:

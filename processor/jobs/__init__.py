@@ -5,7 +5,7 @@ from __future__ import annotations
 from processor.config import Settings
 from processor.jobs.graph import JobGraph, TaskId
 from processor.jobs.wordcount import wordcount_pipeline
-from processor.pipeline.load import load_pipeline
+from processor.pipeline.load import load_pipeline, pipeline_job_name
 from processor.pipeline.plan import plan
 
 
@@ -21,4 +21,11 @@ def load_graph(settings: Settings) -> JobGraph:
     return JobGraph(settings.job_name, stages)
 
 
-__all__ = ["JobGraph", "TaskId", "load_graph"]
+def default_job_name(settings: Settings) -> str:
+    """The job's name when ``PROCESSOR_JOB_NAME`` is not set: the pipeline's (its
+    ``Pipeline(name=...)`` or its file's stem), so that two pipelines never share internal
+    topics by accident; ``wordcount`` for the built-in word count."""
+    return pipeline_job_name(settings.pipeline) if settings.pipeline else "wordcount"
+
+
+__all__ = ["JobGraph", "TaskId", "default_job_name", "load_graph"]

@@ -26,10 +26,26 @@ if TYPE_CHECKING:
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
-class Pipeline:
-    """A dataflow: sources, operators, sinks. Build it at import time of the user's module."""
+# A job name (`processor.config`): the pipeline's name is its job's default.
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 
-    def __init__(self) -> None:
+
+class Pipeline:
+    """A dataflow: sources, operators, sinks. Build it at import time of the user's module.
+
+    ``name``: the job's name unless ``PROCESSOR_JOB_NAME`` says otherwise (default: the
+    file's stem), the prefix of its internal topics and consumer groups::
+
+        p = Pipeline(name="clicks-per-page")
+    """
+
+    def __init__(self, name: str | None = None) -> None:
+        if name is not None and (type(name) is not str or not _JOB_NAME.fullmatch(name)):
+            raise PipelineError(
+                f"Pipeline(name={name!r}): letters, digits, '-' and '_', at most 100, "
+                "starting with a letter or digit (it names the job's topics)"
+            )
+        self.name = name
         self.nodes: list[Node] = []
         self._names: set[str] = set()
 

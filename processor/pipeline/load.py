@@ -7,7 +7,9 @@ whose message is one line naming it, before anything runs.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -17,13 +19,36 @@ from processor.pipeline.plan import Plan, plan
 
 
 def load_pipeline(spec: str) -> tuple[Pipeline, Plan]:
-    """The pipeline named by ``spec`` (``file.py:attr``, attr defaults to ``pipeline``)."""
+    """The pipeline named by ``spec`` (``file.py:attr``, attr defaults to ``pipeline``).
+
+    The file is imported once per process (again only if it changed): the job's name and
+    its graph come from the same import."""
+    path, attr = _split(spec)
+    if not path.is_file():
+        raise PipelineError(f"pipeline file {path} does not exist")
+    stat = path.stat()
+    return _load(path, attr, stat.st_mtime_ns, stat.st_size)
+
+
+def pipeline_job_name(spec: str) -> str:
+    """The job name of the pipeline ``spec`` names: its ``Pipeline(name=...)``, else its
+    file's stem made a job name (``my.clicks.py`` -> ``my-clicks``)."""
+    pipeline, _ = load_pipeline(spec)
+    if pipeline.name:
+        return pipeline.name
+    stem = re.sub(r"[^A-Za-z0-9_-]", "-", _split(spec)[0].stem).lstrip("-_")[:100]
+    return stem or "pipeline"
+
+
+def _split(spec: str) -> tuple[Path, str]:
     path_text, colon, attr = spec.rpartition(":")
     if not colon or not path_text.endswith(".py"):
         path_text, attr = spec, "pipeline"
-    path = Path(path_text)
-    if not path.is_file():
-        raise PipelineError(f"pipeline file {path} does not exist")
+    return Path(path_text), attr
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: Path, attr: str, _mtime_ns: int, _size: int) -> tuple[Pipeline, Plan]:
     module_name = f"processor_pipeline_{abs(hash(str(path.resolve())))}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     if loader_spec is None or loader_spec.loader is None:
