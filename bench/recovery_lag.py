@@ -51,8 +51,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -147,16 +146,22 @@ class LagMonitor(threading.Thread):
         self.samples: list[tuple[float, int]] = []
         self.error: BaseException | None = None
         self._halt = threading.Event()
-        self._admin = AdminClient({"bootstrap.servers": bootstrap})
         self._ends = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group}.lag-probe"})
+        # Committed offsets through a consumer of the group (never joining it), not the admin
+        # client, whose request can die of SIGSEGV (see clients.committed_offsets).
+        self._offsets = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+            }
+        )
 
     def lag(self) -> int:
         parts = [TopicPartition(self.topic, p) for p in range(PARTITIONS)]
-        futures = self._admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(self.group, parts)], request_timeout=10
-        )
         committed = {
-            tp.partition: max(tp.offset, 0) for tp in futures[self.group].result().topic_partitions
+            tp.partition: max(tp.offset, 0) for tp in self._offsets.committed(parts, timeout=10)
         }
         total = 0
         for p in range(PARTITIONS):
@@ -173,6 +178,7 @@ class LagMonitor(threading.Thread):
             self.error = exc
         finally:
             self._ends.close()
+            self._offsets.close()
 
     def stop(self) -> None:
         self._halt.set()

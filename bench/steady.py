@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from bench.measure import (
@@ -161,38 +161,50 @@ class CommittedProgress(threading.Thread):
         self.samples: list[tuple[float, int]] = []
         self.error: BaseException | None = None
         self.bootstrap = bootstrap
-        self._admin = AdminClient({"bootstrap.servers": bootstrap})
         self._consumer: Consumer | None = None
+        self._offsets: Consumer | None = None  # of the group, never joining it
         self._halt = threading.Event()
 
     def committed_words(self) -> int:
-        request = [
-            ConsumerGroupTopicPartitions(
-                self.group,
-                [TopicPartition(self.source.topic, p) for p in range(self.source.partitions)],
-            )
-        ]
-        # require_stable=False: the last committed offsets; a pending transactional commit is
-        # not visible until its transaction commits.
-        futures = self._admin.list_consumer_group_offsets(
-            request, require_stable=False, request_timeout=10
-        )
-        parts = futures[self.group].result().topic_partitions
+        parts = [TopicPartition(self.source.topic, p) for p in range(self.source.partitions)]
+        # The last committed offsets, not waiting on a pending transactional commit (see
+        # clients.committed_offsets: the admin client's request can die of SIGSEGV).
+        committed = self._offsets_consumer().committed(parts, timeout=10)
         return self.source.words_at(
-            {tp.partition: max(0, tp.offset) for tp in parts if tp.error is None}
+            {tp.partition: max(0, tp.offset) for tp in committed if tp.error is None}
         )
+
+    def _offsets_consumer(self) -> Consumer:
+        """A consumer of the group that never joins it: it reads the group's offsets."""
+        if self._offsets is None:
+            self._offsets = Consumer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "group.id": self.group,
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_uncommitted",
+                }
+            )
+        return self._offsets
 
     def internal_lag(self) -> dict[str, int]:
         """The group's lag on every topic it consumes but the input (a shuffle, a repartition
         topic): end offset minus committed offset, summed, and the end offsets' sum. If that
         lag grows over the window, the input's slope outruns the later stages."""
-        futures = self._admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(self.group)], require_stable=False, request_timeout=10
-        )
+        # Every partition of the cluster but the input's and the internal ones: those the
+        # group never committed come back with no offset (the topics are few in a bench).
+        offsets = self._offsets_consumer()
+        topics = offsets.list_topics(timeout=10).topics
+        candidates = [
+            TopicPartition(name, p)
+            for name, meta in topics.items()
+            if name != self.source.topic and not name.startswith("__")
+            for p in meta.partitions
+        ]
         parts = [
             tp
-            for tp in futures[self.group].result().topic_partitions
-            if tp.error is None and tp.topic != self.source.topic and tp.offset >= 0
+            for tp in offsets.committed(candidates, timeout=10)
+            if tp.error is None and tp.offset >= 0
         ]
         if self._consumer is None:
             self._consumer = Consumer(
@@ -211,6 +223,9 @@ class CommittedProgress(threading.Thread):
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        if self._offsets is not None:
+            self._offsets.close()
+            self._offsets = None
 
     def sample(self) -> int:
         words = self.committed_words()

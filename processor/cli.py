@@ -89,6 +89,9 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     return load_settings(**{**_overrides(args), **extra, "job_name": default_job_name(settings)})
 
 
+FORMATS = ("json", "text", "bytes")  # of processor tail (commands/tail.py)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="processor",
@@ -171,6 +174,32 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="the coordinator's checkpoint and task status")
     status.add_argument("--url", default="http://127.0.0.1:9400", help="coordinator's metrics URL")
     status.add_argument("--history", type=int, default=10, help="checkpoints to show")
+
+    tail = sub.add_parser(
+        "tail", parents=[common], help="what a topic holds, committed, decoded (any sink)"
+    )
+    tail.add_argument("topic", help="the topic to read: a sink, a source, the DLQ")
+    tail.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="every record, not the last 10 of each partition",
+    )
+    tail.add_argument("--follow", action="store_true", help="then wait for more, until Ctrl-C")
+    tail.add_argument(
+        "--format",
+        choices=["json", "text", "bytes"],
+        default="json",
+        help="of the values (default: json)",
+    )
+    tail.add_argument(
+        "--key-format",
+        choices=["json", "text", "bytes"],
+        default="text",
+        help="of the keys (default: text)",
+    )
+    tail.add_argument(
+        "--meta", action="store_true", help="partition:offset and the record's time first"
+    )
 
     corpus = sub.add_parser("corpus", help="write a seeded Zipf text corpus")
     corpus.add_argument(
@@ -291,6 +320,15 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if command == "savepoint":
         return _savepoint(args, settings)
+    if command == "tail":
+        from processor.commands.tail import TailOptions, tail
+
+        options = TailOptions(
+            args.from_beginning, args.follow, args.format, args.key_format, args.meta
+        )
+        stop = _stop_event()
+        tail(settings, args.topic, options, stopped=stop.is_set)
+        return 0
     if command == "acls":
         from processor.jobs import load_graph
         from processor.kafka import acls

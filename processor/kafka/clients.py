@@ -193,6 +193,36 @@ def admin(settings: Settings) -> AdminClient:
     return AdminClient(common_config(settings))
 
 
+def committed_offsets(
+    config: dict[str, Any], group: str, partitions: list[TopicPartition], timeout: float = 60
+) -> list[TopicPartition]:
+    """The last offsets ``group`` committed for ``partitions`` (``config``: a client's, such
+    as `common_config`), with their metadata and per-partition errors.
+
+    Asked through a consumer of the group, not `AdminClient.list_consumer_group_offsets`:
+    librdkafka's admin client dereferences a null group handle when that request is answered
+    NOT_COORDINATOR (a group coordinator that moved or is still loading, which Kafka 4's
+    coordinator also answers for a slow stable read), and the process dies of SIGSEGV
+    (librdkafka#5040, confluent-kafka-javascript#374). A consumer has a group handle and
+    looks the coordinator up again. ``read_uncommitted`` makes librdkafka ask without
+    ``require_stable``: a pending offset commit (a zombie's, see
+    `processor.runtime.task.committed_after_fencing`) is then not waited for.
+    """
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    try:
+        result: list[TopicPartition] = consumer.committed(partitions, timeout=timeout)
+        return result
+    finally:
+        consumer.close()
+
+
 def topic_partitions(client: AdminClient | Consumer, topic: str, timeout: float = 10) -> int | None:
     """Number of partitions of ``topic``, or None when it does not exist."""
     metadata = client.list_topics(topic, timeout=timeout)

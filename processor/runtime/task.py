@@ -16,7 +16,6 @@ from typing import Any
 
 from confluent_kafka import (
     Consumer,
-    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Message,
@@ -194,10 +193,8 @@ def committed_after_fencing(
     commit that reached the group coordinator after its transaction was aborted (seen after
     a broker restart) stays pending forever, and a stable read would wait on it forever.
     """
-    request = [ConsumerGroupTopicPartitions(settings.group_id, partitions)]
-    admin = clients.admin(settings)  # referenced until the result is in: its GC cancels it
-    futures = admin.list_consumer_group_offsets(request, require_stable=False, request_timeout=60)
-    result: list[TopicPartition] = futures[settings.group_id].result().topic_partitions
+    config = clients.common_config(settings)
+    result = clients.committed_offsets(config, settings.group_id, partitions, timeout=60)
     for tp in result:
         if tp.error is not None:
             raise KafkaException(tp.error)

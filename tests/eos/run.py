@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import TopicPartition
 
 from processor.kafka import clients
 from processor.kafka.replication import topic_replication
@@ -134,11 +134,10 @@ class EosRun:
         """The job's committed position in every input partition is the partition's end."""
         topic = self.topics["data"]
         wanted = [TopicPartition(topic, p) for p in range(self.plan.partitions)]
-        group = self.job.settings.group_id
-        request = [ConsumerGroupTopicPartitions(group, wanted)]
-        committed = self._admin.list_consumer_group_offsets(request)[group].result(10)
+        config = clients.common_config(self.job.settings)
+        committed = clients.committed_offsets(config, self.job.settings.group_id, wanted, 10)
         ends = {p: self.driver.acked_per_partition.get(p, 0) for p in range(self.plan.partitions)}
-        return all(tp.offset >= ends[tp.partition] for tp in committed.topic_partitions)
+        return all(tp.offset >= ends[tp.partition] for tp in committed)
 
     def _fault(self, kind: str, worker: int) -> None:
         """Stop worker ``worker`` (cleanly or by SIGKILL), start it again, and wait until

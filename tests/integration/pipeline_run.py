@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    ConsumerGroupTopicPartitions,
+    KafkaException,
     TopicPartition,
 )
 
@@ -124,9 +124,12 @@ class PipelineRun(JobRun):
             for s in self.pipeline.sources
             for p in range(self.source_partitions)
         ]
-        request = [ConsumerGroupTopicPartitions(self.settings.group_id, wanted)]
-        future = self._admin.list_consumer_group_offsets(request)[self.settings.group_id]
-        return all(tp.offset > 0 for tp in future.result().topic_partitions)
+        config = {"bootstrap.servers": self.bootstrap}
+        try:
+            committed = clients.committed_offsets(config, self.settings.group_id, wanted, 30)
+        except KafkaException:
+            return False  # a coordinator still loading (a fresh broker): ask again
+        return all(tp.offset > 0 for tp in committed)
 
     def verify(self) -> reference.Result:
         """Every sink, read back committed, against the reference run of the input: an

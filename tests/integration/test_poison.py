@@ -17,8 +17,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import TopicPartition
 
+from processor.kafka import clients
 from processor.serde.codec import sink_value
 from tests.integration.pipeline_run import PipelineRun, Record, read_committed
 from tests.integration.poison import WINDOW_MS, poison, send
@@ -32,9 +33,9 @@ CLOSE_AFTER_MS = 10_000_000  # the closing records' event time: past every windo
 def _committed_everything(run: PipelineRun, topic: str) -> None:
     """Every input offset committed by the source tasks' group."""
     wanted = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    request = [ConsumerGroupTopicPartitions(run.settings.group_id, wanted)]
-    future = run._admin.list_consumer_group_offsets(request)[run.settings.group_id]
-    committed = {tp.partition: tp.offset for tp in future.result().topic_partitions}
+    config = {"bootstrap.servers": run.bootstrap}
+    offsets = clients.committed_offsets(config, run.settings.group_id, wanted)
+    committed = {tp.partition: tp.offset for tp in offsets}
     # Written without transactions: offsets from 0 on, one per record.
     ends = {p: len(part) for p, part in read_committed(run.bootstrap, topic).items()}
     assert committed == ends, f"committed {committed}, log ends {ends}"
