@@ -281,6 +281,10 @@ def run_chaos(
             time.sleep(rng.uniform(0.2, 1.0))
         for i in run.dead_workers():
             run.start_worker(i)
+        # The feed's span was planned from the faults' expected lengths: the faults are
+        # over, so the rest of the input goes out now (a 200-fault run's faults ended 23 min
+        # before its feed, and drain gave up on the feed).
+        run.hurry_feed()
         if graph is None:
             run.finish(timeout=900)
         else:
