@@ -56,6 +56,7 @@ class TaskRunner:
         self.task = task
         self.error = ""
         self.permanent = False  # failed for good: not to be restarted
+        self.started_at = time.monotonic()  # a long run forgives earlier failures
         self._thread = threading.Thread(target=self._run, name=task.ctx.task_id, daemon=True)
         self._thread.start()
 
@@ -112,7 +113,6 @@ class Worker:
         self._runners: dict[str, TaskRunner] = {}
         self._backoff: dict[str, RestartBackoff] = {}  # per task that failed here
         self._restart_at: dict[str, float] = {}  # task -> monotonic time it may start again
-        self._started_at: dict[str, float] = {}
         # Tasks that failed for good here: (reason, last committed checkpoint, state).
         self._given_up: dict[str, tuple[str, int, str]] = {}
         # Per shuffle topic, shared by its keyed tasks here.
@@ -208,8 +208,7 @@ class Worker:
                 elif runner.task.state == "failed":
                     # A run of a minute forgives the failures before it.
                     backoff = self._backoff.setdefault(task_id, RestartBackoff(healthy_after_s=60))
-                    started = self._started_at.get(task_id, now)
-                    self._restart_at[task_id] = backoff.next_start(started, now)
+                    self._restart_at[task_id] = backoff.next_start(runner.started_at, now)
         for task_id in self._given_up.keys() - mine:
             del self._given_up[task_id]  # moved away: wherever it goes next tries afresh
             metrics.forget_stopped(self.settings.job_name, task_id)
@@ -227,7 +226,6 @@ class Worker:
                 self._given_up[task_id] = (reason, 0, "failed")
                 continue
             self._runners[task_id] = TaskRunner(task)
-            self._started_at[task_id] = now
             log.info("task %s started on %s", task_id, self.worker_id)
 
     def _make_task(self, task_id: str, assignment: control.Assignment) -> Task:
