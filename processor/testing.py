@@ -53,7 +53,14 @@ from processor.pipeline.plan import Plan, plan
 from processor.pipeline.time import NO_WATERMARK
 from processor.serde.codec import RecordError, decode
 from processor.testing_tasks import MemoryState as MemoryState  # re-exported: tests use it
-from processor.testing_tasks import SentRecord, Task, new_task, read_shuffle, read_sources
+from processor.testing_tasks import (
+    SentRecord,
+    Task,
+    new_task,
+    read_fed_back,
+    read_shuffle,
+    read_sources,
+)
 
 __all__ = ["FINAL_WATERMARK", "Driver", "SentRecord", "decode_sink_record", "run"]
 
@@ -64,6 +71,8 @@ FINAL_WATERMARK = 1 << 61
 _LATE = "<late>"
 
 SinkRecord = tuple[bytes | None, bytes]
+# `Driver.finish` gives up on a loop that still feeds records back after this many rounds.
+MAX_ROUNDS = 10_000
 
 
 class Driver:
@@ -231,8 +240,22 @@ class Driver:
         Example: ``d.finish(); assert d.output("per-minute") == [("add@0", 2)]``.
         """
         self.checkpoint()
+        rounds = 0
+        while self.in_flight:  # a loop goes round until nothing is fed back any more
+            rounds += 1
+            if rounds > MAX_ROUNDS:
+                raise RuntimeError(f"a loop still feeds records back after {MAX_ROUNDS} rounds")
+            self.checkpoint()
         self.now_ms = FINAL_WATERMARK
         self.advance_watermark(FINAL_WATERMARK)
+
+    @property
+    def in_flight(self) -> int:
+        """Records fed back round a loop (`KeyedStream.iterate`) and not processed yet: each
+        checkpoint processes those of the one before."""
+        return sum(
+            len(t.fed_back) + len(t.fed_back_next) for ts in self._tasks.values() for t in ts
+        )
 
     # -- the epoch's end --------------------------------------------------------------------
 
@@ -244,12 +267,16 @@ class Driver:
         Example: ``d.send("lines", "a a"); d.checkpoint(); assert d.output("counts") ==
         [("a", 2)]``.
         """
+        for stage in self.plan.loops:  # what was fed back by the last checkpoint
+            for task in self._tasks[stage.name]:
+                task.fed_back, task.fed_back_next = task.fed_back_next, []
         for stage in self.plan.stages:  # upstream first: a stage's input is complete
             for task in self._tasks[stage.name]:
                 if stage.is_source:
                     read_sources(task)
                 else:
                     read_shuffle(task)
+                    read_fed_back(task)
                 self._flush(task)
                 if stage.timed:
                     self._forward_watermark(task)
@@ -270,6 +297,11 @@ class Driver:
             readers = self._tasks[target.name]
             for partition, value in chain.shuffles[name].take(channel):
                 readers[partition].inbox.append(value)
+        feedback = task.stage.feedback
+        if feedback is not None:
+            loop = self._tasks[task.stage.name]
+            for partition, value in chain.shuffles[feedback.name].take(task.index):
+                loop[partition].fed_back_next.append(value)
         self._dead.extend(chain.take_dead())
 
     def _forward_watermark(self, task: Task) -> None:

@@ -76,6 +76,10 @@ class Task:
     inbox: list[Message] = field(default_factory=list)
     channel_marks: ChannelWatermarks | None = None
     sides: list[int] = field(default_factory=list)
+    # A loop's task: fed-back records to process at this checkpoint, and those written since
+    # (processed at the next one: the engine's are visible once their transaction commits).
+    fed_back: list[bytes] = field(default_factory=list)
+    fed_back_next: list[bytes] = field(default_factory=list)
 
 
 def new_task(
@@ -87,7 +91,7 @@ def new_task(
     late_topic: str,
 ) -> Task:
     """Task ``index`` of ``stage``, with ``parallelism`` tasks per stage (by name)."""
-    shuffles = {n.name: parallelism[plan.target(n).name] for n in stage.shuffles}
+    shuffles = {n.name: parallelism[plan.target(n).name] for n in stage.outputs}
     chain = StageChain(plan, stage, index, MemoryState(), shuffles, late_topic=late_topic)
     outputs = [
         (
@@ -142,3 +146,13 @@ def read_shuffle(task: Task) -> None:
             continue
         channel, body = decode_shuffle(message)
         chain.shuffled(body, side=task.sides[channel] if task.sides else 0)
+
+
+def read_fed_back(task: Task) -> None:
+    """A loop task's fed-back records of the last checkpoint, after its input's, in order:
+    what a keyed task does at a barrier (`processor.runtime.keyed_feedback`)."""
+    records, task.fed_back = task.fed_back, []
+    for record in records:
+        _, body = decode_shuffle(record)
+        assert isinstance(body, list)
+        task.chain.fed_back(body)

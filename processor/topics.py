@@ -21,3 +21,8 @@ def job_topic(job: str, suffix: str) -> str:
 def shuffle_topic(job: str, stage: str) -> str:
     """The topic feeding keyed stage ``stage`` (unless the pipeline named another)."""
     return f"{job}.{stage}"
+
+
+def feedback_topic(job: str, loop: str) -> str:
+    """The topic a loop's records go round through (`processor.pipeline.loops`)."""
+    return f"{job}.{loop}.feedback"

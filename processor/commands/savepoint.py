@@ -97,6 +97,11 @@ def _copy_last(
 
 def savepoint_of(record: dict[str, Any], graph: JobGraph, name: str) -> Savepoint:
     """What completed checkpoint ``record`` (as the coordinator stores it) saves."""
+    if graph.plan.loops:
+        raise SavepointError(
+            f"job {graph.job_name} has a loop: a savepoint would not hold the records in "
+            "flight round it (docs/loops.md)"
+        )
     checkpoint_id = int(record["id"])
     sources: dict[str, dict[int, int]] = {}
     tasks: dict[str, str] = {}

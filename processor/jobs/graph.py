@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from processor.pipeline.plan import Plan, Stage
-from processor.topics import LATE, job_topic, shuffle_topic
+from processor.topics import LATE, feedback_topic, job_topic, shuffle_topic
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,17 @@ class JobGraph:
         """Where windows and joins write the records that came after their watermark."""
         return job_topic(self.job_name, LATE)
 
+    def feedback_topic(self, stage: Stage) -> str:
+        """The topic a loop stage's records go round through (`processor.pipeline.loops`)."""
+        assert stage.loop is not None, f"stage {stage.name!r} runs no loop"
+        return feedback_topic(self.job_name, stage.loop.name)
+
     @property
     def shuffle_topics(self) -> list[str]:
-        return [self.shuffle_topic(s) for s in self.stages if not s.is_source]
+        """The shuffles of the keyed stages, and the feedback topics of their loops: topics
+        the job's tasks write, read and purge."""
+        topics = [self.shuffle_topic(s) for s in self.stages if not s.is_source]
+        return topics + [self.feedback_topic(s) for s in self.plan.loops]
 
     def downstream(self, stage: Stage) -> list[Stage]:
         return [s for s in self.stages if stage in s.upstreams]

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Self
 
 from processor.errors import PipelineError as PipelineError  # re-exported, for users
-from processor.pipeline.node import DEFAULT_IDLE_MS, EMITS, VALUE_FORMATS, Emit
+from processor.pipeline.args import check_callable, check_emit, check_flag, check_ms, check_serde
+from processor.pipeline.node import DEFAULT_IDLE_MS, VALUE_FORMATS, Emit
 from processor.pipeline.node import Node as Node  # re-exported: the engine imports it from here
 from processor.pipeline.node import ValueFormat as ValueFormat  # re-exported, as Node
 
@@ -92,7 +93,7 @@ class Pipeline:
                     "s.filter(...)"
                 )
         node = Node("source", self._name(name, topic), None, keyed=False, topic=topic)
-        node.value_format = value if isinstance(value, str) else _serde(value, where, topic)
+        node.value_format = value if isinstance(value, str) else check_serde(value, where, topic)
         if key is not None:
             if key not in VALUE_FORMATS and not callable(getattr(key, "loads", None)):
                 raise PipelineError(
@@ -100,9 +101,9 @@ class Pipeline:
                 )
             node.key_format = key
         if timestamp is not None:
-            node.timestamp_fn = _callable(timestamp, f"{where} timestamp")
-        node.out_of_orderness_ms = _ms(out_of_orderness_ms, f"{where} out_of_orderness_ms")
-        node.idle_ms = _ms(idle_ms, f"{where} idle_ms", positive=True)
+            node.timestamp_fn = check_callable(timestamp, f"{where} timestamp")
+        node.out_of_orderness_ms = check_ms(out_of_orderness_ms, f"{where} out_of_orderness_ms")
+        node.idle_ms = check_ms(idle_ms, f"{where} idle_ms", positive=True)
         self._add(node)
         return Stream(self, node)
 
@@ -157,12 +158,16 @@ class Stream:
     def map(self, fn: Callable[..., Any], name: str | None = None, meta: bool = False) -> Self:
         """``fn(value)`` in place of each value; with ``meta=True``, ``fn(value, meta)``
         gets the record's `processor.Meta` too: ``s.map(lambda v, m: [m.key, v], meta=True)``."""
-        return self._same(self._then("map", name, fn=_callable(fn, "map"), uses_meta=_flag(meta)))
+        return self._same(
+            self._then("map", name, fn=check_callable(fn, "map"), uses_meta=check_flag(meta))
+        )
 
     def filter(self, fn: Callable[..., bool], name: str | None = None, meta: bool = False) -> Self:
         """The values for which ``fn(value)`` is true; with ``meta=True``, ``fn(value, meta)``:
         ``s.filter(lambda v, m: ("source", b"web") in m.headers, meta=True)``."""
-        node = self._then("filter", name, fn=_callable(fn, "filter"), uses_meta=_flag(meta))
+        node = self._then(
+            "filter", name, fn=check_callable(fn, "filter"), uses_meta=check_flag(meta)
+        )
         return self._same(node)
 
     def flat_map(
@@ -178,9 +183,11 @@ class Stream:
         stream every output keeps its value's key: no batch form.) With ``meta=True``,
         ``fn(value, meta)`` (no batch form either): every output keeps the record's meta.
         ``s.flat_map(lambda v, m: [v] * len(m.headers), meta=True)``"""
-        node = self._then("flat_map", name, fn=_callable(fn, "flat_map"), uses_meta=_flag(meta))
+        node = self._then(
+            "flat_map", name, fn=check_callable(fn, "flat_map"), uses_meta=check_flag(meta)
+        )
         if batched is not None and not self.node.keyed and not meta:
-            node.batch_fn = _callable(batched, "flat_map batched")
+            node.batch_fn = check_callable(batched, "flat_map batched")
         return self._same(node)
 
     def key_by(
@@ -190,7 +197,12 @@ class Stream:
         With ``meta=True``, ``fn(value, meta)``: ``s.key_by(lambda v, m: m.key, meta=True)``
         keys by the Kafka key (read with ``source(..., key="text")``)."""
         node = self.pipeline._child(
-            self.node, "key_by", name, keyed=True, fn=_callable(fn, "key_by"), uses_meta=_flag(meta)
+            self.node,
+            "key_by",
+            name,
+            keyed=True,
+            fn=check_callable(fn, "key_by"),
+            uses_meta=check_flag(meta),
         )
         return KeyedStream(self.pipeline, node)
 
@@ -282,7 +294,7 @@ class _Aggregations:
         >>> counts = p.source("clicks").key_by(lambda url: url).count(emit="record")
         >>> counts.sink("clicks-per-url")  # "a" "b" "a" -> (a, 1) (b, 1) (a, 2)
         """
-        return self._aggregation("count", name, emit=_emit(emit, "count"))
+        return self._aggregation("count", name, emit=check_emit(emit, "count"))
 
     def sum(self, name: str | None = None, emit: Emit = "checkpoint") -> KeyedStream:
         """Per key, the sum of the values so far; a value that is not a number is dead.
@@ -291,7 +303,7 @@ class _Aggregations:
         >>> orders = p.source("orders", value="json").key_by(lambda o: o["user"])
         >>> orders.map(lambda o: o["amount"]).sum().sink("revenue")
         """
-        return self._aggregation("sum", name, emit=_emit(emit, "sum"))
+        return self._aggregation("sum", name, emit=check_emit(emit, "sum"))
 
     def reduce(
         self, fn: Callable[[Any, Any], Any], name: str | None = None, emit: Emit = "checkpoint"
@@ -306,7 +318,7 @@ class _Aggregations:
         >>> readings.reduce(lambda a, b: max(a, b, key=lambda r: r["value"])).sink("peaks")
         """
         return self._aggregation(
-            "reduce", name, fn=_callable(fn, "reduce"), emit=_emit(emit, "reduce")
+            "reduce", name, fn=check_callable(fn, "reduce"), emit=check_emit(emit, "reduce")
         )
 
     def aggregate(
@@ -325,13 +337,13 @@ class _Aggregations:
         >>> readings = p.source("readings", value="json").key_by(lambda r: r["sensor"])
         >>> readings.aggregate([0, 0], lambda a, r: [a[0] + r["value"], a[1] + 1]).sink("n")
         """
-        fn2 = None if merge is None else _callable(merge, "aggregate merge")
+        fn2 = None if merge is None else check_callable(merge, "aggregate merge")
         stream = self._aggregation(
             "aggregate",
             name,
-            fn=_callable(add, "aggregate"),
+            fn=check_callable(add, "aggregate"),
             fn2=fn2,
-            emit=_emit(emit, "aggregate"),
+            emit=check_emit(emit, "aggregate"),
         )
         stream.node.initial = initial
         return stream
@@ -366,7 +378,7 @@ class _Aggregations:
 
             events.key_by(lambda e: e["user"]).process(track, on_timer=expired)
         """
-        timer = None if on_timer is None else _callable(on_timer, "process on_timer")
+        timer = None if on_timer is None else check_callable(on_timer, "process on_timer")
         if timer is not None and isinstance(self, WindowedStream):
             raise PipelineError(
                 "process(on_timer=...) on windows: a window's state ends with the window; "
@@ -374,7 +386,7 @@ class _Aggregations:
             )
         if processing_time and timer is None:
             raise PipelineError("process(processing_time=True) needs on_timer=")
-        stream = self._aggregation("process", name, fn=_callable(fn, "process"))
+        stream = self._aggregation("process", name, fn=check_callable(fn, "process"))
         stream.node.on_timer = timer
         stream.node.processing_time = bool(processing_time)
         return stream
@@ -404,16 +416,16 @@ class KeyedStream(_Aggregations, Stream):
         if gap_ms is not None:
             if size_ms is not None or slide_ms is not None:
                 raise PipelineError(f"{where}: a session window takes gap_ms alone")
-            node.gap_ms = _ms(gap_ms, f"{where} gap_ms", positive=True)
+            node.gap_ms = check_ms(gap_ms, f"{where} gap_ms", positive=True)
         else:
             if size_ms is None:
                 raise PipelineError(f"{where}: give size_ms (or gap_ms for session windows)")
-            node.size_ms = _ms(size_ms, f"{where} size_ms", positive=True)
+            node.size_ms = check_ms(size_ms, f"{where} size_ms", positive=True)
             if slide_ms is not None:
-                node.slide_ms = _ms(slide_ms, f"{where} slide_ms", positive=True)
+                node.slide_ms = check_ms(slide_ms, f"{where} slide_ms", positive=True)
                 if node.slide_ms > node.size_ms:
                     raise PipelineError(f"{where}: slide_ms larger than size_ms skips records")
-        node.lateness_ms = _ms(lateness_ms, f"{where} lateness_ms")
+        node.lateness_ms = check_ms(lateness_ms, f"{where} lateness_ms")
         return WindowedStream(self.pipeline, node)
 
     def join(self, other: KeyedStream, within_ms: int, name: str | None = None) -> KeyedStream:
@@ -431,10 +443,29 @@ class KeyedStream(_Aggregations, Stream):
         if self.node is other.node:
             raise PipelineError("join: a stream cannot join itself")
         node = self._then("join", name)
-        node.within_ms = _ms(within_ms, "join within_ms")
+        node.within_ms = check_ms(within_ms, "join within_ms")
         node.other = other.node
         other.node.children.append(node)
         return self._same(node)
+
+    def iterate(
+        self, body: Callable[[KeyedStream], tuple[KeyedStream, Stream]], name: str | None = None
+    ) -> Stream:
+        """A loop: ``body(stream)`` returns ``(feedback, output)``; every record of
+        ``feedback`` (a keyed stream ending in its own ``key_by``) enters ``stream`` again
+        under its key, exactly once, at the next checkpoint after it is committed. Returns
+        ``output`` (`processor.pipeline.loops`)::
+
+            def body(hops):
+                stepped = hops.process(step)            # per key, with state
+                back = stepped.filter(lambda m: "to" in m).key_by(lambda m: m["to"])
+                return back, stepped.filter(lambda m: "done" in m)
+
+            p.source("edges", value="json").key_by(lambda e: e["u"]).iterate(body)
+        """
+        from processor.pipeline.loops import iterate
+
+        return iterate(self, body, name)
 
 
 class WindowedStream(_Aggregations):
@@ -458,38 +489,3 @@ class WindowedStream(_Aggregations):
             )
         node = self.pipeline._child(self.node, kind, name, keyed=True, **attrs)
         return KeyedStream(self.pipeline, node)
-
-
-def _emit(emit: Any, what: str) -> Emit:
-    if emit not in EMITS:
-        raise PipelineError(f"{what}(emit={emit!r}): emit must be one of {EMITS}")
-    return emit  # type: ignore[no-any-return]
-
-
-def _serde(spec: Any, where: str, topic: str) -> ValueFormat | Serde:
-    """A serde given for a source; a built-in one by its name (the engine's own fast path)."""
-    from processor.serde import Builtin, resolve
-
-    serde = resolve(spec, where, topic)
-    return serde.name if isinstance(serde, Builtin) else serde
-
-
-def _ms(value: Any, what: str, positive: bool = False) -> int:
-    if type(value) is not int or value < (1 if positive else 0):
-        raise PipelineError(
-            f"{what}: expected a {'positive' if positive else 'non-negative'} "
-            f"number of milliseconds, got {value!r}"
-        )
-    return value
-
-
-def _flag(meta: Any) -> bool:
-    if type(meta) is not bool:
-        raise PipelineError(f"meta={meta!r}: expected True or False")
-    return meta
-
-
-def _callable(fn: Any, what: str) -> Callable[..., Any]:
-    if not callable(fn):
-        raise PipelineError(f"{what}: expected a function, got {type(fn).__name__}")
-    return fn  # type: ignore[no-any-return]

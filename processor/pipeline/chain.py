@@ -80,6 +80,9 @@ from processor.pipeline.time import NO_WATERMARK
 from processor.pipeline.timers import ProcessTimers, timers_prefix
 from processor.pipeline.windows import Item, JoinOperator, WindowOperator
 
+# Nodes that pass on every input's items: a merge, a loop (its input and feedback).
+_UNIONS = frozenset({"merge", "loop"})
+
 
 class StateBackend(Protocol):
     def get_many(self, keys: list[bytes]) -> list[bytes | None]: ...
@@ -106,9 +109,7 @@ class StageChain:
         one is a dead record."""
         self.stage = stage
         self.channel = channel
-        self._state = state
-        self._late_topic = late_topic
-        self._max_record = max_record_bytes
+        self._state, self._late_topic, self._max_record = state, late_topic, max_record_bytes
         # The source values of the batch `values` is processing: a dead record that is one
         # of them names it (found by identity, on the first dead record of the batch).
         self._batch: list[Any] | None = None
@@ -132,6 +133,18 @@ class StageChain:
             )
             for n in stage.shuffles
         }
+        # A loop's feedback goes round uncombined: each record is processed as it is.
+        self.feedback = stage.feedback
+        if self.feedback is not None:
+            self.shuffles[self.feedback.name] = ShuffleOut(
+                self.feedback,
+                stage,
+                shuffle_partitions[self.feedback.name],
+                max_key_bytes,
+                self._dead,
+                False,
+                max_record_bytes,
+            )
         self._windows = {
             n: WindowOperator(n, partial(self._load, n), self._dead)
             for n in stage.nodes
@@ -227,12 +240,21 @@ class StageChain:
     ) -> None:
         """One decoded shuffle record of a keyed stage's input (``side``: of a join, 1 for
         a record of its right input)."""
+        self._enter(shuffle_format.into_stage, body, quiet, side)
+
+    def fed_back(self, body: list[list[Any]], quiet: bool = False) -> None:
+        """One decoded record of the loop's feedback topic: its ``[key text, value]`` items
+        go through the nodes after the feedback key_by, then round the loop again."""
+        assert self.feedback is not None, "fed-back records for a stage without a loop"
+        self._enter(lambda c, b, q, _: c._push(c.feedback, b, q), body, quiet, 0)
+
+    def _enter(self, into: Callable[..., None], body: Any, quiet: bool, side: int) -> None:
         if quiet:
             dead = len(self.dead)
-            shuffle_format.into_stage(self, body, True, side)
+            into(self, body, True, side)
             del self.dead[dead:]  # dead-lettered already, when the record first came
         else:
-            shuffle_format.into_stage(self, body, False, side)
+            into(self, body, False, side)
 
     # -- the epoch's end --------------------------------------------------------------------
 
@@ -333,7 +355,7 @@ class StageChain:
         for child in node.children:
             if not batch:
                 continue
-            if child.kind == "merge":  # a union: every input's items on to its children
+            if child.kind in _UNIONS:  # every input's items on to its children
                 if node.meta != child.meta:  # an input that makes records without metadata
                     self._push(child, metachain.into_merge(node, child, batch), quiet)
                 else:

@@ -26,7 +26,7 @@ EMITS: tuple[Emit, ...] = ("checkpoint", "record")
 # Kinds of node. An aggregation ("count", "sum", "reduce", "aggregate") and "process" keep
 # state per key; "key_by" is where a stage ends and a shuffle begins. "window" marks the
 # operators under it as per-window (it runs none itself); "join" begins a stage with two
-# inputs.
+# inputs. "loop" is where a loop's fed-back records join its input (`processor.pipeline.loops`).
 STATEFUL = frozenset({"count", "sum", "reduce", "aggregate", "process", "join"})
 AGGREGATIONS = frozenset({"count", "sum", "reduce", "aggregate"})
 
@@ -63,6 +63,8 @@ class Node:
     lateness_ms: int = 0
     within_ms: int = 0  # join
     other: Node | None = None  # join: the right input's key_by
+    # key_by: the loop (kind "loop") its records feed back into (`processor.pipeline.loops`)
+    feeds: Node | None = None
     merged: list[Node] = field(default_factory=list)  # merge: the inputs after ``parent``
     # process: the timer callback (`processor.pipeline.timers`), and whether its timers
     # count in wall-clock ms instead of event time.

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from processor.pipeline.api import Node, Pipeline, PipelineError
 from processor.pipeline.process_op import reads_headers
-from processor.topics import INTERNAL_SUFFIXES, job_topic, shuffle_topic
+from processor.topics import INTERNAL_SUFFIXES, feedback_topic, job_topic, shuffle_topic
 
 # Kafka's limit on a topic name's length.
 MAX_TOPIC_CHARS = 249
@@ -67,8 +67,24 @@ class Stage:
 
     @property
     def shuffles(self) -> list[Node]:
-        """The key_by nodes this stage writes to: each one the head of a stage downstream."""
+        """The key_by nodes this stage writes to: each one the head of a stage downstream
+        (a loop's feedback key_by aside: `feedback`)."""
+        return [n for n in self.nodes if n.kind == "key_by" and n.feeds is None]
+
+    @property
+    def outputs(self) -> list[Node]:
+        """Every key_by the stage writes through: its shuffles, and its loop's feedback."""
         return [n for n in self.nodes if n.kind == "key_by"]
+
+    @property
+    def loop(self) -> Node | None:
+        """The loop node of this stage, if the stage runs a loop (`processor.pipeline.loops`)."""
+        return next((n for n in self.nodes if n.kind == "loop"), None)
+
+    @property
+    def feedback(self) -> Node | None:
+        """The key_by whose records go round this stage's loop, if it has one."""
+        return next((n for n in self.nodes if n.kind == "key_by" and n.feeds is not None), None)
 
     @property
     def combiner(self) -> Node | None:
@@ -106,12 +122,20 @@ class Plan:
         raise KeyError(name)
 
     def target(self, key_by: Node | str) -> Stage:
-        """The stage a key_by node writes into."""
+        """The stage a key_by node writes into (a feedback key_by: its loop's)."""
         name = key_by if isinstance(key_by, str) else key_by.name
         for stage in self.stages:
             if any(n.name == name for n in stage.inputs):
                 return stage
+            feedback = stage.feedback
+            if feedback is not None and feedback.name == name:
+                return stage
         raise KeyError(name)
+
+    @property
+    def loops(self) -> list[Stage]:
+        """The stages that run a loop."""
+        return [s for s in self.stages if s.loop is not None]
 
     @property
     def timed(self) -> bool:
@@ -145,6 +169,15 @@ class Plan:
                     f"{internal[topic]} topic: name its key_by otherwise (name=...)"
                 )
             shuffles[topic] = stage.name
+            loop = stage.loop
+            if loop is not None:
+                topic = feedback_topic(job, loop.name)
+                if len(topic) > MAX_TOPIC_CHARS:
+                    raise PipelineError(
+                        f"the feedback topic of loop {loop.name!r} would be longer than "
+                        f"{MAX_TOPIC_CHARS} characters: name the loop (name=...) or the job shorter"
+                    )
+                shuffles[topic] = stage.name
         for role, topics in (("source", self.source_topics), ("sink", self.sink_topics)):
             for topic in topics:
                 owner = (
@@ -199,13 +232,40 @@ def plan(pipeline: Pipeline) -> Plan:
             continue
         for head in _stage_heads(node.inputs):  # every stage whose records reach it
             by_head[head].nodes.append(node)
+    for stage in stages:
+        if stage.loop is not None:
+            _check_loop(stage)
     return Plan(stages)
+
+
+def _check_loop(stage: Stage) -> None:
+    """What a loop's stage cannot have (docs/loops.md, rule 7), one line each."""
+    loop = stage.loop
+    assert loop is not None
+    where = f"iterate {loop.name!r}"
+    if sum(1 for n in stage.nodes if n.kind == "loop") > 1:
+        raise PipelineError(f"{where}: one loop per stage (key_by between two loops)")
+    if stage.timed:
+        raise PipelineError(
+            f"{where}: event time (windows, joins, event-time timers in the pipeline) cannot "
+            "go round a loop: its stage must not carry it"
+        )
+    if any(n.meta or n.meta_in for n in [stage.head, *stage.nodes]):
+        raise PipelineError(
+            f"{where}: record metadata (meta=True, state.headers) in a loop's stage is not "
+            "supported"
+        )
+    feedback = stage.feedback
+    if feedback is None or feedback.feeds is not loop:
+        raise PipelineError(f"{where}: its feedback key_by must be in the loop's stage")
 
 
 def _is_head(node: Node) -> bool:
     """A source, a join, a merge of keyed streams right after their key_bys, or a key_by
     that does not feed one of those two (that one is theirs)."""
     if node.kind == "key_by":
+        if node.feeds is not None:  # a loop's feedback: it writes into the loop's own stage
+            return False
         return not any(c.kind == "join" or _merges_shuffles(c) for c in node.children)
     if node.kind == "merge":
         return _merges_shuffles(node)

@@ -95,6 +95,11 @@ class CoordinatorService:
             sources[topic] = partitions
         self.parallelism = graph.parallelism(sources, s.shuffle_partitions)
         self.input_partitions = self.parallelism[graph.stages[0].name]
+        if graph.plan.loops and s.checkpoint_alignment == "unaligned":
+            raise SettingsError(
+                "invalid setting PROCESSOR_CHECKPOINT_ALIGNMENT=unaligned: the pipeline has a "
+                "loop, whose feedback position only an aligned snapshot holds (docs/loops.md)"
+            )
         create_job_topics(self._admin, s, graph)
         if s.from_savepoint:
             apply_savepoint(s, self.graph, self._admin, sources)

@@ -29,6 +29,11 @@ def apply_savepoint(
     is another job: the savepoint is not applied again.
     """
     s = settings
+    if graph.plan.loops:
+        raise SettingsError(
+            "invalid setting PROCESSOR_FROM_SAVEPOINT: the pipeline has a loop, and a "
+            "savepoint does not hold the records in flight round it (docs/loops.md)"
+        )
     try:
         _, savepoint = open_savepoint(s)
     except (SavepointError, SnapshotMissing) as exc:

@@ -48,6 +48,7 @@ from processor.pipeline.time import NO_WATERMARK
 from processor.runtime.deadletter import DeadLetters
 from processor.runtime.gaps import STATE_LOST, check_resume
 from processor.runtime.keyed_checkpoint import KeyedCheckpoints, barrier_handler
+from processor.runtime.keyed_feedback import FeedbackInput, history_of, position_of
 from processor.runtime.keyed_restore import (
     ShuffleInput,
     load_savepoint,
@@ -94,6 +95,7 @@ class KeyedTask(KeyedCheckpoints):
             else []
         )
         self.chain: StageChain | None = None  # once the state is restored
+        self._fed: FeedbackInput | None = None  # a loop's back-edge (`keyed_feedback`)
         self._init_checkpoints()
         self._m_in = metrics.records_in.labels(**self.labels)
         self._m_out = metrics.records_out.labels(**self.labels)
@@ -113,6 +115,13 @@ class KeyedTask(KeyedCheckpoints):
         out = open_output(s, self.transactional_id)
         consumer = clients.task_consumer(s)
         self._consumer = consumer
+        if self.stage.loop is not None:
+            self._fed = FeedbackInput(
+                self.ctx.task_id,
+                self.ctx.graph.feedback_topic(self.stage),
+                self.partition,
+                clients.task_consumer(s),
+            )
         store: RocksDBStore | None = None
         try:
             # Started first: the child's start-up overlaps the fencing below.
@@ -130,6 +139,8 @@ class KeyedTask(KeyedCheckpoints):
                 msgs = clients.consume_ready(consumer, s.consume_batch, wait)
                 if msgs:
                     self._process(msgs, out, consumer)
+                if self._fed is not None:
+                    self._fed.poll()
         finally:
             # A failed (perhaps fenced) task must not go on writing to storage: stop the
             # upload under way and drop the queued ones, retention above all.
@@ -138,6 +149,8 @@ class KeyedTask(KeyedCheckpoints):
             self._retainer.shutdown(wait=True, cancel_futures=True)
             out.close()
             consumer.close()
+            if self._fed is not None:
+                self._fed.consumer.close()
             if store is not None:
                 store.close()
             shutil.rmtree(workdir, ignore_errors=True)
@@ -188,7 +201,14 @@ class KeyedTask(KeyedCheckpoints):
                 took,
             )
         elif self.settings.from_savepoint:
+            if self._fed is not None:
+                raise RuntimeError(
+                    "a job with a loop cannot start from a savepoint: the records in flight "
+                    "round its loop are not in it (docs/loops.md)"
+                )
             info_meta = load_savepoint(self.settings, self.stage, self._input, db_path)
+        if self._fed is not None:
+            self._start_feedback(consumer, meta, info_meta if committed is not None else None)
         store = RocksDBStore(db_path)
         s = self.settings
         self.chain = StageChain(
@@ -196,7 +216,8 @@ class KeyedTask(KeyedCheckpoints):
             self.stage,
             self.partition,
             store,
-            {n.name: s.shuffle_partitions for n in self.stage.shuffles},
+            # A loop's feedback topic has as many partitions as the stage's shuffle.
+            {n.name: s.shuffle_partitions for n in self.stage.outputs},
             s.max_key_bytes,
             self.ctx.graph.late_topic,
             s.combine,
@@ -216,6 +237,32 @@ class KeyedTask(KeyedCheckpoints):
         consumer.assign([TopicPartition(self.topic, self.partition, start)])
         log.info("%s: resuming %s[%d] at %d", self.ctx.task_id, self.topic, self.partition, start)
         return store
+
+    def _start_feedback(
+        self, consumer: Consumer, meta: dict[str, Any], held: dict[str, Any] | None
+    ) -> None:
+        """Where the loop's feedback is read from: F of the restored snapshot (of the
+        fallback one after a fallback: the replay processes the rest as the first run did),
+        or the log start for a task with no checkpoint."""
+        fed = self._fed
+        assert fed is not None
+        if self.settings.checkpoint_alignment == "unaligned":
+            raise RuntimeError(
+                "a job with a loop needs aligned checkpoints (PROCESSOR_CHECKPOINT_ALIGNMENT="
+                "aligned): an unaligned snapshot holds no feedback position (docs/loops.md)"
+            )
+        if held is None:
+            low, _ = consumer.get_watermark_offsets(fed.tp, timeout=30, cached=False)
+            fed.start(max(0, low), [])
+        else:
+            fed.start(position_of(held, self.last_checkpoint), history_of(meta))
+        log.info(
+            "%s: loop feedback from %s[%d] at %d",
+            self.ctx.task_id,
+            fed.tp.topic,
+            fed.tp.partition,
+            fed.position,
+        )
 
     def _process(self, msgs: list[Message], out: TransactionalOutput, consumer: Consumer) -> None:
         chain = self.chain
@@ -377,6 +424,11 @@ class KeyedTask(KeyedCheckpoints):
             if shuffle.oversized:
                 self._m_oversized.inc(shuffle.oversized)
                 shuffle.oversized = 0
+        fed = self._fed
+        if fed is not None:
+            feedback = chain.shuffles[self.stage.feedback.name]  # type: ignore[union-attr]
+            topic = fed.tp.topic
+            segments.extend((topic, p, [(None, v)]) for p, v in feedback.take(self.partition))
         if chain.has_dead or self._dead_resend:
             self._dead_letter(out)
         if not segments:

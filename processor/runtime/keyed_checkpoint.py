@@ -48,6 +48,8 @@ from processor.pipeline.chain import DeadRecord, StageChain
 from processor.pipeline.plan import Stage
 from processor.pipeline.time import NO_WATERMARK
 from processor.runtime.deadletter import DeadLetters
+from processor.runtime.keyed_feedback import SNAPSHOT_KEY as FEEDBACK_KEY
+from processor.runtime.keyed_feedback import FeedbackInput
 from processor.runtime.keyed_restore import ShuffleInput, purge_floor
 from processor.runtime.keyed_time import Mark, TaskTime
 from processor.runtime.layout import META_KEY as LAYOUT_KEY
@@ -97,6 +99,7 @@ class KeyedCheckpoints(Task):
     _consumer: Consumer
     _workdir: Path
     _retainer: ThreadPoolExecutor
+    _fed: FeedbackInput | None
 
     def _init_checkpoints(self) -> None:
         # Records written into the open transaction (barriers aside): if its snapshot fails
@@ -183,6 +186,8 @@ class KeyedCheckpoints(Task):
         it, committed). The replay ends with the committed checkpoint."""
         chain = self.chain
         assert chain is not None
+        if self._fed is not None:
+            self._fed.at_barrier(chain, checkpoint_id, quiet=True)
         self._tick(triggered_at_ms, quiet=True)
         chain.flush()  # quiet operators emit nothing, dead records included
         chain.late.clear()
@@ -214,12 +219,19 @@ class KeyedCheckpoints(Task):
         # Close checkpoint n-1 first: if it is declined, what it carried must go out again in
         # transaction n, with the offsets that move past it.
         self._finish_checkpoint(out, block=True)
+        fed = self._fed
+        if fed is not None:  # the loop's records fed back since the last barrier: epoch n's
+            assert self.chain is not None
+            self._records_in += fed.at_barrier(self.chain, checkpoint_id, quiet=False)
         positions = {str(u): off for (_, u), off in outcome.positions.items()}
         resume = self._aligner.resume_offsets()[self.partition]
         assert self._snapshots is not None
         # The snapshot holds the positions; the metadata only names it, so its size does not
         # grow with the input's partitions (the broker's offset.metadata.max.bytes is 4096).
-        meta = json.dumps({"checkpoint": checkpoint_id, "snapshot": self._snapshots.owner})
+        committed: dict[str, Any] = {"checkpoint": checkpoint_id, "snapshot": self._snapshots.owner}
+        if fed is not None:
+            committed |= fed.commit_meta()
+        meta = json.dumps(committed, separators=(",", ":"))
         task_id = self.ctx.task_id
         # Its round trips overlap the flush, the RocksDB checkpoint and the upload.
         out.send_offsets_async(
@@ -253,6 +265,8 @@ class KeyedCheckpoints(Task):
         if self.stage.timed:
             assert self.chain is not None
             held |= self._time.snapshot_meta(self.chain)
+        if fed is not None:
+            held |= fed.snapshot_meta()
         future = self._snapshots.upload(checkpoint_id, local, held)
         lag = self._lag(consumer)
         self._waited_s = 0.0
@@ -339,6 +353,12 @@ class KeyedCheckpoints(Task):
         below = purge_floor(self._input, kept)
         if below is not None:
             purger.purge_below(self.partition, below)
+        fed_purger = self.ctx.feedback_purger
+        if self._fed is not None and fed_purger is not None and fed_purger.due(self.partition):
+            # Fed-back records below every retained snapshot's F are never read again.
+            positions = [f for m in kept if type(f := m.get(FEEDBACK_KEY)) is int]
+            if positions and len(positions) == len(kept):
+                fed_purger.purge_below(self.partition, min(positions))
 
     def _snapshot_failed(
         self,
@@ -388,6 +408,8 @@ class KeyedCheckpoints(Task):
         position = consumer.position([tp])[0].offset
         lag = max(0, high - position) if high >= 0 and position >= 0 else 0
         metrics.consumer_lag.labels(**self.labels, partition=str(self.partition)).set(lag)
+        if self._fed is not None:  # a job whose loop still feeds records back is not idle
+            lag += self._fed.lag()
         return lag
 
 

@@ -48,6 +48,7 @@ class TaskContext:
     report: Callable[[ControlMessage], None]
     stop: threading.Event
     purger: ShufflePurger | None = None  # the worker's for the task's shuffle topic
+    feedback_purger: ShufflePurger | None = None  # and for its loop's feedback topic
     # Tasks per stage (the assignment's): where a task's channels begin in a join's input.
     parallelism: dict[str, int] = field(default_factory=dict)
 
@@ -115,6 +116,7 @@ class Task:
         graph, stage = self.ctx.graph, self.ctx.stage
         return [
             *(graph.shuffle_topic(n.name) for n in stage.shuffles),
+            *([graph.feedback_topic(stage)] if stage.loop is not None else []),
             *(n.topic for n in stage.sinks),
             self.settings.dlq_topic,
             *([graph.late_topic] if stage.timed else []),

@@ -247,6 +247,9 @@ class Worker:
             report=self.send,
             stop=threading.Event(),
             purger=None if stage.is_source else self._purgers.get(self.graph.shuffle_topic(stage)),
+            feedback_purger=(
+                self._purgers.get(self.graph.feedback_topic(stage)) if stage.loop else None
+            ),
             parallelism=parallelism,
         )
         if stage.is_source:

@@ -183,6 +183,10 @@ class JobRun:
     def resume_feed(self) -> None:
         self._resume.set()
 
+    def feed_finished(self) -> bool:
+        """Whether every chunk of the feed has been sent (or there was none)."""
+        return self._feeder is None or not self._feeder.is_alive()
+
     def hurry_feed(self) -> None:
         """Send what is left of the feed without its pauses (a chaos run whose faults ended
         before the feed's planned span)."""

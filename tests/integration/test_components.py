@@ -1,0 +1,126 @@
+"""examples/components.py (a loop: connected components) run by the engine, a coordinator
+and two workers as processes: 20,000 random edges over 5,000 vertices while a worker is
+SIGKILLed twice, once mid-feed and once while labels still go round the loop. The committed
+output is checked against a union-find of every edge: per vertex, its first record is
+itself, its components strictly decrease (a record fed back twice, or lost, would repeat one
+or leave a vertex with a larger label) and its last one is the smallest id of its
+component."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+from processor.testing import run as run_directly
+from tests.integration.harness import wait_until
+from tests.integration.pipeline_run import PipelineRun, read_committed
+from tests.loopcheck import check_components, check_retries, random_edges, retry_jobs
+from tests.unit.test_loops import components_pipeline
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "components.py"
+RETRIES = Path(__file__).with_name("retries_pipeline.py")
+TOPICS = {"edges": "edges", "components": "components"}
+_ROUND = re.compile(r"checkpoint (\d+) complete in [\d.]+s: ([1-9]\d*) records")
+
+
+def committed_components(bootstrap: str, topic: str) -> list[tuple[str, dict[str, int]]]:
+    """Per partition in offset order: a vertex's records are in one partition, in order."""
+    records = []
+    for part in read_committed(bootstrap, topic).values():
+        for key, value, _ in part:
+            records.append(((key or b"").decode(), json.loads(value or b"")))
+    return records
+
+
+def test_components_with_a_worker_killed_twice_are_exact(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    data = random_edges(5000, 20_000, seed=26)
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        EXAMPLE,
+        TOPICS,
+        shuffle_partitions="4",
+        expected_workers="2",
+        interval_ms=200,
+    )
+    try:
+        run.start(workers=2)
+        run.feed_topic("edges", [json.dumps(e).encode() for e in data], seconds=6)
+        run.kill_mid_stream(1)
+        # The feed is over; labels still go round: kill the other worker among the rounds.
+        wait_until(run.feed_finished, 120, "the feed")
+        run.wait_for_checkpoints(2)
+        run.kill_worker(0)
+        time.sleep(0.5)
+        run.start_worker(0)
+        run.drain(timeout=300)
+        records = committed_components(kafka_bootstrap, run.topics["components"])
+        check_components(records, data)
+        dead = read_committed(kafka_bootstrap, run.settings.dlq_topic)
+        assert not any(dead.values()), "no record of this input is dead"
+    finally:
+        run.stop()
+
+
+def test_components_without_a_failure_match_a_direct_run(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The same result as `processor.testing` gets from the same body: every vertex ends in
+    the same component. (The number of records in between depends on where the epochs fall,
+    which is the engine's timing: a label that arrives before a vertex's other edges spares
+    it a change.)"""
+    data = random_edges(800, 2000, seed=7)
+    run = PipelineRun(kafka_bootstrap, tmp_path, EXAMPLE, TOPICS, shuffle_partitions="2")
+    try:
+        run.start(workers=1)
+        run.feed_topic("edges", [json.dumps(e).encode() for e in data], seconds=2)
+        run.resume_feed()
+        run.drain(timeout=300)
+        records = committed_components(kafka_bootstrap, run.topics["components"])
+        check_components(records, data)
+        direct = run_directly(components_pipeline(), {"edges": data}, partitions=2)
+        last = {k: v["component"] for k, v in records}
+        assert last == {k: v["component"] for k, v in direct["components"]}
+        rounds = [int(n) for _, n in _ROUND.findall(run.log("coordinator"))]
+        assert len(rounds) >= 3, "the labels went round in several checkpoints"
+    finally:
+        run.stop()
+
+
+def test_retries_with_a_worker_killed_twice_go_round_exactly_once(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Order- and count-sensitive: a job's tries are state, so a fed-back record processed
+    twice (or lost) after a restore shows as a wrong count, a duplicate or a missing job."""
+    jobs = retry_jobs(3000, seed=27)
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        RETRIES,
+        {"jobs": "jobs", "done": "done"},
+        shuffle_partitions="4",
+        expected_workers="2",
+        interval_ms=200,
+    )
+    try:
+        run.start(workers=2)
+        run.feed_topic("jobs", [json.dumps(j).encode() for j in jobs], seconds=5)
+        run.kill_mid_stream(1)
+        wait_until(run.feed_finished, 120, "the feed")
+        run.wait_for_checkpoints(2)
+        run.kill_worker(0)
+        time.sleep(0.5)
+        run.start_worker(0)
+        run.drain(timeout=300)
+        done = [
+            json.loads(value or b"")
+            for part in read_committed(kafka_bootstrap, run.topics["done"]).values()
+            for _, value, _ in part
+        ]
+        check_retries(done, jobs)
+    finally:
+        run.stop()
