@@ -5,6 +5,7 @@
     python -m tests.chaos --pipeline examples/two_shuffles.py:pipeline ...   # a user pipeline
     python -m tests.chaos --clicks --events 100000 --faults 40 --seed 1     # event time
     python -m tests.chaos --chained --events 200000 --faults 100 --seed 1   # timed stages
+    python -m tests.chaos --loops --events 20000 --faults 40 --seed 1       # two loops
     (tests/integration/test_chaos.py runs a short version in CI)
 
 Faults: SIGKILL of a worker (restarted after a random pause), SIGKILL of the coordinator
@@ -55,6 +56,11 @@ restart: while the broker is down no
 partition has records, every one may go idle by design, and which records are late after
 depends on which source reads first.
 
+With ``--loops`` the job runs two loops (tests/loopcheck.py): connected components of
+``--events`` random edges, checked per vertex against a union-find (components strictly
+decreasing from the vertex itself to its component's smallest id), and retry jobs whose tries
+are state, each done once after as many tries as it had.
+
 With ``--brokers 3`` the run is on a local 3-node KRaft cluster (processor/kafka/cluster.py)
 whose topics, the input's too, have 3 copies and min.insync.replicas=2, and the one broker
 restart gives way to broker faults (tests/broker_faults.py): SIGKILL of the leader of a
@@ -95,7 +101,7 @@ from processor.pipeline.plan import plan
 from processor.topics import INTERNAL_SUFFIXES, job_topic
 from tests import anomalies, broker_faults, network_faults, reference
 from tests.anomalies import Anomalies
-from tests.chaos_feeds import SOURCE_PARTITIONS, ChainedFeed, ClicksFeed
+from tests.chaos_feeds import SOURCE_PARTITIONS, ChainedFeed, ClicksFeed, LoopsFeed
 from tests.chaos_summary import Summary
 from tests.conftest import TEST_REGION, create_bucket
 from tests.integration.harness import JobRun, control_messages, recovery_times
@@ -130,6 +136,7 @@ def run_chaos(
     s3_port: int = S3_PORT,
     clicks: int = 0,
     chained: int = 0,
+    loops: int = 0,
     brokers: int = 1,
     broker_kinds: list[str] | None = None,
     network: TestNetwork | None = None,
@@ -137,6 +144,8 @@ def run_chaos(
     """``pipeline``: ``file.py:attribute`` to run instead of the built-in word count;
     ``clicks``: run examples/clicks.py on that many clicks instead (``words`` is unused);
     ``chained``: run examples/promotions.py on that many clicks, with poison records;
+    ``loops``: run both loops of tests/loopcheck.py on that many edges (and a fifth as many
+    retry jobs);
     ``brokers``: above 1, a local cluster with broker faults (``broker_restart`` unused) of
     ``broker_kinds`` (names in tests/broker_faults.py's or tests/network_faults.py's FAULTS;
     default: all those of brokers, and the network partitions with ``network``);
@@ -158,6 +167,11 @@ def run_chaos(
         job_settings = {"pipeline": str(spec), "input_topic": "clicks"}
         if chained:  # three keyed stages: 12 keyed tasks rather than 24 on a small machine
             job_settings["shuffle_partitions"] = "4"
+    elif loops:
+        spec = workdir.resolve() / "loops_pipeline.py"
+        spec.write_text("from tests.loopcheck import build\n\npipeline = build()\n")
+        graph, _ = load_pipeline(str(spec))
+        job_settings = {"pipeline": str(spec), "input_topic": "edges", "shuffle_partitions": "4"}
     elif pipeline:
         pipeline = _absolute(pipeline)  # the same file whatever the processes' directory
         graph, stages = load_pipeline(pipeline)
@@ -201,14 +215,17 @@ def run_chaos(
             "s3_secret_access_key": s3_server.secret_access_key,
         }
     # Each S3 checkpoint is a dozen requests per task: 1 s rather than 500 ms between them.
-    partitions = SOURCE_PARTITIONS if timed else 4
+    partitions = SOURCE_PARTITIONS if timed or loops else 4
     run = JobRun(
         broker.bootstrap, workdir, partitions, 1000 if s3 else 500, **storage, **job_settings
     )
     if network is not None:
         network_faults.place_workers(network, run, WORKERS)
-    feed: ClicksFeed | ChainedFeed | None = None
-    if clicks:
+    feed: ClicksFeed | ChainedFeed | LoopsFeed | None = None
+    if loops:
+        feed = LoopsFeed(run, loops, seed)
+        summary.events = len(feed.edges) + len(feed.jobs)
+    elif clicks:
         feed = ClicksFeed(run, clicks, seed)
         summary.events = len(feed.clicks) + len(feed.views)
     elif chained:
@@ -237,7 +254,7 @@ def run_chaos(
         for i in range(WORKERS):
             run.start_worker(i)
         # The input keeps coming while faults happen: about 1.5 faults per second of feed.
-        if isinstance(feed, ClicksFeed):  # once the job runs, over about as long as the faults
+        if isinstance(feed, ClicksFeed | LoopsFeed):  # once the job runs, as long as the faults
             run.wait_for_checkpoints(1, timeout=120)
             feed.start(seconds=max(10.0, faults * 2.0))
         elif feed is None:
@@ -425,7 +442,13 @@ def main() -> int:
         "join) with poison records instead",
     )
     parser.add_argument(
-        "--events", type=int, default=100_000, help="--clicks, --chained: clicks to feed"
+        "--loops", action="store_true", help="run two loops (tests/loopcheck.py) instead"
+    )
+    parser.add_argument(
+        "--events",
+        type=int,
+        default=100_000,
+        help="--clicks, --chained: clicks to feed; --loops: edges",
     )
     parser.add_argument(
         "--brokers",
@@ -471,6 +494,7 @@ def main() -> int:
             s3_port=args.s3_port,
             clicks=args.events if args.clicks else 0,
             chained=args.events if args.chained else 0,
+            loops=args.events if args.loops else 0,
             brokers=args.brokers,
             # As without the cluster: a broker away leaves partitions without records
             # for longer than the chained run's idle_ms (see above).

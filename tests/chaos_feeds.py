@@ -1,5 +1,5 @@
-"""The inputs of the chaos run's event-time variants (tests/chaos.py ``--clicks`` and
-``--chained``) and their verification against a direct computation."""
+"""The inputs of the chaos run's variants (tests/chaos.py ``--clicks`` and ``--chained``, in
+event time; ``--loops``) and their verification against a direct computation."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from processor.commands.counts import read_records
 from processor.config import Settings
 from processor.kafka import clients
 from processor.kafka.replication import topic_replication
-from tests import chaincheck
+from tests import chaincheck, loopcheck
 from tests.chaos_summary import Summary
 from tests.integration.harness import JobRun
 from tests.integration.pipeline_run import read_committed
@@ -212,3 +212,56 @@ class ChainedFeed:
             found[at] += 1
         summary.duplicated += sum(n - 1 for n in found.values()) + max(0, too_big - self.too_big)
         summary.lost += len(self.poison.keys() - found.keys()) + max(0, self.too_big - too_big)
+
+
+class LoopsFeed:
+    """The loop run's input (tests/loopcheck.py): random edges over a quarter as many
+    vertices and a fifth as many retry jobs, side by side, for the job that runs both loops
+    (`loopcheck.build`)."""
+
+    def __init__(self, run: JobRun, edges: int, seed: int) -> None:
+        self.run = run
+        self.edges = loopcheck.random_edges(max(10, edges // 4), edges, seed)
+        self.jobs = loopcheck.retry_jobs(max(1, edges // 5), seed)
+        admin = clients.admin(run.settings)
+        copies = topic_replication(run.settings, admin)
+        for topic in ("edges", "jobs"):
+            clients.ensure_topic(admin, topic, SOURCE_PARTITIONS, replication=copies)
+
+    def start(self, seconds: float) -> None:
+        items = [("edges", json.dumps(e).encode()) for e in self.edges]
+        items += [("jobs", json.dumps(j).encode()) for j in self.jobs]
+        random.Random(len(items)).shuffle(items)
+
+        def send(chunk: list[tuple[str, bytes]]) -> None:
+            for topic in ("edges", "jobs"):
+                self.run.send(topic, [v for t, v in chunk if t == topic])
+
+        self.run.feed_values(items, seconds, send)
+
+    def verify(self, summary: Summary) -> None:
+        """Per vertex, components strictly decreasing from itself to the smallest id of its
+        component (union-find); each job done once, after as many tries as it had."""
+        settings = self.run.settings
+        per_vertex: dict[int, list[int]] = collections.defaultdict(list)
+        for _, value in read_records(settings, "components", timeout=120):
+            record = json.loads(value or b"")
+            per_vertex[record["vertex"]].append(record["component"])
+        want = loopcheck.smallest_in_component(self.edges)
+        for vertex, seen in per_vertex.items():
+            summary.records_verified += len(seen)
+            summary.duplicated += sum(a <= b for a, b in itertools.pairwise(seen))
+            summary.wrong += seen[0] != vertex
+            summary.unknown += vertex not in want
+        summary.lost += sum(
+            v not in per_vertex or per_vertex[v][-1] != smallest for v, smallest in want.items()
+        )
+        done = collections.Counter[tuple[str, int]]()
+        for _, value in read_records(settings, "done", timeout=120):
+            record = json.loads(value or b"")
+            done[record["id"], record["tries"]] += 1
+        jobs = collections.Counter((j["id"], j["left"]) for j in self.jobs)
+        summary.records_verified += sum(done.values())
+        summary.lost += sum((jobs - done).values())
+        summary.duplicated += sum((done - jobs).values())
+        summary.wrong += len(read_records(settings, settings.dlq_topic, timeout=120))

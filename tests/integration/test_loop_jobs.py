@@ -13,6 +13,9 @@ import re
 import time
 from pathlib import Path
 
+from confluent_kafka import TopicPartition
+
+from processor.runtime.task import committed_after_fencing
 from processor.testing import run as run_directly
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed
@@ -116,6 +119,56 @@ def test_retries_with_a_worker_killed_twice_go_round_exactly_once(
         time.sleep(0.5)
         run.start_worker(0)
         run.drain(timeout=300)
+        done = [
+            json.loads(value or b"")
+            for part in read_committed(kafka_bootstrap, run.topics["done"]).values()
+            for _, value, _ in part
+        ]
+        check_retries(done, jobs)
+    finally:
+        run.stop()
+
+
+def test_retries_fall_back_to_an_older_snapshot_and_replay_the_loop(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Every loop task's committed snapshot is lost while jobs still go round: each falls
+    back to an older one and replays the epochs up to the committed checkpoint quietly,
+    fed-back records included, at the barriers the first run processed them at. A replay in
+    another order or with other fed-back records would leave other tries in the state."""
+    jobs = retry_jobs(2000, seed=28)
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        RETRIES,
+        {"jobs": "jobs", "done": "done"},
+        shuffle_partitions="2",
+        expected_workers="2",
+        interval_ms=300,
+    )
+    try:
+        run.start(workers=2)
+        run.feed_topic("jobs", [json.dumps(j).encode() for j in jobs], seconds=3)
+        run.resume_feed()
+        wait_until(run.feed_finished, 120, "the feed")
+        run.wait_for_checkpoints(4)
+        for i in range(2):
+            run.kill_worker(i)
+        shuffle = f"{run.job}.by-job"
+        for partition in range(2):
+            tp = TopicPartition(shuffle, partition)
+            (committed,) = committed_after_fencing(run.settings, [tp])
+            meta = json.loads(committed.metadata or "{}")
+            task_dir = run.workdir / "checkpoints" / run.job / f"by-job-{partition}"
+            snapshot = task_dir / meta["snapshot"] / f"chk-{int(meta['checkpoint']):012d}"
+            (snapshot / "_snapshot.json").unlink()
+        for i in range(2):
+            run.start_worker(i)
+        run.drain(timeout=300)
+        logs = run.log("worker-0") + run.log("worker-1")
+        for partition in range(2):
+            assert f"by-job-{partition}: falling back to checkpoint" in logs
+            assert f"by-job-{partition}: replay after the fallback is done" in logs
         done = [
             json.loads(value or b"")
             for part in read_committed(kafka_bootstrap, run.topics["done"]).values()
