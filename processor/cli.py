@@ -25,7 +25,7 @@ _SETTING_FLAGS: list[tuple[str, type, str]] = [
     (
         "pipeline",
         str,
-        "the pipeline to run, path/to/file.py:attribute (PROCESSOR_PIPELINE); "
+        "the pipeline to run, path/to/file.py[:attribute] (PROCESSOR_PIPELINE); "
         "default: the built-in word count of the input topic into the output topic",
     ),
     ("shuffle_partitions", int, "partitions of <job>.shuffle (PROCESSOR_SHUFFLE_PARTITIONS)"),
@@ -186,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tail.add_argument("--follow", action="store_true", help="then wait for more, until Ctrl-C")
     tail.add_argument(
+        "--latest",
+        action="store_true",
+        help="per key, only its last record, from the beginning (an aggregation's current "
+        "values), sorted by key",
+    )
+    tail.add_argument(
         "--format",
         choices=["json", "text", "bytes"],
         default="json",
@@ -323,8 +329,15 @@ def _run(args: argparse.Namespace) -> int:
     if command == "tail":
         from processor.commands.tail import TailOptions, tail
 
+        if args.latest and args.follow:
+            raise SettingsError("processor tail: --latest or --follow, not both")
         options = TailOptions(
-            args.from_beginning, args.follow, args.format, args.key_format, args.meta
+            args.from_beginning or args.latest,
+            args.follow,
+            args.format,
+            args.key_format,
+            args.meta,
+            args.latest,
         )
         stop = _stop_event()
         tail(settings, args.topic, options, stopped=stop.is_set)

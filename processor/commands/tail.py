@@ -2,8 +2,10 @@
 
 One line per record, ``key<TAB>value`` (``--meta`` puts ``partition:offset`` and the record's
 time first). By default the last 10 records of each partition, ``--from-beginning`` all of
-them; ``--follow`` then waits for more until Ctrl-C. A value the format cannot decode is
-shown as Python bytes rather than ending the command: a sink may hold anything.
+them; ``--follow`` then waits for more until Ctrl-C; ``--latest`` reads them all and shows
+each key's last record only, sorted by key (an aggregation's changelog as a table). A value
+the format cannot decode is shown as Python bytes rather than ending the command: a sink may
+hold anything.
 
 Example::
 
@@ -40,6 +42,7 @@ class TailOptions:
     value_format: str = "json"
     key_format: str = "text"
     meta: bool = False
+    latest: bool = False  # per key, only its last record, sorted by key
 
 
 def show(raw: bytes | None, fmt: str) -> str:
@@ -82,6 +85,13 @@ def tail(
     """Print the records; returns how many. Exit once every partition's committed end (as
     it was at the start) is reached, unless ``options.follow``."""
     count = 0
+    if options.latest:
+        last: dict[bytes | None, str] = {}
+        for msg in _records(settings, topic, options, stopped):
+            last[msg.key()] = line(msg, options)
+        for key in sorted(last, key=lambda k: (k is not None, k or b"")):
+            print(last[key], file=out)
+        return len(last)
     for msg in _records(settings, topic, options, stopped):
         print(line(msg, options), file=out, flush=options.follow)
         count += 1

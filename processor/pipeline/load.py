@@ -19,7 +19,8 @@ from processor.pipeline.plan import Plan, plan
 
 
 def load_pipeline(spec: str) -> tuple[Pipeline, Plan]:
-    """The pipeline named by ``spec`` (``file.py:attr``, attr defaults to ``pipeline``).
+    """The pipeline named by ``spec``: ``file.py:attr``, or ``file.py`` for its ``pipeline``
+    attribute or else the one `Pipeline` the file defines at its top level.
 
     The file is imported once per process (again only if it changed): the job's name and
     its graph come from the same import."""
@@ -40,15 +41,15 @@ def pipeline_job_name(spec: str) -> str:
     return stem or "pipeline"
 
 
-def _split(spec: str) -> tuple[Path, str]:
+def _split(spec: str) -> tuple[Path, str | None]:
     path_text, colon, attr = spec.rpartition(":")
     if not colon or not path_text.endswith(".py"):
-        path_text, attr = spec, "pipeline"
+        return Path(spec), None
     return Path(path_text), attr
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path: Path, attr: str, _mtime_ns: int, _size: int) -> tuple[Pipeline, Plan]:
+def _load(path: Path, attr: str | None, _mtime_ns: int, _size: int) -> tuple[Pipeline, Plan]:
     module_name = f"processor_pipeline_{abs(hash(str(path.resolve())))}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     if loader_spec is None or loader_spec.loader is None:
@@ -63,6 +64,8 @@ def _load(path: Path, attr: str, _mtime_ns: int, _size: int) -> tuple[Pipeline, 
     except BaseException as exc:  # noqa: BLE001 - whatever the user's file raised
         sys.modules.pop(module_name, None)
         raise PipelineError(f"pipeline file {path} does not import: {_where(exc, path)}") from None
+    if attr is None:
+        attr = _the_pipeline(module, path)
     if not hasattr(module, attr):
         raise PipelineError(f"pipeline file {path} has no attribute {attr!r}")
     pipeline = getattr(module, attr)
@@ -71,6 +74,22 @@ def _load(path: Path, attr: str, _mtime_ns: int, _size: int) -> tuple[Pipeline, 
             f"{path}:{attr} is a {type(pipeline).__name__}, not a processor.Pipeline"
         )
     return pipeline, plan(pipeline)
+
+
+def _the_pipeline(module: object, path: Path) -> str:
+    """The attribute of a file given without one: ``pipeline``, or else the name of the one
+    `Pipeline` at its top level."""
+    if hasattr(module, "pipeline"):
+        return "pipeline"
+    found = sorted(k for k, v in vars(module).items() if isinstance(v, Pipeline))
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise PipelineError(f"pipeline file {path} defines no processor.Pipeline at its top level")
+    raise PipelineError(
+        f"pipeline file {path} defines {len(found)} pipelines ({', '.join(found)}): name one, "
+        f"{path}:{found[0]}"
+    )
 
 
 def _where(exc: BaseException, path: Path) -> str:

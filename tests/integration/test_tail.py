@@ -82,3 +82,22 @@ def test_tail_of_a_missing_topic_says_so(kafka_bootstrap: str) -> None:
     )
     assert result.returncode != 0
     assert "does not exist" in result.stderr
+
+
+def test_tail_latest_shows_each_keys_last_record(
+    kafka_bootstrap: str, new_topic: NewTopicFactory
+) -> None:
+    """An aggregation's changelog as a table: per key its last value, sorted by key, over
+    every partition; a record without a key is the key ``-``, first."""
+    name = new_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for key, value, partition in [
+        (b"b", b"1", 0),
+        (b"a", b"1", 1),
+        (b"b", b"2", 0),
+        (None, b"9", 1),
+        (b"a", b"3", 1),
+    ]:
+        producer.produce(name, value, key=key, partition=partition)
+    producer.flush(30)
+    assert _tail(kafka_bootstrap, name, "--latest") == ["-\t9", "a\t3", "b\t2"]

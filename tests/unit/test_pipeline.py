@@ -207,6 +207,8 @@ HEADER = "from processor import Pipeline\n"
             "no attribute 'pipeline'",
         ),
         ("pipeline = {}\n", ":pipeline", "is a dict, not a processor.Pipeline"),
+        ("x = 1\n", "", "defines no processor.Pipeline at its top level"),
+        (f"{HEADER}a = Pipeline()\nb = Pipeline()\n", "", "defines 2 pipelines (a, b): name one"),
         (
             f"{HEADER}pipeline = Pipeline()\npipeline.source('a')\n",
             ":pipeline",
@@ -229,6 +231,13 @@ def test_loading_problems_are_one_line(
         load_pipeline(f"{path}{spec_suffix}")
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_a_file_without_attribute_gives_its_one_pipeline(tmp_path: Path) -> None:
+    path = tmp_path / "mine.py"
+    path.write_text(f"{HEADER}p = Pipeline()\np.source('a').sink('b')\n")
+    pipeline, _ = load_pipeline(str(path))
+    assert [n.topic for n in pipeline.sinks] == ["b"]
 
 
 def test_reference_run_of_the_contract_example(contract: Path) -> None:
