@@ -1,4 +1,9 @@
-"""Prometheus metrics of the coordinator and the workers (names are a public interface)."""
+"""Prometheus metrics of the coordinator and the workers (names are a public interface).
+
+Every series of the engine carries the processor job's name as ``processor_job`` (not
+``job``: that is the target label Prometheus sets from its scrape config, and a series's own
+``job`` survives only with ``honor_labels``, which the Prometheus Operator can override).
+Values are in base units: seconds, bytes."""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from prometheus_client import Counter, Gauge, Histogram
 from processor.config import SettingsError
 from processor.health import LoopHealth
 
-_TASK = ["job", "task"]
+_JOB = ["processor_job"]
+_TASK = [*_JOB, "task"]
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 records_in = Counter(
@@ -25,7 +31,7 @@ records_out = Counter(
 internal_records_skipped = Counter(
     "processor_internal_records_skipped",
     "Records of the job's internal topics (control, checkpoints) skipped as not valid",
-    ["job", "topic"],
+    [*_JOB, "topic"],
 )
 records_skipped = Counter(
     "processor_records_skipped", "Bad input records skipped, by reason", [*_TASK, "reason"]
@@ -33,9 +39,9 @@ records_skipped = Counter(
 consumer_lag = Gauge(
     "processor_consumer_lag_records", "Records left in an input partition", [*_TASK, "partition"]
 )
-watermark_ms = Gauge(
-    "processor_watermark_ms",
-    "A task's event-time watermark (ms since the epoch): records older than it are late",
+watermark_seconds = Gauge(
+    "processor_watermark_seconds",
+    "A task's event-time watermark (seconds since the epoch): records older than it are late",
     _TASK,
 )
 event_time_lag_seconds = Gauge(
@@ -102,38 +108,44 @@ task_stopped = Gauge(
 shuffle_purges = Counter(
     "processor_shuffle_purges",
     "delete_records calls on the shuffle topic, by outcome (ok, failed)",
-    ["job", "outcome"],
+    [*_JOB, "outcome"],
 )
 shuffle_log_start_offset = Gauge(
     "processor_shuffle_log_start_offset",
     "Log start offset of a shuffle partition after this worker's last purge",
-    ["job", "partition"],
+    [*_JOB, "partition"],
 )
 
-checkpoints_completed = Counter("processor_checkpoints_completed", "Completed checkpoints", ["job"])
-checkpoints_failed = Counter("processor_checkpoints_failed", "Failed checkpoints", ["job"])
+checkpoints_completed = Counter("processor_checkpoints_completed", "Completed checkpoints", _JOB)
+checkpoints_failed = Counter("processor_checkpoints_failed", "Failed checkpoints", _JOB)
 checkpoints_in_progress = Gauge(
-    "processor_checkpoints_in_progress", "Checkpoints triggered, not yet complete", ["job"]
+    "processor_checkpoints_in_progress",
+    "Checkpoints triggered, not yet complete",
+    _JOB,
 )
 last_checkpoint_duration = Gauge(
-    "processor_last_checkpoint_duration_seconds", "Trigger to completion", ["job"]
+    "processor_last_checkpoint_duration_seconds", "Trigger to completion", _JOB
 )
 last_checkpoint_size = Gauge(
-    "processor_last_checkpoint_size_bytes", "Bytes the last checkpoint uploaded", ["job"]
+    "processor_last_checkpoint_size_bytes", "Bytes the last checkpoint uploaded", _JOB
 )
 last_checkpoint_full_size = Gauge(
-    "processor_last_checkpoint_full_size_bytes", "Full size of the last checkpoint", ["job"]
+    "processor_last_checkpoint_full_size_bytes",
+    "Full size of the last checkpoint",
+    _JOB,
 )
 last_completed_checkpoint_id = Gauge(
-    "processor_last_completed_checkpoint_id", "Id of the last completed checkpoint", ["job"]
+    "processor_last_completed_checkpoint_id",
+    "Id of the last completed checkpoint",
+    _JOB,
 )
 checkpoint_duration = Histogram(
     "processor_checkpoint_duration_seconds",
     "Trigger to completion",
-    ["job"],
+    _JOB,
     buckets=_DURATION_BUCKETS,
 )
-workers_alive = Gauge("processor_workers_alive", "Workers with a recent heartbeat", ["job"])
+workers_alive = Gauge("processor_workers_alive", "Workers with a recent heartbeat", _JOB)
 
 
 def forget_task(job: str, task: str) -> None:
@@ -143,15 +155,15 @@ def forget_task(job: str, task: str) -> None:
     counted twice in every sum over the job. Counters stay: rates over them are still right.
     """
     for gauge, names in (
-        (consumer_lag, ("job", "task", "partition")),
-        (state_keys, ("job", "task")),
-        (state_size_bytes, ("job", "task")),
-        (snapshot_failures_in_a_row, ("job", "task")),
-        (last_restore_seconds, ("job", "task")),
+        (consumer_lag, ("processor_job", "task", "partition")),
+        (state_keys, ("processor_job", "task")),
+        (state_size_bytes, ("processor_job", "task")),
+        (snapshot_failures_in_a_row, ("processor_job", "task")),
+        (last_restore_seconds, ("processor_job", "task")),
     ):
         for family in gauge.collect():
             for sample in family.samples:
-                if sample.labels.get("job") == job and sample.labels.get("task") == task:
+                if sample.labels.get("processor_job") == job and sample.labels.get("task") == task:
                     with contextlib.suppress(KeyError):
                         gauge.remove(*(sample.labels[n] for n in names))
 
@@ -160,7 +172,7 @@ def forget_stopped(job: str, task: str) -> None:
     """A stopped task moved away from this process: whoever runs it next says."""
     for family in task_stopped.collect():
         for sample in family.samples:
-            if sample.labels.get("job") == job and sample.labels.get("task") == task:
+            if sample.labels.get("processor_job") == job and sample.labels.get("task") == task:
                 with contextlib.suppress(KeyError):
                     task_stopped.remove(job, task, sample.labels["reason"])
 

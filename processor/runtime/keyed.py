@@ -348,7 +348,7 @@ class KeyedTask(KeyedCheckpoints):
         if risen is not None:
             assert self.chain is not None
             self.chain.advance(risen, quiet=self._replay_to > 0)
-            metrics.watermark_ms.labels(**self.labels).set(risen)
+            metrics.watermark_seconds.labels(**self.labels).set(risen / 1000)
 
     def _count_late(self) -> None:
         assert self.chain is not None

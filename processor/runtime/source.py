@@ -368,7 +368,7 @@ class SourceTask(Task):
     def _write_mark(self, out: TransactionalOutput, mark: tuple[int, bool]) -> None:
         self._sent_mark = mark
         if not mark[1]:
-            metrics.watermark_ms.labels(**self.labels).set(mark[0])
+            metrics.watermark_seconds.labels(**self.labels).set(mark[0] / 1000)
             lag = max(0.0, time.time() - mark[0] / 1000)
             metrics.event_time_lag_seconds.labels(**self.labels).set(lag)
         for _, topic, partitions, channel in self._shuffles:

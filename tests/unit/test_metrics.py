@@ -12,21 +12,21 @@ def _samples(job: str) -> list[tuple[str, dict[str, str]]]:
         (s.name, dict(s.labels))
         for family in REGISTRY.collect()
         for s in family.samples
-        if s.labels.get("job") == job
+        if s.labels.get("processor_job") == job
     ]
 
 
 def test_forget_task_drops_its_gauges_only() -> None:
     job = "metrics-test"
-    metrics.consumer_lag.labels(job=job, task="count-0", partition="0").set(5)
-    metrics.consumer_lag.labels(job=job, task="count-1", partition="1").set(7)
-    metrics.state_keys.labels(job=job, task="count-0").set(100)
-    metrics.records_in.labels(job=job, task="count-0").inc(3)
+    metrics.consumer_lag.labels(processor_job=job, task="count-0", partition="0").set(5)
+    metrics.consumer_lag.labels(processor_job=job, task="count-1", partition="1").set(7)
+    metrics.state_keys.labels(processor_job=job, task="count-0").set(100)
+    metrics.records_in.labels(processor_job=job, task="count-0").inc(3)
     metrics.forget_task(job, "count-0")
     left = _samples(job)
     assert (
         "processor_consumer_lag_records",
-        {"job": job, "task": "count-1", "partition": "1"},
+        {"processor_job": job, "task": "count-1", "partition": "1"},
     ) in left
     assert not any(
         name in ("processor_consumer_lag_records", "processor_state_keys")
@@ -34,4 +34,4 @@ def test_forget_task_drops_its_gauges_only() -> None:
         for name, labels in left
     )
     # Counters stay: a rate over them is still right.
-    assert ("processor_records_in_total", {"job": job, "task": "count-0"}) in left
+    assert ("processor_records_in_total", {"processor_job": job, "task": "count-0"}) in left

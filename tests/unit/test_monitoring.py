@@ -48,7 +48,7 @@ SEVERITIES = {"info", "warning", "critical"}
 DASHBOARD_METRICS = {
     "processor_records_in_total",
     "processor_event_time_lag_seconds",
-    "processor_watermark_ms",
+    "processor_watermark_seconds",
     "processor_late_records_total",
     "processor_records_out_total",
     "processor_consumer_lag_records",
@@ -241,7 +241,7 @@ def test_dashboard_identity_and_job_variable(dashboard: dict[str, Any], exported
     match = re.fullmatch(r"label_values\(\s*(\w+)\s*,\s*(\w+)\s*\)", query)
     assert match, query
     assert match.group(1) in exported
-    assert match.group(2) == "job"
+    assert match.group(2) == "processor_job"
 
 
 def test_dashboard_panels(dashboard: dict[str, Any]) -> None:
@@ -277,7 +277,9 @@ def test_dashboard_shows_what_operators_need(dashboard: dict[str, Any]) -> None:
 def test_dashboard_queries_select_the_job(dashboard: dict[str, Any]) -> None:
     for expr in _dashboard_exprs(dashboard):
         for name, matchers in _selectors(expr):
-            assert re.search(r'\bjob\s*=~?\s*"\$job"', matchers), f"{name} without $job: {expr}"
+            assert re.search(r'\bprocessor_job\s*=~?\s*"\$job"', matchers), (
+                f"{name} without $job: {expr}"
+            )
 
 
 # -------------------------------------------------------------------- Prometheus config
@@ -305,8 +307,9 @@ def test_prometheus_scrapes_coordinator_and_every_worker(
     jobs = {job["job_name"]: job for job in prometheus_config["scrape_configs"]}
     assert set(jobs) == SCRAPE_JOBS
     for job in jobs.values():
-        # Keeps the metrics' own `job` label (the processor job) that the rules select on.
-        assert job["honor_labels"] is True, job["job_name"]
+        # The metrics name the processor job `processor_job`: nothing they export collides
+        # with a label Prometheus sets, so no honor_labels (an operator may override it).
+        assert "honor_labels" not in job, job["job_name"]
 
     coordinator = jobs["processor-coordinator"]
     targets = [t for group in coordinator["static_configs"] for t in group["targets"]]
@@ -316,7 +319,7 @@ def test_prometheus_scrapes_coordinator_and_every_worker(
     (dns,) = worker["dns_sd_configs"]
     assert dns["names"] == ["worker"] and dns["type"] == "A" and dns["port"] == METRICS_PORT
     relabel = {r.get("target_label"): r for r in worker["relabel_configs"]}
-    # `worker` is the worker id each worker exports itself (honor_labels keeps it), never
+    # `worker` is the worker id each worker exports itself, never
     # the target's address.
     assert "worker" not in relabel
 
@@ -727,7 +730,7 @@ def test_k8s_service_monitor_is_an_optional_overlay(
         assert _selects(monitor["spec"]["selector"], labels), component
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == "metrics"
-    assert endpoint["honorLabels"] is True
+    assert "honorLabels" not in endpoint
     # `worker` comes from the worker itself (its id), not from the pod.
     assert all(r.get("targetLabel") != "worker" for r in endpoint.get("relabelings", []))
 
@@ -836,7 +839,7 @@ def _alert_tests() -> list[dict[str, Any]]:
     warning, critical, info = ({"severity": s} for s in ("warning", "critical", "info"))
 
     failures, in_a_row = "processor_snapshot_failures_total", "processor_snapshot_failures_in_a_row"
-    count_0 = {"job": "wc", "task": "count-0"}
+    count_0 = {"processor_job": "wc", "task": "count-0"}
     purges = "processor_shuffle_purges_total"
 
     def lag(values: str, **labels: str) -> dict[str, str]:
@@ -847,22 +850,33 @@ def _alert_tests() -> list[dict[str, Any]]:
             "input_series": [
                 # An old coordinator (started at 0) whose counter increases at 21m.
                 _series(
-                    "processor_checkpoints_failed_total", "0x20 1 2x20", job="old", **coordinator
+                    "processor_checkpoints_failed_total",
+                    "0x20 1 2x20",
+                    processor_job="old",
+                    **coordinator,
                 ),
                 _series(started, "0x45", job="processor-coordinator", **coordinator),
                 # A coordinator started at 5m that failed at once: the counter is born at 1.
                 _series(
-                    "processor_checkpoints_failed_total", "_x5 1x40", job="new", instance="c2:9400"
+                    "processor_checkpoints_failed_total",
+                    "_x5 1x40",
+                    processor_job="new",
+                    instance="c2:9400",
                 ),
                 _series(started, "300x45", job="processor-coordinator", instance="c2:9400"),
                 # A coordinator that never failed, its counter exported at 0.
-                _series("processor_checkpoints_failed_total", "0x45", job="ok", instance="c3:9400"),
+                _series(
+                    "processor_checkpoints_failed_total",
+                    "0x45",
+                    processor_job="ok",
+                    instance="c3:9400",
+                ),
                 _series(started, "0x45", job="processor-coordinator", instance="c3:9400"),
             ],
             "alert_rule_test": [
                 _expect("ProcessorCheckpointsFailing", "4m"),
-                _expect("ProcessorCheckpointsFailing", "10m", {**warning, "job": "new"}),
-                _expect("ProcessorCheckpointsFailing", "23m", {**warning, "job": "old"}),
+                _expect("ProcessorCheckpointsFailing", "10m", {**warning, "processor_job": "new"}),
+                _expect("ProcessorCheckpointsFailing", "23m", {**warning, "processor_job": "old"}),
                 _expect("ProcessorCheckpointsFailing", "40m"),
             ],
         },
@@ -872,28 +886,40 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _series(
                     "processor_last_completed_checkpoint_id",
                     "1+1x10 11x20",
-                    job="wc",
+                    processor_job="wc",
                     **coordinator,
                 ),
-                _series("processor_checkpoints_in_progress", "1x30", job="wc", **coordinator),
+                _series(
+                    "processor_checkpoints_in_progress", "1x30", processor_job="wc", **coordinator
+                ),
                 # Checkpoints pending since the start, none ever completed.
                 _series(
-                    "processor_checkpoints_in_progress", "1x30", job="stuck", instance="c2:9400"
+                    "processor_checkpoints_in_progress",
+                    "1x30",
+                    processor_job="stuck",
+                    instance="c2:9400",
                 ),
                 # Idle: nothing pending, nothing completed.
                 _series(
-                    "processor_checkpoints_in_progress", "0x30", job="idle", instance="c3:9400"
+                    "processor_checkpoints_in_progress",
+                    "0x30",
+                    processor_job="idle",
+                    instance="c3:9400",
                 ),
             ],
             "alert_rule_test": [
                 _expect("ProcessorCheckpointsStalled", "1m"),
-                _expect("ProcessorCheckpointsStalled", "5m", {**critical, "job": "stuck"}),
-                _expect("ProcessorCheckpointsStalled", "13m", {**critical, "job": "stuck"}),
+                _expect(
+                    "ProcessorCheckpointsStalled", "5m", {**critical, "processor_job": "stuck"}
+                ),
+                _expect(
+                    "ProcessorCheckpointsStalled", "13m", {**critical, "processor_job": "stuck"}
+                ),
                 _expect(
                     "ProcessorCheckpointsStalled",
                     "16m",
-                    {**critical, "job": "stuck"},
-                    {**critical, "job": "wc"},
+                    {**critical, "processor_job": "stuck"},
+                    {**critical, "processor_job": "wc"},
                 ),
             ],
         },
@@ -901,7 +927,12 @@ def _alert_tests() -> list[dict[str, Any]]:
             "input_series": [
                 # Six checkpoints a minute, all between 10 and 30 s ...
                 *(
-                    _series("processor_checkpoint_duration_seconds_bucket", v, job="slow", le=le)
+                    _series(
+                        "processor_checkpoint_duration_seconds_bucket",
+                        v,
+                        processor_job="slow",
+                        le=le,
+                    )
                     for le, v in (
                         ("1", "0x30"),
                         ("10", "0x30"),
@@ -911,7 +942,12 @@ def _alert_tests() -> list[dict[str, Any]]:
                 ),
                 # ... and all under a second.
                 *(
-                    _series("processor_checkpoint_duration_seconds_bucket", v, job="fast", le=le)
+                    _series(
+                        "processor_checkpoint_duration_seconds_bucket",
+                        v,
+                        processor_job="fast",
+                        le=le,
+                    )
                     for le, v in (
                         ("1", "0+6x30"),
                         ("10", "0+6x30"),
@@ -922,17 +958,21 @@ def _alert_tests() -> list[dict[str, Any]]:
             ],
             "alert_rule_test": [
                 _expect("ProcessorCheckpointsSlow", "8m"),
-                _expect("ProcessorCheckpointsSlow", "15m", {**warning, "job": "slow"}),
+                _expect("ProcessorCheckpointsSlow", "15m", {**warning, "processor_job": "slow"}),
             ],
         },
         {
             "input_series": [
                 # count-0 fails two snapshots at 6m and 7m, then succeeds again.
-                _series(failures, "0x5 1 2x30", job="wc", task="count-0", instance="w1:9400"),
-                _series(in_a_row, "0x5 1 2 0x30", job="wc", task="count-0", instance="w1:9400"),
+                _series(
+                    failures, "0x5 1 2x30", processor_job="wc", task="count-0", instance="w1:9400"
+                ),
+                _series(
+                    in_a_row, "0x5 1 2 0x30", processor_job="wc", task="count-0", instance="w1:9400"
+                ),
                 # count-1 has never failed one.
-                _series(failures, "0x40", job="wc", task="count-1", instance="w1:9400"),
-                _series(in_a_row, "0x40", job="wc", task="count-1", instance="w1:9400"),
+                _series(failures, "0x40", processor_job="wc", task="count-1", instance="w1:9400"),
+                _series(in_a_row, "0x40", processor_job="wc", task="count-1", instance="w1:9400"),
             ],
             "alert_rule_test": [
                 _expect("ProcessorSnapshotsFailing", "5m"),
@@ -943,15 +983,17 @@ def _alert_tests() -> list[dict[str, Any]]:
         },
         {
             "input_series": [
-                lag("0+100x40", job="behind", task="split-0", instance="w1:9400"),
-                lag("50x40", job="behind", task="count-0", instance="w2:9400"),
-                lag("123456x40", job="steady", task="split-0", instance="w1:9400"),
-                lag("0.3x40", job="steady", task="split-1", instance="w1:9400"),
-                lag("5000-100x40", job="catching-up", task="split-0", instance="w3:9400"),
+                lag("0+100x40", processor_job="behind", task="split-0", instance="w1:9400"),
+                lag("50x40", processor_job="behind", task="count-0", instance="w2:9400"),
+                lag("123456x40", processor_job="steady", task="split-0", instance="w1:9400"),
+                lag("0.3x40", processor_job="steady", task="split-1", instance="w1:9400"),
+                lag("5000-100x40", processor_job="catching-up", task="split-0", instance="w3:9400"),
             ],
             "alert_rule_test": [
                 _expect("ProcessorConsumerLagGrowing", "10m"),
-                _expect("ProcessorConsumerLagGrowing", "25m", {**warning, "job": "behind"}),
+                _expect(
+                    "ProcessorConsumerLagGrowing", "25m", {**warning, "processor_job": "behind"}
+                ),
             ],
         },
         {
@@ -983,17 +1025,24 @@ def _alert_tests() -> list[dict[str, Any]]:
         {
             "input_series": [
                 # Three workers, one lost at 11m, all at 21m.
-                _series("processor_workers_alive", "3x10 2x10 0x10", job="wc", **coordinator),
+                _series(
+                    "processor_workers_alive", "3x10 2x10 0x10", processor_job="wc", **coordinator
+                ),
                 # Scaled up from two to three.
-                _series("processor_workers_alive", "2x10 3x20", job="grown", instance="c2:9400"),
+                _series(
+                    "processor_workers_alive",
+                    "2x10 3x20",
+                    processor_job="grown",
+                    instance="c2:9400",
+                ),
             ],
             "alert_rule_test": [
                 _expect("ProcessorWorkerLost", "5m"),
                 _expect("ProcessorNoWorkersAlive", "5m"),
                 _expect("ProcessorWorkerLost", "12m"),
-                _expect("ProcessorWorkerLost", "15m", {**warning, "job": "wc"}),
+                _expect("ProcessorWorkerLost", "15m", {**warning, "processor_job": "wc"}),
                 _expect("ProcessorNoWorkersAlive", "15m"),
-                _expect("ProcessorNoWorkersAlive", "25m", {**critical, "job": "wc"}),
+                _expect("ProcessorNoWorkersAlive", "25m", {**critical, "processor_job": "wc"}),
             ],
         },
         {
@@ -1002,7 +1051,7 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _series(
                     "processor_restores_total",
                     "_x3 1x40",
-                    job="wc",
+                    processor_job="wc",
                     task="count-1",
                     instance="w1:9400",
                 ),
@@ -1011,7 +1060,7 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _series(
                     "processor_restores_total",
                     "1x19 2x20",
-                    job="wc",
+                    processor_job="wc",
                     task="count-2",
                     instance="w2:9400",
                 ),
@@ -1021,11 +1070,15 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _expect(
                     "ProcessorTaskRestored",
                     "5m",
-                    {**info, "job": "wc", "task": "count-1"},
-                    {**info, "job": "wc", "task": "count-2"},
+                    {**info, "processor_job": "wc", "task": "count-1"},
+                    {**info, "processor_job": "wc", "task": "count-2"},
                 ),
                 _expect("ProcessorTaskRestored", "16m"),
-                _expect("ProcessorTaskRestored", "25m", {**info, "job": "wc", "task": "count-2"}),
+                _expect(
+                    "ProcessorTaskRestored",
+                    "25m",
+                    {**info, "processor_job": "wc", "task": "count-2"},
+                ),
                 _expect("ProcessorTaskRestored", "35m"),
             ],
         },
@@ -1035,7 +1088,7 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _series(
                     "processor_task_failed_permanently_total",
                     "_x3 1x10",
-                    job="wc",
+                    processor_job="wc",
                     task="count-3",
                     reason="records_deleted",
                     instance="w1:9400",
@@ -1046,30 +1099,53 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _expect(
                     "ProcessorTaskStoppedForGood",
                     "5m",
-                    {**critical, "job": "wc", "task": "count-3", "reason": "records_deleted"},
+                    {
+                        **critical,
+                        "processor_job": "wc",
+                        "task": "count-3",
+                        "reason": "records_deleted",
+                    },
                 ),
             ],
         },
         {
             "input_series": [
                 # Job "denied": every purge fails from 2m on (two a minute), none succeeds.
-                _series(purges, "_x2 1+2x60", job="denied", outcome="failed", instance="w1:9400"),
+                _series(
+                    purges,
+                    "_x2 1+2x60",
+                    processor_job="denied",
+                    outcome="failed",
+                    instance="w1:9400",
+                ),
                 # Job "flaky": a purge fails now and then, others succeed.
-                _series(purges, "0x10 1x50", job="flaky", outcome="failed", instance="w1:9400"),
-                _series(purges, "0+2x60", job="flaky", outcome="ok", instance="w1:9400"),
+                _series(
+                    purges, "0x10 1x50", processor_job="flaky", outcome="failed", instance="w1:9400"
+                ),
+                _series(purges, "0+2x60", processor_job="flaky", outcome="ok", instance="w1:9400"),
                 # Job "recovered": purges failed until 20m, then succeed.
-                _series(purges, "1+2x19 39x40", job="recovered", outcome="failed", instance="w2"),
-                _series(purges, "_x20 1+2x40", job="recovered", outcome="ok", instance="w2"),
+                _series(
+                    purges,
+                    "1+2x19 39x40",
+                    processor_job="recovered",
+                    outcome="failed",
+                    instance="w2",
+                ),
+                _series(
+                    purges, "_x20 1+2x40", processor_job="recovered", outcome="ok", instance="w2"
+                ),
             ],
             "alert_rule_test": [
                 _expect("ProcessorShufflePurgesFailing", "5m"),
                 _expect(
                     "ProcessorShufflePurgesFailing",
                     "15m",
-                    {**warning, "job": "denied"},
-                    {**warning, "job": "recovered"},
+                    {**warning, "processor_job": "denied"},
+                    {**warning, "processor_job": "recovered"},
                 ),
-                _expect("ProcessorShufflePurgesFailing", "30m", {**warning, "job": "denied"}),
+                _expect(
+                    "ProcessorShufflePurgesFailing", "30m", {**warning, "processor_job": "denied"}
+                ),
             ],
         },
     ]
