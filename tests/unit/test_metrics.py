@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from prometheus_client import REGISTRY
 
 from processor import metrics
@@ -35,3 +37,20 @@ def test_forget_task_drops_its_gauges_only() -> None:
     )
     # Counters stay: a rate over them is still right.
     assert ("processor_records_in_total", {"processor_job": job, "task": "count-0"}) in left
+
+
+def test_metric_names_follow_prometheus_conventions() -> None:
+    """Base units (seconds, bytes: never ms), no label Prometheus sets on a target itself
+    (``job``, ``instance``: a series's own would need honor_labels), the processor job as
+    ``processor_job`` on every series."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    found = [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)]
+    assert len(found) > 30
+    for metric in found:
+        name = metric._name
+        assert name.startswith("processor_"), name
+        assert not re.search(r"_(ms|millis|milliseconds|kb|mb|minutes)(_|$)", name), name
+        labels = metric._labelnames
+        assert not {"job", "instance"} & set(labels), (name, labels)
+        assert labels[:1] == ("processor_job",), (name, labels)
