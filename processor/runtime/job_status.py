@@ -8,6 +8,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from processor.checkpointing.coordinator import CheckpointCoordinator
+from processor.jobs.graph import JobGraph
+from processor.pipeline.plan import Stage
 from processor.runtime.assignment import WorkerRegistry
 
 if TYPE_CHECKING:
@@ -70,10 +72,8 @@ def job_status(
         "stages": [
             {
                 "stage": stage.name,
-                "kind": "source" if stage.is_source else "join" if stage.is_join else "keyed",
-                "input": stage.head.topic
-                if stage.is_source
-                else service.graph.shuffle_topic(stage),
+                "kind": _kind(stage),
+                "input": _input(service.graph, stage),
                 "tasks": service.parallelism.get(stage.name, 0),
                 "operators": [n.name for n in stage.nodes],
             }
@@ -118,3 +118,18 @@ def _slowest(record: dict[str, Any]) -> str | None:
 def _task_key(task: str) -> tuple[str, int]:
     stage, _, index = task.rpartition("-")
     return (stage, int(index)) if index.isdecimal() else (task, 0)
+
+
+def _kind(stage: Stage) -> str:
+    if stage.is_source:
+        return "source"
+    return "join" if stage.is_join else "loop" if stage.loop is not None else "keyed"
+
+
+def _input(graph: JobGraph, stage: Stage) -> str:
+    """What the stage reads: its source topic, its shuffle, and a loop's feedback topic."""
+    if stage.is_source:
+        return stage.head.topic
+    if stage.loop is not None:
+        return f"{graph.shuffle_topic(stage)} + {graph.feedback_topic(stage)} (fed back)"
+    return graph.shuffle_topic(stage)

@@ -152,3 +152,14 @@ def test_feedback_topic_names_are_checked() -> None:
     looped.sink("out", name="out")
     with pytest.raises(PipelineError, match="feedback topic of loop"):
         plan(p).check_topic_names("j" * 40)
+
+
+def test_the_status_page_shows_a_loop_stage_and_its_feedback_topic() -> None:
+    from processor.jobs.graph import JobGraph
+    from processor.runtime.job_status import _input, _kind
+
+    graph = JobGraph("job", plan(countdown(1)))
+    loop_stage = graph.stages[1]
+    assert _kind(loop_stage) == "loop"
+    assert _input(graph, loop_stage) == "job.jobs.key_by + job.retries.feedback (fed back)"
+    assert graph.shuffle_topics == ["job.jobs.key_by", "job.retries.feedback"]
