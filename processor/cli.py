@@ -9,8 +9,12 @@ import signal
 import sys
 import threading
 import time
+import typing
 from pathlib import Path
 from typing import Any
+
+from pydantic import SecretStr
+from pydantic_core import PydanticUndefined
 
 from processor.config import Settings, SettingsError, load_settings
 from processor.logs import configure_logging
@@ -46,12 +50,6 @@ _SETTING_FLAGS: list[tuple[str, type, str]] = [
 ]
 
 
-_DROPPED = (
-    "with --from-savepoint: drop saved state of operators the pipeline no longer has "
-    "(PROCESSOR_ALLOW_DROPPED_STATE)"
-)
-
-
 _EXIT_CODES = """exit codes:
   0    done (or stopped by SIGTERM / SIGINT, a service)
   1    failed: a task failed for good, a check found a difference, a service died
@@ -73,11 +71,50 @@ def _settings_parent() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     for name, kind, text in _SETTING_FLAGS:
         parent.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, help=text)
+    more = parent.add_argument_group(
+        "more settings", "each also PROCESSOR_<NAME> (README: Configuration)"
+    )
+    for name, options in _generated_flags().items():
+        more.add_argument("--" + name.replace("_", "-"), dest=name, **options)
     return parent
 
 
+def _generated_flags() -> dict[str, dict[str, Any]]:
+    """A flag for every other setting, made from its type in `Settings`: choices for a
+    Literal, --x/--no-x for a bool. None for secrets (a command line is visible to every user
+    of the machine: PROCESSOR_SECRETS_DIR or the environment) or the Kafka client's map."""
+    written = {name for name, _, _ in _SETTING_FLAGS}
+    flags: dict[str, dict[str, Any]] = {}
+    for name, field in Settings.model_fields.items():
+        kind = field.annotation
+        if name in written or kind in (SecretStr, dict[str, SecretStr]):
+            continue
+        default = field.get_default(call_default_factory=False)
+        shown = (
+            ""
+            if default is PydanticUndefined
+            else "; unset by default"
+            if default is None
+            else f"; default {default!r}"
+            if isinstance(default, str)
+            else f"; default {default}"
+        )
+        options: dict[str, Any] = {"help": f"PROCESSOR_{name.upper()}{shown}"}
+        if typing.get_origin(kind) is typing.Literal:
+            options["choices"] = list(typing.get_args(kind))
+        elif kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        elif kind in (int, int | None):
+            options["type"] = int
+        else:
+            options["type"] = str  # str, Path, a directory or s3:// location: checked later
+        flags[name] = options
+    return flags
+
+
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    return {name: getattr(args, name, None) for name, _, _ in _SETTING_FLAGS}
+    names = [name for name, _, _ in _SETTING_FLAGS] + list(_generated_flags())
+    return {name: getattr(args, name, None) for name in names}
 
 
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
@@ -116,10 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit with 3 once a task stops on a failing record (PROCESSOR_ON_ERROR=stop)",
     )
-    coord.add_argument("--allow-dropped-state", action="store_true", help=_DROPPED)
 
-    worker = sub.add_parser("worker", parents=[common], help="run a worker")
-    worker.add_argument("--worker-id", help="stable worker name (default: host-pid)")
+    sub.add_parser("worker", parents=[common], help="run a worker")
 
     local = sub.add_parser(
         "local", parents=[common], help="coordinator + N workers on this machine"
@@ -128,7 +163,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=int, default=2, help="worker processes to run (default: 2)"
     )
     local.add_argument("--until-idle", action="store_true", help="stop once all input is done")
-    local.add_argument("--allow-dropped-state", action="store_true", help=_DROPPED)
 
     produce = sub.add_parser("produce", parents=[common], help="lines of text files into a topic")
     produce.add_argument("--topic", required=True, help="the topic to write (created if missing)")
@@ -271,12 +305,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"wrote {args.words:,} words in {lines:,} lines to {args.out}")
         return 0
 
-    extra: dict[str, Any] = {}
-    if command == "worker" and args.worker_id:
-        extra["worker_id"] = args.worker_id
-    if getattr(args, "allow_dropped_state", False):
-        extra["allow_dropped_state"] = True
-    settings = _settings(args, **extra)
+    settings = _settings(args)
     configure_logging(settings.log_level, settings.worker_id or command, settings.log_format)
     from processor import metrics
 
@@ -402,8 +431,6 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
         for name, value in _overrides(args).items()
         if value is not None
     }
-    if getattr(args, "allow_dropped_state", False):
-        env["PROCESSOR_ALLOW_DROPPED_STATE"] = "true"
     return env
 
 
