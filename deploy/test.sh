@@ -6,6 +6,13 @@
 # are listed at the end: where CI time goes)
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
+# The status page is tested in a real browser: Debian's Chromium, installed here when missing
+# (as root; elsewhere that test says it is skipped).
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; } \
+    >/tmp/processor-apt-chromium.log 2>&1 ||
+    echo "test: could not install chromium (see /tmp/processor-apt-chromium.log)" >&2
+fi
 ruff check processor tests bench examples
 ruff format --check processor tests bench examples
 mypy processor tests bench
