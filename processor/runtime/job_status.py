@@ -33,9 +33,11 @@ def job_status(
             "size_bytes": r.get("uploaded_bytes"),
             "full_size_bytes": r.get("state_bytes"),
             "slowest_task": _slowest(r),
+            "records_in": r.get("records_in"),
         }
         for r in service.history[-50:]
     ]
+    rates = _stage_rates(service.graph, service.history[-2:])
     history = sorted([*completed, *service._failures], key=lambda c: -int(c["id"]))[:50]
     tasks = []
     for task in sorted(set(placement) | set(service._task_status), key=_task_key):
@@ -76,6 +78,13 @@ def job_status(
                 "input": _input(service.graph, stage),
                 "tasks": service.parallelism.get(stage.name, 0),
                 "operators": [n.name for n in stage.nodes],
+                "upstreams": [u.name for u in stage.upstreams],
+                "records_per_s": rates.get(stage.name),
+                "lag": sum(
+                    service._task_lag.get(t) or 0
+                    for t in service._task_status
+                    if t.rpartition("-")[0] == stage.name
+                ),
             }
             for stage in service.graph.stages
         ],
@@ -133,3 +142,17 @@ def _input(graph: JobGraph, stage: Stage) -> str:
     if stage.loop is not None:
         return f"{graph.shuffle_topic(stage)} + {graph.feedback_topic(stage)} (fed back)"
     return graph.shuffle_topic(stage)
+
+
+def _stage_rates(graph: JobGraph, last_two: list[dict[str, Any]]) -> dict[str, float]:
+    """Records read per second by each stage's tasks over the last completed checkpoint."""
+    if len(last_two) < 2:
+        return {}
+    before, last = last_two
+    span = float(last.get("completed_at") or 0) - float(before.get("completed_at") or 0)
+    if span <= 0:
+        return {}
+    per_stage: collections.Counter[str] = collections.Counter()
+    for task, ack in last.get("tasks", {}).items():
+        per_stage[task.rpartition("-")[0]] += int(ack.get("records_in") or 0)
+    return {s.name: round(per_stage[s.name] / span, 1) for s in graph.stages}

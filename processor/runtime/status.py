@@ -16,6 +16,7 @@ from typing import Any
 from processor import endpoints
 from processor.health import LoopHealth
 from processor.http_server import HttpServer, Request, Response
+from processor.runtime import status_svg
 
 
 class StatusBoard:
@@ -88,7 +89,9 @@ def _cell(value: object) -> str:
 
 
 def render_html(doc: dict[str, Any]) -> str:
-    """A page an operator can read at a glance; it reloads itself every 2 s."""
+    """A page an operator can read at a glance: the job's graph, the recent checkpoints as a
+    chart, then the tables. Every 2 s it fetches itself again and swaps its body in (no full
+    reload: the scroll position stays; with ``?token=`` in its address the fetch has it)."""
     job = html.escape(str(doc.get("job", "")))
     chk = doc.get("checkpoints", {})
     rows = []
@@ -144,7 +147,7 @@ def render_html(doc: dict[str, Any]) -> str:
         f" &middot; total lag <b>{doc.get('lag', '-')}</b> records"
     )
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
+<html><head><meta charset="utf-8">
 <title>processor: {job}</title>
 <style>
 body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }}
@@ -154,9 +157,25 @@ th {{ border-bottom: 1px solid #999; }} tr:nth-child(even) {{ background: #f4f4f
 tr.failed td:nth-child(2) {{ color: #b00020; font-weight: bold; }}
 tr.completed td:nth-child(2) {{ color: #137333; }}
 .grid {{ display: flex; gap: 3em; flex-wrap: wrap; }}
-</style></head><body>
+svg text {{ font-family: system-ui, sans-serif; }}
+</style>
+<script>
+setInterval(async () => {{
+  try {{
+    const page = await fetch(location.href, {{cache: "no-store"}});
+    if (!page.ok) return;
+    const doc = new DOMParser().parseFromString(await page.text(), "text/html");
+    document.body.replaceWith(doc.body);
+  }} catch (e) {{}}  // the coordinator is away: keep what is shown, try again
+}}, 2000);
+</script></head><body>
 <h1>processor &mdash; job {job}</h1>
 <p>{summary}</p>
+<div class="grid">
+<div><h2>Job graph</h2>{status_svg.job_graph(doc.get("stages", []))}</div>
+<div><h2>Checkpoints (latest 50)</h2>
+{status_svg.checkpoint_chart(chk.get("history", []))}</div>
+</div>
 <div class="grid">
 <div><h2>Stages</h2><table><tr><th>stage</th><th>kind</th><th>input</th><th>tasks</th>
 <th>operators</th></tr>{stages}</table>

@@ -163,3 +163,29 @@ def test_the_status_page_shows_a_loop_stage_and_its_feedback_topic() -> None:
     assert _kind(loop_stage) == "loop"
     assert _input(graph, loop_stage) == "job.jobs.key_by + job.retries.feedback (fed back)"
     assert graph.shuffle_topics == ["job.jobs.key_by", "job.retries.feedback"]
+
+
+def test_the_status_page_draws_the_loop() -> None:
+    from processor.runtime.status_svg import checkpoint_chart, job_graph
+
+    stages = [
+        {"stage": "edges", "kind": "source", "tasks": 4, "upstreams": [], "records_per_s": 1200},
+        {
+            "stage": "by-vertex",
+            "kind": "loop",
+            "tasks": 8,
+            "upstreams": ["edges"],
+            "records_per_s": 34567.0,
+            "lag": 12,
+        },
+    ]
+    svg = job_graph(stages)
+    assert svg.count("<rect") == 2 and svg.count("<line") == 1
+    assert "feedback" in svg and "34.6k records/s" in svg and "8 tasks · lag 12" in svg
+    history = [
+        {"id": 3, "status": "completed", "duration_s": 0.2, "records_in": 10},
+        {"id": 2, "status": "failed"},
+        {"id": 1, "status": "completed", "duration_s": 0.4, "records_in": 30},
+    ]
+    chart = checkpoint_chart(history)
+    assert chart.count("<rect") == 3 and "max 0.40 s" in chart and "max 30" in chart
