@@ -1,6 +1,6 @@
 """Prometheus metrics of the coordinator and the workers (names are a public interface).
 
-Every series of the engine carries the processor job's name as ``processor_job`` (not
+Every series of the engine carries the processor job's name as ``job_name`` (not
 ``job``: that is the target label Prometheus sets from its scrape config, and a series's own
 ``job`` survives only with ``honor_labels``, which the Prometheus Operator can override).
 Values are in base units: seconds, bytes."""
@@ -14,7 +14,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from processor.config import SettingsError
 from processor.health import LoopHealth
 
-_JOB = ["processor_job"]
+_JOB = ["job_name"]
 _TASK = [*_JOB, "task"]
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -155,15 +155,15 @@ def forget_task(job: str, task: str) -> None:
     counted twice in every sum over the job. Counters stay: rates over them are still right.
     """
     for gauge, names in (
-        (consumer_lag, ("processor_job", "task", "partition")),
-        (state_keys, ("processor_job", "task")),
-        (state_size_bytes, ("processor_job", "task")),
-        (snapshot_failures_in_a_row, ("processor_job", "task")),
-        (last_restore_seconds, ("processor_job", "task")),
+        (consumer_lag, ("job_name", "task", "partition")),
+        (state_keys, ("job_name", "task")),
+        (state_size_bytes, ("job_name", "task")),
+        (snapshot_failures_in_a_row, ("job_name", "task")),
+        (last_restore_seconds, ("job_name", "task")),
     ):
         for family in gauge.collect():
             for sample in family.samples:
-                if sample.labels.get("processor_job") == job and sample.labels.get("task") == task:
+                if sample.labels.get("job_name") == job and sample.labels.get("task") == task:
                     with contextlib.suppress(KeyError):
                         gauge.remove(*(sample.labels[n] for n in names))
 
@@ -172,7 +172,7 @@ def forget_stopped(job: str, task: str) -> None:
     """A stopped task moved away from this process: whoever runs it next says."""
     for family in task_stopped.collect():
         for sample in family.samples:
-            if sample.labels.get("processor_job") == job and sample.labels.get("task") == task:
+            if sample.labels.get("job_name") == job and sample.labels.get("task") == task:
                 with contextlib.suppress(KeyError):
                     task_stopped.remove(job, task, sample.labels["reason"])
 

@@ -153,17 +153,17 @@ class ShufflePurger:
         log_start = int(getattr(result, "low_watermark", below))
         with self._lock:
             self._schedule(partition).finished(log_start)
-        metrics.shuffle_purges.labels(processor_job=self._job, outcome="ok").inc()
-        metrics.shuffle_log_start_offset.labels(
-            processor_job=self._job, partition=str(partition)
-        ).set(log_start)
+        metrics.shuffle_purges.labels(job_name=self._job, outcome="ok").inc()
+        metrics.shuffle_log_start_offset.labels(job_name=self._job, partition=str(partition)).set(
+            log_start
+        )
         log.debug("purged %s[%d] below %d", self.topic, partition, log_start)
 
     def _failed(self, partition: int, below: int, exc: BaseException) -> None:
         with self._lock:
             self._schedule(partition).failed()
             held = self._errors.admit(self._clock())
-        metrics.shuffle_purges.labels(processor_job=self._job, outcome="failed").inc()
+        metrics.shuffle_purges.labels(job_name=self._job, outcome="failed").inc()
         if held is not None:
             more = f" ({held} more failures since the last report)" if held else ""
             log.warning(

@@ -79,7 +79,7 @@ class SkippedRecords:
 
     def __init__(self, job: str, topic: str) -> None:
         self.topic = topic
-        self._counter = metrics.internal_records_skipped.labels(processor_job=job, topic=topic)
+        self._counter = metrics.internal_records_skipped.labels(job_name=job, topic=topic)
         self._since_warning = 0
         self._warned_at = -WARN_EVERY_S
 

@@ -56,7 +56,7 @@ class CoordinatorService:
         self.incarnation = uuid.uuid4().hex[:12]
         self._admin = clients.admin(settings)
         self._producer = clients.producer(settings, **{"linger.ms": 0, "compression.type": "none"})
-        self._labels = {"processor_job": settings.job_name}
+        self._labels = {"job_name": settings.job_name}
         self.input_partitions = 0
         self.parallelism: dict[str, int] = {}  # tasks per stage
         self.history: list[dict[str, Any]] = []  # recent completed checkpoints, newest last

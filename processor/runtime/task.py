@@ -107,7 +107,7 @@ class Task:
         self.settings = ctx.settings
         self.state = "starting"  # starting -> running -> (stopped | failed)
         self.last_checkpoint = 0
-        self.labels = {"processor_job": ctx.settings.job_name, "task": ctx.task_id}
+        self.labels = {"job_name": ctx.settings.job_name, "task": ctx.task_id}
         self._records_in = 0  # in the current epoch
         self._records_out = 0
 

@@ -85,7 +85,7 @@ def test_bad_input_table(kafka_bootstrap: str, tmp_path: Path) -> None:
             for sample in family.samples
             if sample.name == "processor_records_skipped_total"
             and sample.labels.get("task") == "split-0"
-            and sample.labels.get("processor_job") == run.job
+            and sample.labels.get("job_name") == run.job
             and sample.value
         }
         dlq_cases = [value for _, value, _, outcome in CASES if outcome == "dlq"]
@@ -142,7 +142,7 @@ def test_bad_json_input_table(kafka_bootstrap: str, tmp_path: Path) -> None:
             for sample in family.samples:
                 if (
                     sample.name == "processor_records_skipped_total"
-                    and sample.labels.get("processor_job") == run.job
+                    and sample.labels.get("job_name") == run.job
                 ):
                     skipped[sample.labels["reason"]] += int(sample.value)
         want = Counter(c.reason for c in cases) + Counter(function_error=len(no_time))
@@ -232,7 +232,7 @@ def test_malformed_records_in_the_shuffle_topic_are_skipped_and_counted(
             for sample in family.samples
             if sample.name == "processor_records_skipped_total"
             and sample.labels.get("reason") == "malformed_shuffle"
-            and sample.labels.get("processor_job") == run.job
+            and sample.labels.get("job_name") == run.job
         )
         assert skipped == 2 * len(bad)
         assert "Traceback" not in run.log("worker-0")

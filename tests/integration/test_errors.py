@@ -187,7 +187,7 @@ def test_on_error_stop_shows_the_task_stopped_on_the_status_page_and_in_a_metric
             (s.labels["task"], s.labels["reason"]): s.value
             for family in text_string_to_metric_families(text)
             for s in family.samples
-            if s.name == "processor_task_stopped" and s.labels.get("processor_job") == run.job
+            if s.name == "processor_task_stopped" and s.labels.get("job_name") == run.job
         }
         assert gauges == {(task["task"], "function_error"): 1.0}
         assert run.dead_workers() == []  # the worker stays up: no crash, no restart loop

@@ -31,9 +31,7 @@ class _Clock:
 
 
 def _letters(clock: _Clock, task: str = "count-0", on_error: str = "dlq") -> DeadLetters:
-    return DeadLetters(
-        "job.dlq", task, {"processor_job": "j", "task": task}, 1_000_000, on_error, clock
-    )
+    return DeadLetters("job.dlq", task, {"job_name": "j", "task": task}, 1_000_000, on_error, clock)
 
 
 def _failure(operator: str = "parse", value: Any = None) -> DeadRecord:
@@ -281,7 +279,7 @@ class _StoppingTask:
     def __init__(self, job: str) -> None:
         self.ctx = type("Ctx", (), {"task_id": "count-1"})()
         self.settings = type("S", (), {"job_name": job})()
-        self.labels = {"processor_job": job, "task": "count-1"}
+        self.labels = {"job_name": job, "task": "count-1"}
         self.state = "running"
         self.last_checkpoint = 7
 
@@ -299,11 +297,11 @@ def test_a_task_stopped_on_a_record_is_reported_stopped_and_counted_in_a_gauge()
     runner.join(10)
     assert task.state == "stopped" and runner.permanent
     assert runner.error == "a record of t[0]@5 failed at parse (function_error): E"
-    gauge = metrics.task_stopped.labels(processor_job=job, task="count-1", reason="not_json")
+    gauge = metrics.task_stopped.labels(job_name=job, task="count-1", reason="not_json")
     assert gauge._value.get() == 1
     metrics.forget_stopped(job, "count-1")
     samples = [s for f in metrics.task_stopped.collect() for s in f.samples]
-    assert not [s for s in samples if s.labels["processor_job"] == job]
+    assert not [s for s in samples if s.labels["job_name"] == job]
 
 
 def test_metadata_mode_keeps_where_and_why_but_no_byte_of_the_record(
@@ -315,7 +313,7 @@ def test_metadata_mode_keeps_where_and_why_but_no_byte_of_the_record(
     letters = DeadLetters(
         "job.dlq",
         "count-0",
-        {"processor_job": "j", "task": "count-0"},
+        {"job_name": "j", "task": "count-0"},
         1_000_000,
         clock=_Clock(),
         mode="metadata",
@@ -349,7 +347,7 @@ def test_off_mode_writes_nothing_and_still_counts_and_logs(
     letters = DeadLetters(
         "job.dlq",
         "count-0",
-        {"processor_job": "j", "task": "count-0"},
+        {"job_name": "j", "task": "count-0"},
         1_000_000,
         clock=_Clock(),
         mode="off",

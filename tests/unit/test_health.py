@@ -74,11 +74,11 @@ def test_healthz_fails_while_metrics_still_answer(
 
 def test_worker_metrics_carry_the_worker_id(worker_endpoint: tuple[str, LoopHealth]) -> None:
     url, _ = worker_endpoint
-    metrics.records_in.labels(processor_job="health-test", task="split-0").inc(2)
+    metrics.records_in.labels(job_name="health-test", task="split-0").inc(2)
     code, body = _get(f"{url}/metrics")
     assert code == 200
     assert (
-        'processor_records_in_total{processor_job="health-test",task="split-0",'
+        'processor_records_in_total{job_name="health-test",task="split-0",'
         'worker="w-test-7"} 2.0' in body
     )
     samples = [line for line in body.splitlines() if line and not line.startswith("#")]

@@ -51,7 +51,7 @@ def test_skipped_records_are_counted_and_logged_once_a_minute(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     skipped = SkippedRecords("job-x", "job-x.control")
-    counter = metrics.internal_records_skipped.labels(processor_job="job-x", topic="job-x.control")
+    counter = metrics.internal_records_skipped.labels(job_name="job-x", topic="job-x.control")
     before = counter._value.get()
     with caplog.at_level(logging.WARNING, logger="processor.models.internal"):
         for offset in range(3):

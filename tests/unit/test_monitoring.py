@@ -241,7 +241,7 @@ def test_dashboard_identity_and_job_variable(dashboard: dict[str, Any], exported
     match = re.fullmatch(r"label_values\(\s*(\w+)\s*,\s*(\w+)\s*\)", query)
     assert match, query
     assert match.group(1) in exported
-    assert match.group(2) == "processor_job"
+    assert match.group(2) == "job_name"
 
 
 def test_dashboard_panels(dashboard: dict[str, Any]) -> None:
@@ -277,7 +277,7 @@ def test_dashboard_shows_what_operators_need(dashboard: dict[str, Any]) -> None:
 def test_dashboard_queries_select_the_job(dashboard: dict[str, Any]) -> None:
     for expr in _dashboard_exprs(dashboard):
         for name, matchers in _selectors(expr):
-            assert re.search(r'\bprocessor_job\s*=~?\s*"\$job"', matchers), (
+            assert re.search(r'\bjob_name\s*=~?\s*"\$job"', matchers), (
                 f"{name} without $job: {expr}"
             )
 
@@ -307,7 +307,7 @@ def test_prometheus_scrapes_coordinator_and_every_worker(
     jobs = {job["job_name"]: job for job in prometheus_config["scrape_configs"]}
     assert set(jobs) == SCRAPE_JOBS
     for job in jobs.values():
-        # The metrics name the processor job `processor_job`: nothing they export collides
+        # The metrics name the processor job `job_name`: nothing they export collides
         # with a label Prometheus sets, so no honor_labels (an operator may override it).
         assert "honor_labels" not in job, job["job_name"]
 
@@ -839,7 +839,7 @@ def _alert_tests() -> list[dict[str, Any]]:
     warning, critical, info = ({"severity": s} for s in ("warning", "critical", "info"))
 
     failures, in_a_row = "processor_snapshot_failures_total", "processor_snapshot_failures_in_a_row"
-    count_0 = {"processor_job": "wc", "task": "count-0"}
+    count_0 = {"job_name": "wc", "task": "count-0"}
     purges = "processor_shuffle_purges_total"
 
     def lag(values: str, **labels: str) -> dict[str, str]:
@@ -852,7 +852,7 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _series(
                     "processor_checkpoints_failed_total",
                     "0x20 1 2x20",
-                    processor_job="old",
+                    job_name="old",
                     **coordinator,
                 ),
                 _series(started, "0x45", job="processor-coordinator", **coordinator),
@@ -860,7 +860,7 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _series(
                     "processor_checkpoints_failed_total",
                     "_x5 1x40",
-                    processor_job="new",
+                    job_name="new",
                     instance="c2:9400",
                 ),
                 _series(started, "300x45", job="processor-coordinator", instance="c2:9400"),
@@ -868,15 +868,15 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _series(
                     "processor_checkpoints_failed_total",
                     "0x45",
-                    processor_job="ok",
+                    job_name="ok",
                     instance="c3:9400",
                 ),
                 _series(started, "0x45", job="processor-coordinator", instance="c3:9400"),
             ],
             "alert_rule_test": [
                 _expect("ProcessorCheckpointsFailing", "4m"),
-                _expect("ProcessorCheckpointsFailing", "10m", {**warning, "processor_job": "new"}),
-                _expect("ProcessorCheckpointsFailing", "23m", {**warning, "processor_job": "old"}),
+                _expect("ProcessorCheckpointsFailing", "10m", {**warning, "job_name": "new"}),
+                _expect("ProcessorCheckpointsFailing", "23m", {**warning, "job_name": "old"}),
                 _expect("ProcessorCheckpointsFailing", "40m"),
             ],
         },
@@ -886,40 +886,34 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _series(
                     "processor_last_completed_checkpoint_id",
                     "1+1x10 11x20",
-                    processor_job="wc",
+                    job_name="wc",
                     **coordinator,
                 ),
-                _series(
-                    "processor_checkpoints_in_progress", "1x30", processor_job="wc", **coordinator
-                ),
+                _series("processor_checkpoints_in_progress", "1x30", job_name="wc", **coordinator),
                 # Checkpoints pending since the start, none ever completed.
                 _series(
                     "processor_checkpoints_in_progress",
                     "1x30",
-                    processor_job="stuck",
+                    job_name="stuck",
                     instance="c2:9400",
                 ),
                 # Idle: nothing pending, nothing completed.
                 _series(
                     "processor_checkpoints_in_progress",
                     "0x30",
-                    processor_job="idle",
+                    job_name="idle",
                     instance="c3:9400",
                 ),
             ],
             "alert_rule_test": [
                 _expect("ProcessorCheckpointsStalled", "1m"),
-                _expect(
-                    "ProcessorCheckpointsStalled", "5m", {**critical, "processor_job": "stuck"}
-                ),
-                _expect(
-                    "ProcessorCheckpointsStalled", "13m", {**critical, "processor_job": "stuck"}
-                ),
+                _expect("ProcessorCheckpointsStalled", "5m", {**critical, "job_name": "stuck"}),
+                _expect("ProcessorCheckpointsStalled", "13m", {**critical, "job_name": "stuck"}),
                 _expect(
                     "ProcessorCheckpointsStalled",
                     "16m",
-                    {**critical, "processor_job": "stuck"},
-                    {**critical, "processor_job": "wc"},
+                    {**critical, "job_name": "stuck"},
+                    {**critical, "job_name": "wc"},
                 ),
             ],
         },
@@ -930,7 +924,7 @@ def _alert_tests() -> list[dict[str, Any]]:
                     _series(
                         "processor_checkpoint_duration_seconds_bucket",
                         v,
-                        processor_job="slow",
+                        job_name="slow",
                         le=le,
                     )
                     for le, v in (
@@ -945,7 +939,7 @@ def _alert_tests() -> list[dict[str, Any]]:
                     _series(
                         "processor_checkpoint_duration_seconds_bucket",
                         v,
-                        processor_job="fast",
+                        job_name="fast",
                         le=le,
                     )
                     for le, v in (
@@ -958,21 +952,19 @@ def _alert_tests() -> list[dict[str, Any]]:
             ],
             "alert_rule_test": [
                 _expect("ProcessorCheckpointsSlow", "8m"),
-                _expect("ProcessorCheckpointsSlow", "15m", {**warning, "processor_job": "slow"}),
+                _expect("ProcessorCheckpointsSlow", "15m", {**warning, "job_name": "slow"}),
             ],
         },
         {
             "input_series": [
                 # count-0 fails two snapshots at 6m and 7m, then succeeds again.
+                _series(failures, "0x5 1 2x30", job_name="wc", task="count-0", instance="w1:9400"),
                 _series(
-                    failures, "0x5 1 2x30", processor_job="wc", task="count-0", instance="w1:9400"
-                ),
-                _series(
-                    in_a_row, "0x5 1 2 0x30", processor_job="wc", task="count-0", instance="w1:9400"
+                    in_a_row, "0x5 1 2 0x30", job_name="wc", task="count-0", instance="w1:9400"
                 ),
                 # count-1 has never failed one.
-                _series(failures, "0x40", processor_job="wc", task="count-1", instance="w1:9400"),
-                _series(in_a_row, "0x40", processor_job="wc", task="count-1", instance="w1:9400"),
+                _series(failures, "0x40", job_name="wc", task="count-1", instance="w1:9400"),
+                _series(in_a_row, "0x40", job_name="wc", task="count-1", instance="w1:9400"),
             ],
             "alert_rule_test": [
                 _expect("ProcessorSnapshotsFailing", "5m"),
@@ -983,17 +975,15 @@ def _alert_tests() -> list[dict[str, Any]]:
         },
         {
             "input_series": [
-                lag("0+100x40", processor_job="behind", task="split-0", instance="w1:9400"),
-                lag("50x40", processor_job="behind", task="count-0", instance="w2:9400"),
-                lag("123456x40", processor_job="steady", task="split-0", instance="w1:9400"),
-                lag("0.3x40", processor_job="steady", task="split-1", instance="w1:9400"),
-                lag("5000-100x40", processor_job="catching-up", task="split-0", instance="w3:9400"),
+                lag("0+100x40", job_name="behind", task="split-0", instance="w1:9400"),
+                lag("50x40", job_name="behind", task="count-0", instance="w2:9400"),
+                lag("123456x40", job_name="steady", task="split-0", instance="w1:9400"),
+                lag("0.3x40", job_name="steady", task="split-1", instance="w1:9400"),
+                lag("5000-100x40", job_name="catching-up", task="split-0", instance="w3:9400"),
             ],
             "alert_rule_test": [
                 _expect("ProcessorConsumerLagGrowing", "10m"),
-                _expect(
-                    "ProcessorConsumerLagGrowing", "25m", {**warning, "processor_job": "behind"}
-                ),
+                _expect("ProcessorConsumerLagGrowing", "25m", {**warning, "job_name": "behind"}),
             ],
         },
         {
@@ -1025,14 +1015,12 @@ def _alert_tests() -> list[dict[str, Any]]:
         {
             "input_series": [
                 # Three workers, one lost at 11m, all at 21m.
-                _series(
-                    "processor_workers_alive", "3x10 2x10 0x10", processor_job="wc", **coordinator
-                ),
+                _series("processor_workers_alive", "3x10 2x10 0x10", job_name="wc", **coordinator),
                 # Scaled up from two to three.
                 _series(
                     "processor_workers_alive",
                     "2x10 3x20",
-                    processor_job="grown",
+                    job_name="grown",
                     instance="c2:9400",
                 ),
             ],
@@ -1040,9 +1028,9 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _expect("ProcessorWorkerLost", "5m"),
                 _expect("ProcessorNoWorkersAlive", "5m"),
                 _expect("ProcessorWorkerLost", "12m"),
-                _expect("ProcessorWorkerLost", "15m", {**warning, "processor_job": "wc"}),
+                _expect("ProcessorWorkerLost", "15m", {**warning, "job_name": "wc"}),
                 _expect("ProcessorNoWorkersAlive", "15m"),
-                _expect("ProcessorNoWorkersAlive", "25m", {**critical, "processor_job": "wc"}),
+                _expect("ProcessorNoWorkersAlive", "25m", {**critical, "job_name": "wc"}),
             ],
         },
         {
@@ -1051,7 +1039,7 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _series(
                     "processor_restores_total",
                     "_x3 1x40",
-                    processor_job="wc",
+                    job_name="wc",
                     task="count-1",
                     instance="w1:9400",
                 ),
@@ -1060,7 +1048,7 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _series(
                     "processor_restores_total",
                     "1x19 2x20",
-                    processor_job="wc",
+                    job_name="wc",
                     task="count-2",
                     instance="w2:9400",
                 ),
@@ -1070,14 +1058,14 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _expect(
                     "ProcessorTaskRestored",
                     "5m",
-                    {**info, "processor_job": "wc", "task": "count-1"},
-                    {**info, "processor_job": "wc", "task": "count-2"},
+                    {**info, "job_name": "wc", "task": "count-1"},
+                    {**info, "job_name": "wc", "task": "count-2"},
                 ),
                 _expect("ProcessorTaskRestored", "16m"),
                 _expect(
                     "ProcessorTaskRestored",
                     "25m",
-                    {**info, "processor_job": "wc", "task": "count-2"},
+                    {**info, "job_name": "wc", "task": "count-2"},
                 ),
                 _expect("ProcessorTaskRestored", "35m"),
             ],
@@ -1088,7 +1076,7 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _series(
                     "processor_task_failed_permanently_total",
                     "_x3 1x10",
-                    processor_job="wc",
+                    job_name="wc",
                     task="count-3",
                     reason="records_deleted",
                     instance="w1:9400",
@@ -1101,7 +1089,7 @@ def _alert_tests() -> list[dict[str, Any]]:
                     "5m",
                     {
                         **critical,
-                        "processor_job": "wc",
+                        "job_name": "wc",
                         "task": "count-3",
                         "reason": "records_deleted",
                     },
@@ -1114,38 +1102,34 @@ def _alert_tests() -> list[dict[str, Any]]:
                 _series(
                     purges,
                     "_x2 1+2x60",
-                    processor_job="denied",
+                    job_name="denied",
                     outcome="failed",
                     instance="w1:9400",
                 ),
                 # Job "flaky": a purge fails now and then, others succeed.
                 _series(
-                    purges, "0x10 1x50", processor_job="flaky", outcome="failed", instance="w1:9400"
+                    purges, "0x10 1x50", job_name="flaky", outcome="failed", instance="w1:9400"
                 ),
-                _series(purges, "0+2x60", processor_job="flaky", outcome="ok", instance="w1:9400"),
+                _series(purges, "0+2x60", job_name="flaky", outcome="ok", instance="w1:9400"),
                 # Job "recovered": purges failed until 20m, then succeed.
                 _series(
                     purges,
                     "1+2x19 39x40",
-                    processor_job="recovered",
+                    job_name="recovered",
                     outcome="failed",
                     instance="w2",
                 ),
-                _series(
-                    purges, "_x20 1+2x40", processor_job="recovered", outcome="ok", instance="w2"
-                ),
+                _series(purges, "_x20 1+2x40", job_name="recovered", outcome="ok", instance="w2"),
             ],
             "alert_rule_test": [
                 _expect("ProcessorShufflePurgesFailing", "5m"),
                 _expect(
                     "ProcessorShufflePurgesFailing",
                     "15m",
-                    {**warning, "processor_job": "denied"},
-                    {**warning, "processor_job": "recovered"},
+                    {**warning, "job_name": "denied"},
+                    {**warning, "job_name": "recovered"},
                 ),
-                _expect(
-                    "ProcessorShufflePurgesFailing", "30m", {**warning, "processor_job": "denied"}
-                ),
+                _expect("ProcessorShufflePurgesFailing", "30m", {**warning, "job_name": "denied"}),
             ],
         },
     ]

@@ -382,7 +382,7 @@ class _Msg:
 
 
 def _letters(limit: int = RECORD_LIMIT) -> DeadLetters:
-    return DeadLetters("job.dlq", "split-0", {"processor_job": "j", "task": "t"}, limit)
+    return DeadLetters("job.dlq", "split-0", {"job_name": "j", "task": "t"}, limit)
 
 
 def _size(record: tuple[str, bytes, bytes | None, dict[str, bytes]]) -> int:
