@@ -239,3 +239,21 @@ def test_put_fsyncs_file_and_directory(
     assert "file" in synced
     # The file's rename plus each newly created directory.
     assert synced.count("dir") >= 3
+
+
+def test_s3_checkpoints_without_boto3_name_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """boto3 is the extra processor[s3]: without it an s3:// location is refused in one line
+    that says what to install."""
+    import sys
+
+    from processor.config import SettingsError, load_settings
+    from processor.state.factory import open_storage
+
+    monkeypatch.setitem(sys.modules, "boto3", None)  # `import boto3` fails as if absent
+    monkeypatch.delitem(sys.modules, "processor.state.s3", raising=False)
+    settings = load_settings(checkpoint_dir="s3://bucket/prefix", state_dir=tmp_path)
+    with pytest.raises(SettingsError, match=r"pip install 'processor\[s3\]'") as info:
+        open_storage(settings)
+    assert "\n" not in str(info.value)
