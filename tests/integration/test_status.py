@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -114,8 +115,9 @@ def test_status_page_renders_in_headless_chromium(kafka_bootstrap: str, tmp_path
         run.produce([b"hello status page"])
         run.coordinator = run._spawn("coordinator", "coordinator", PROCESSOR_METRICS_PORT=str(port))
         run.start_worker(0)
-        wait_until(lambda: " complete in " in run.log("coordinator"), 60, "a checkpoint")
-        shot = tmp_path / "status.png"
+        wait_until(lambda: run.log("coordinator").count(" complete in ") >= 3, 60, "checkpoints")
+        # PROCESSOR_SCREENSHOT_DIR=docs refreshes the README's picture.
+        shot = Path(os.environ.get("PROCESSOR_SCREENSHOT_DIR") or tmp_path) / "status-page.png"
         dom = subprocess.run(
             [
                 "chromium",
@@ -139,5 +141,13 @@ def test_status_page_renders_in_headless_chromium(kafka_bootstrap: str, tmp_path
         )
         assert shot.stat().st_size > 10_000
         assert "Checkpoints" in dom.stdout and "completed" in dom.stdout
+        # The graph and the chart, as the browser built them: both stages, the shuffle's
+        # arrow, a bar per completed checkpoint.
+        graph = dom.stdout[dom.stdout.index('<svg class="graph"') :]
+        graph = graph[: graph.index("</svg>")]
+        assert graph.count("<rect") == 2 and graph.count("<line") == 1
+        assert "(source)" in graph and "(keyed)" in graph and "records/s" in graph
+        chart = dom.stdout[dom.stdout.index('<svg class="chart"') :]
+        assert chart[: chart.index("</svg>")].count("<rect") >= 2
     finally:
         run.stop()
