@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import say  # noqa: E402
 from bench.measure import OutputWatcher, create_topic, exact_counts, produce_all  # noqa: E402
 from bench.peers.base import Job  # noqa: E402
 from bench.peers.processor_peer import ProcessorPeer  # noqa: E402
@@ -50,7 +51,6 @@ from bench.run import (  # noqa: E402
     RESULTS,
     _source_version,
     _throughput,
-    say,
 )
 from processor.commands import corpus  # noqa: E402
 from processor.kafka.broker import LocalBroker  # noqa: E402

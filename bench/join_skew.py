@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import ms as _ms  # noqa: E402
+from bench.common import say  # noqa: E402
 from bench.measure import create_topic, percentile  # noqa: E402
 from bench.peers.base import spawn  # noqa: E402
 from bench.peers.processor_peer import completed_checkpoints  # noqa: E402
@@ -48,10 +50,6 @@ PIPELINE = Path(__file__).resolve().parent / "join_pipeline.py"
 RESULTS = Path(__file__).resolve().parent / "results"
 VIEW_PARTITIONS, CLICK_PARTITIONS = 4, 2
 CLICK_LOOKBACK_S = 5.0  # a click names a view at most this much older
-
-
-def say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 class Feed:
@@ -240,10 +238,6 @@ def run_mode(
     }
     say(f"  {mode}: {json.dumps(result)}")
     return result
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else round(1000 * value, 1)
 
 
 def main() -> None:

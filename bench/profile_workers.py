@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import say  # noqa: E402
 from bench.measure import _label, _tree, exact_counts  # noqa: E402
 from bench.peers.base import Running  # noqa: E402
 from bench.peers.processor_peer import ProcessorPeer  # noqa: E402
@@ -48,7 +49,6 @@ from bench.run import (  # noqa: E402
     QUICK,
     Mode,
     latency,
-    say,
     throughput,
 )
 from processor.commands import corpus  # noqa: E402

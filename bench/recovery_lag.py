@@ -56,6 +56,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import say
 from bench.measure import OutputWatcher, create_topic, produce_all
 from bench.peers import flink_peer, kstreams_peer
 from bench.peers.base import Running, spawn
@@ -66,10 +67,6 @@ PARALLELISM = 2
 INTERVAL_MS = 1000  # checkpoint / commit interval of every system
 POLL_S = 0.15
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------ input

@@ -49,6 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import own_cpu_s as _own_cpu_s  # noqa: E402
+from bench.common import say  # noqa: E402
 from bench.measure import (  # noqa: E402
     OutputWatcher,
     ProcessSampler,
@@ -191,10 +193,6 @@ def steady_rows(names: Sequence[str]) -> list[Row]:
 MATPLOTLIB = "3.10.8"
 MATPLOTLIB_VENV = Path.home() / ".cache" / "processor" / f"bench-matplotlib-{MATPLOTLIB}"
 PLOT = Path(__file__).resolve().parent / "plot.py"
-
-
-def say(text: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------ phases
@@ -699,12 +697,6 @@ def _check_broker(broker: LocalBroker) -> None:
 
 def _both_alive(running: Running, broker: LocalBroker) -> bool:
     return running.alive() and broker.status() is not None
-
-
-def _own_cpu_s() -> float:
-    """CPU of this process (the producer, the watcher, the sampler)."""
-    times = os.times()
-    return times.user + times.system
 
 
 def _read_from(path: Path, offset: int) -> str:

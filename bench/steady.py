@@ -39,6 +39,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from bench.common import own_cpu_s as _own_cpu_s
 from bench.measure import (
     OutputWatcher,
     ProcessSampler,
@@ -521,11 +522,6 @@ def work_summary(
     out["bytes_written"] = int(written)
     out["bytes_written_per_m_words"] = round(written / per_m) if per_m else None
     return out
-
-
-def _own_cpu_s() -> float:
-    times = os.times()
-    return times.user + times.system
 
 
 def _cores() -> int:

@@ -61,6 +61,7 @@ from typing import Any
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import say
 from bench.run import (
     FULL,
     PEERS,
@@ -69,7 +70,6 @@ from bench.run import (
     Mode,
     _terminate_as_interrupt,
     latency,
-    say,
 )
 from processor.kafka.broker import LocalBroker
 

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from bench.common import ms as _ms
 from bench.measure import percentile
 from bench.peers.base import Job, Peer, Running, spawn
 
@@ -169,10 +170,6 @@ def completed_checkpoints(bootstrap: str, job: str) -> list[dict[str, Any]]:
         if "id" in body
     }
     return [by_id[i] for i in sorted(by_id)]
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else round(1000 * value, 1)
 
 
 def checkpoint_summary(

@@ -1,0 +1,24 @@
+"""Helpers every bench script shares (defined once: bench/README's rule)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def say(text: str) -> None:
+    """A progress line on stderr, with the time: stdout stays for results."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this process so far (the harness: producer, watcher, sampler), which a
+    result reports as the harness's own cost."""
+    times = os.times()
+    return times.user + times.system
+
+
+def ms(seconds: float | None) -> float | None:
+    """Seconds as milliseconds to 0.1 ms, None as None (a percentile of nothing)."""
+    return None if seconds is None else round(1000 * seconds, 1)
