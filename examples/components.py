@@ -46,17 +46,21 @@ def body(vertices: Any) -> tuple[Any, Any]:
     return feedback, output
 
 
-def build(edges: str = "edges", components: str = "components") -> Pipeline:
-    """The pipeline over the given topics (the tests run it on topics of their own)."""
-    p = Pipeline(name="components")
-    (
+def components_of(p: Pipeline, edges: str) -> Any:
+    """The stream of component changes of the edges on topic ``edges``, in pipeline ``p``."""
+    return (
         p.source(edges, value="json")
         .flat_map(lambda e: [(e["u"], e["v"]), (e["v"], e["u"])])
         .key_by(lambda uv: uv[0], name="by-vertex")
         .map(lambda uv: {"edge": uv[1]})
         .iterate(body, name="labels")
-        .sink(components)
     )
+
+
+def build(edges: str = "edges", components: str = "components") -> Pipeline:
+    """The pipeline over the given topics (the tests run it on topics of their own)."""
+    p = Pipeline(name="components")
+    components_of(p, edges).sink(components)
     return p
 
 

@@ -87,15 +87,7 @@ def build(
 ) -> Pipeline:
     """Both loops in one job: the chaos run's loop variant."""
     p = Pipeline()
-    components_body = runpy.run_path(str(COMPONENTS))["body"]
-    (
-        p.source(edges, value="json")
-        .flat_map(lambda e: [(e["u"], e["v"]), (e["v"], e["u"])])
-        .key_by(lambda uv: uv[0], name="by-vertex")
-        .map(lambda uv: {"edge": uv[1]})
-        .iterate(components_body, name="labels")
-        .sink(components)
-    )
+    runpy.run_path(str(COMPONENTS))["components_of"](p, edges).sink(components)
     retries_body = runpy.run_path(str(RETRIES))["body"]
     keyed = p.source(jobs, value="json").key_by(lambda j: j["id"], name="by-job")
     keyed.iterate(retries_body, name="retries").sink(done)

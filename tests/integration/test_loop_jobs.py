@@ -12,6 +12,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import TopicPartition
 
@@ -37,29 +38,47 @@ def committed_components(bootstrap: str, topic: str) -> list[tuple[str, dict[str
     return records
 
 
-def test_components_with_a_worker_killed_twice_are_exact(
-    kafka_bootstrap: str, tmp_path: Path
-) -> None:
-    data = random_edges(5000, 20_000, seed=26)
-    run = PipelineRun(
-        kafka_bootstrap,
-        tmp_path,
-        EXAMPLE,
-        TOPICS,
+def two_workers(bootstrap: str, workdir: Path, module: Path, topics: dict[str, str]) -> PipelineRun:
+    """A loop job of ``module`` for two workers, 4 partitions per stage, 200 ms checkpoints."""
+    return PipelineRun(
+        bootstrap,
+        workdir,
+        module,
+        topics,
         shuffle_partitions="4",
         expected_workers="2",
         interval_ms=200,
     )
+
+
+def kill_twice(run: PipelineRun) -> None:
+    """Worker 1 SIGKILLed mid-feed, then worker 0 once the feed is over while records still go
+    round the loop; both started again."""
+    run.kill_mid_stream(1)
+    wait_until(run.feed_finished, 120, "the feed")
+    run.wait_for_checkpoints(2)
+    run.kill_worker(0)
+    time.sleep(0.5)
+    run.start_worker(0)
+
+
+def committed_values(bootstrap: str, topic: str) -> list[Any]:
+    return [
+        json.loads(value or b"")
+        for part in read_committed(bootstrap, topic).values()
+        for _, value, _ in part
+    ]
+
+
+def test_components_with_a_worker_killed_twice_are_exact(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    data = random_edges(5000, 20_000, seed=26)
+    run = two_workers(kafka_bootstrap, tmp_path, EXAMPLE, TOPICS)
     try:
         run.start(workers=2)
         run.feed_topic("edges", [json.dumps(e).encode() for e in data], seconds=6)
-        run.kill_mid_stream(1)
-        # The feed is over; labels still go round: kill the other worker among the rounds.
-        wait_until(run.feed_finished, 120, "the feed")
-        run.wait_for_checkpoints(2)
-        run.kill_worker(0)
-        time.sleep(0.5)
-        run.start_worker(0)
+        kill_twice(run)
         run.drain(timeout=300)
         records = committed_components(kafka_bootstrap, run.topics["components"])
         check_components(records, data)
@@ -100,31 +119,13 @@ def test_retries_with_a_worker_killed_twice_go_round_exactly_once(
     """Order- and count-sensitive: a job's tries are state, so a fed-back record processed
     twice (or lost) after a restore shows as a wrong count, a duplicate or a missing job."""
     jobs = retry_jobs(3000, seed=27)
-    run = PipelineRun(
-        kafka_bootstrap,
-        tmp_path,
-        RETRIES,
-        {"jobs": "jobs", "done": "done"},
-        shuffle_partitions="4",
-        expected_workers="2",
-        interval_ms=200,
-    )
+    run = two_workers(kafka_bootstrap, tmp_path, RETRIES, {"jobs": "jobs", "done": "done"})
     try:
         run.start(workers=2)
         run.feed_topic("jobs", [json.dumps(j).encode() for j in jobs], seconds=5)
-        run.kill_mid_stream(1)
-        wait_until(run.feed_finished, 120, "the feed")
-        run.wait_for_checkpoints(2)
-        run.kill_worker(0)
-        time.sleep(0.5)
-        run.start_worker(0)
+        kill_twice(run)
         run.drain(timeout=300)
-        done = [
-            json.loads(value or b"")
-            for part in read_committed(kafka_bootstrap, run.topics["done"]).values()
-            for _, value, _ in part
-        ]
-        check_retries(done, jobs)
+        check_retries(committed_values(kafka_bootstrap, run.topics["done"]), jobs)
     finally:
         run.stop()
 
@@ -169,11 +170,6 @@ def test_retries_fall_back_to_an_older_snapshot_and_replay_the_loop(
         for partition in range(2):
             assert f"by-job-{partition}: falling back to checkpoint" in logs
             assert f"by-job-{partition}: replay after the fallback is done" in logs
-        done = [
-            json.loads(value or b"")
-            for part in read_committed(kafka_bootstrap, run.topics["done"]).values()
-            for _, value, _ in part
-        ]
-        check_retries(done, jobs)
+        check_retries(committed_values(kafka_bootstrap, run.topics["done"]), jobs)
     finally:
         run.stop()
