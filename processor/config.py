@@ -229,6 +229,8 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"  # 0.0.0.0 in containers, so that Prometheus can scrape
     # /healthz fails once the main loop has not gone round for this long (a stuck loop).
     health_timeout_ms: int = Field(default=60_000, ge=1000)
+    # The status page links here (the job's Grafana dashboard); empty: no link.
+    grafana_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
     # Extra librdkafka settings for every client (security.protocol, sasl.*, ssl.*),
     # e.g. PROCESSOR_KAFKA_CONFIG='{"security.protocol": "SASL_SSL"}'.
     # Values are secrets (sasl.password, ssl.key.password...): never shown in a repr or a log.

@@ -69,6 +69,7 @@ def job_status(
         "job": service.settings.job_name,
         "coordinator": service.incarnation,
         "updated_at": time.time(),
+        "grafana_url": service.settings.grafana_url or None,
         "input_topic": ", ".join(service.graph.plan.source_topics),
         "output_topic": ", ".join(service.graph.plan.sink_topics),
         "stages": [

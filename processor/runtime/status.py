@@ -140,6 +140,27 @@ def render_html(doc: dict[str, Any]) -> str:
         + "</tr>"
         for w in doc.get("workers", [])
     )
+    # Tasks that failed for good or stopped on a record: first thing on the page.
+    troubled = [t for t in doc.get("tasks", []) if t.get("state") in ("failed", "stopped")]
+    alert = (
+        '<div class="alert"><b>'
+        + html.escape(f"{len(troubled)} task(s) failed for good or stopped")
+        + "</b><ul>"
+        + "".join(
+            f"<li>{html.escape(str(t['task']))}: {html.escape(str(t.get('reason') or t['state']))}"
+            "</li>"
+            for t in troubled
+        )
+        + "</ul></div>"
+        if troubled
+        else ""
+    )
+    grafana = doc.get("grafana_url")
+    dashboard = (
+        f' &middot; <a href="{html.escape(grafana)}">Grafana</a>'
+        if isinstance(grafana, str) and grafana.startswith(("http://", "https://"))
+        else ""
+    )
     summary = (
         f"last completed checkpoint <b>{html.escape(str(chk.get('last_completed', '-')))}</b>"
         f" &middot; completed {chk.get('completed', 0)} &middot; failed {chk.get('failed', 0)}"
@@ -158,6 +179,7 @@ tr.failed td:nth-child(2) {{ color: #b00020; font-weight: bold; }}
 tr.completed td:nth-child(2) {{ color: #137333; }}
 .grid {{ display: flex; gap: 3em; flex-wrap: wrap; }}
 svg text {{ font-family: system-ui, sans-serif; }}
+.alert {{ border: 1px solid #b00020; background: #fce8e6; padding: 4px 12px; }}
 </style>
 <script>
 setInterval(async () => {{
@@ -170,7 +192,7 @@ setInterval(async () => {{
 }}, 2000);
 </script></head><body>
 <h1>processor &mdash; job {job}</h1>
-<p>{summary}</p>
+{alert}<p>{summary}{dashboard}</p>
 <div class="grid">
 <div><h2>Job graph</h2>{status_svg.job_graph(doc.get("stages", []))}</div>
 <div><h2>Checkpoints (latest 50)</h2>
