@@ -43,6 +43,7 @@ from processor.runtime.job_topics import create_job_topics
 from processor.runtime.layout import check_history
 from processor.runtime.lease import CoordinatorConflict, CoordinatorLease
 from processor.runtime.status import StatusBoard
+from processor.runtime.status_history import StatusHistory
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class CoordinatorService:
         self.board = StatusBoard(settings.job_name)
         self.health = LoopHealth(settings.health_timeout_ms / 1000)
         self._failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
+        self.hour = StatusHistory()  # the status page's charts
         # task -> (worker, state, checkpoint id, why it failed for good)
         self._task_status: dict[str, tuple[str, str, int, str]] = {}
         self._task_lag: dict[str, int] = {}
@@ -127,6 +129,8 @@ class CoordinatorService:
         finally:
             consumer.close()
         self.history = sorted(records.values(), key=lambda r: int(r["id"]))
+        self.hour = StatusHistory()
+        self.hour.rebuild(self.history)
         return int(self.history[-1]["id"]) if self.history else 0
 
     def _start(self, stop: threading.Event) -> int | None:
@@ -377,6 +381,7 @@ class CoordinatorService:
         self._producer.flush(10)
         faults.reach("coordinator_recorded")
         self.history = [*self.history[-(CHECKPOINT_HISTORY - 1) :], record]
+        self.hour.completed(record, self._task_lag)
         labels = self._labels
         self._counts["completed"] += 1
         metrics.checkpoints_completed.labels(**labels).inc()
@@ -430,14 +435,11 @@ class CoordinatorService:
     def _failed(self, failed: FailedCheckpoint, repeated: bool = False) -> None:
         """``repeated``: one more failure for a reason that lasts; logged once a minute."""
         self._counts["failed"] += 1
+        at = time.time()
         self._failures.append(
-            {
-                "id": failed.checkpoint_id,
-                "status": "failed",
-                "at": time.time(),
-                "reason": failed.reason,
-            }
+            {"id": failed.checkpoint_id, "status": "failed", "at": at, "reason": failed.reason}
         )
+        self.hour.failed(failed.checkpoint_id, at)
         metrics.checkpoints_failed.labels(**self._labels).inc()
         if repeated:
             now = time.monotonic()

@@ -39,6 +39,8 @@ def job_status(
     ]
     rates = _stage_rates(service.graph, service.history[-2:])
     history = sorted([*completed, *service._failures], key=lambda c: -int(c["id"]))[:50]
+    wall = time.time()
+    lines = service.hour.sparklines(wall)
     tasks = []
     for task in sorted(set(placement) | set(service._task_status), key=_task_key):
         worker, state, checkpoint, reason = service._task_status.get(task, ("", "assigned", 0, ""))
@@ -52,6 +54,7 @@ def job_status(
                 "watermark_ms": service._task_watermark.get(task),
                 "event_time_lag_s": _event_time_lag(service._task_watermark.get(task)),
                 "reason": reason or None,
+                "hour": lines.get(task, {"records_per_s": [], "lag": []}),
             }
         )
     load = collections.Counter(placement.values())
@@ -97,6 +100,7 @@ def job_status(
             "completed": service._counts["completed"],
             "failed": service._counts["failed"],
             "history": history,
+            "hour": service.hour.checkpoints(wall),
         },
         "tasks": tasks,
         "workers": workers,

@@ -121,6 +121,7 @@ class KeyedTask(KeyedCheckpoints):
                 self.ctx.graph.feedback_topic(self.stage),
                 self.partition,
                 clients.task_consumer(s),
+                on_malformed=self._m_bad.inc,
             )
         store: RocksDBStore | None = None
         try:

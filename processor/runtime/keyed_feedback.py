@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -47,7 +48,14 @@ HISTORY_KEY = "fed"
 class FeedbackInput:
     """The task's partition of its loop's feedback topic, through a consumer of its own."""
 
-    def __init__(self, task_id: str, topic: str, partition: int, consumer: Consumer) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        topic: str,
+        partition: int,
+        consumer: Consumer,
+        on_malformed: Callable[[], None] = lambda: None,
+    ) -> None:
         self.task_id = task_id
         self.tp = TopicPartition(topic, partition)
         self.consumer = consumer
@@ -56,6 +64,7 @@ class FeedbackInput:
         self._read_to = 0  # past the last record buffered
         self.history: list[tuple[int, int]] = []  # (checkpoint, F at its barrier)
         self.malformed = 0  # records no task of the loop wrote (skipped)
+        self._on_malformed = on_malformed  # the task's skipped-records metric
 
     def start(self, position: int, history: list[tuple[int, int]]) -> None:
         """Read from ``position`` (F of the restored snapshot; the log start of a new job)."""
@@ -81,6 +90,7 @@ class FeedbackInput:
                 type(item) is not list or len(item) != 2 for item in body
             ):
                 self.malformed += 1  # aborted leftovers are never seen; nothing else is ours
+                self._on_malformed()
                 continue
             self._buffer.append((offset, body))
 

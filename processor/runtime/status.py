@@ -88,6 +88,12 @@ def _cell(value: object) -> str:
     return f"<td>{html.escape('-' if value is None else str(value))}</td>"
 
 
+def _spark_cell(values: object, color: str) -> str:
+    if not isinstance(values, list) or not values:
+        return "<td>-</td>"
+    return f"<td>{status_svg.sparkline([float(v) for v in values], color)}</td>"
+
+
 def render_html(doc: dict[str, Any]) -> str:
     """A page an operator can read at a glance: the job's graph, the recent checkpoints as a
     chart, then the tables. Every 2 s it fetches itself again and swaps its body in (no full
@@ -115,6 +121,8 @@ def render_html(doc: dict[str, Any]) -> str:
         + _cell(t.get("state"))
         + _cell(t.get("checkpoint"))
         + _cell(t.get("lag"))
+        + _spark_cell(t.get("hour", {}).get("records_per_s"), "#137333")
+        + _spark_cell(t.get("hour", {}).get("lag"), "#b06000")
         + _cell(_fmt_watermark(t.get("watermark_ms")))
         + _cell(f"{t['event_time_lag_s']:.1f} s" if t.get("event_time_lag_s") is not None else None)
         + _cell(t.get("reason"))
@@ -195,8 +203,8 @@ setInterval(async () => {{
 {alert}<p>{summary}{dashboard}</p>
 <div class="grid">
 <div><h2>Job graph</h2>{status_svg.job_graph(doc.get("stages", []))}</div>
-<div><h2>Checkpoints (latest 50)</h2>
-{status_svg.checkpoint_chart(chk.get("history", []))}</div>
+<div><h2>Checkpoints, last hour</h2>
+{status_svg.checkpoint_chart(chk.get("hour", []))}</div>
 </div>
 <div class="grid">
 <div><h2>Stages</h2><table><tr><th>stage</th><th>kind</th><th>input</th><th>tasks</th>
@@ -205,7 +213,8 @@ setInterval(async () => {{
 <table><tr><th>id</th><th>status</th><th>at</th><th>duration</th><th>uploaded</th>
 <th>full size</th><th>slowest task / reason</th></tr>{"".join(rows)}</table></div>
 <div><h2>Tasks</h2><table><tr><th>task</th><th>worker</th><th>state</th>
-<th>checkpoint</th><th>lag</th><th>watermark (UTC)</th><th>event-time lag</th>
+<th>checkpoint</th><th>lag</th><th>records/s, 1 h</th><th>lag, 1 h</th>
+<th>watermark (UTC)</th><th>event-time lag</th>
 <th>failed for good / stopped because</th></tr>{tasks}</table>
 <h2>Workers</h2><table><tr><th>worker</th><th>status</th><th>heartbeat</th>
 <th>tasks</th></tr>{workers}</table></div>

@@ -1,6 +1,6 @@
 """The pictures of the coordinator's status page, as inline SVG (no script, no library): the
 job's graph, stage by stage, with each stage's records/s, lag and tasks, and a loop's
-feedback; and the recent checkpoints' durations and records.
+feedback; the last hour's checkpoints (duration, alignment, size); and per-task sparklines.
 
 Pure functions of the status document (`processor.runtime.job_status`), so a unit test reads
 what an operator sees.
@@ -81,47 +81,77 @@ def job_graph(stages: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def checkpoint_chart(history: list[dict[str, Any]], width: int = 560, height: int = 140) -> str:
-    """The recent completed checkpoints, oldest left: duration as bars (left scale) and
-    records read as a line (right scale); failed ones as red marks."""
-    points = [c for c in reversed(history) if c.get("status") in ("completed", "failed")][-50:]
-    if not points:
+def checkpoint_chart(hour: list[dict[str, Any]], width: int = 560, height: int = 150) -> str:
+    """The last hour's checkpoints (`StatusHistory.checkpoints` buckets), oldest left: the
+    longest duration per bucket as a bar (left scale) with its alignment part darker, the
+    bytes uploaded as a line (right scale); a bucket where a checkpoint failed in red."""
+    if not hour:
         return ""
-    top = max([float(c.get("duration_s") or 0) for c in points] + [0.001])
-    most = max([int(c.get("records_in") or 0) for c in points] + [1])
-    step = width / len(points)
-    plot = height - 30
+    top = max([float(c.get("duration_s") or 0) for c in hour] + [0.001])
+    most = max([int(c.get("size_bytes") or 0) for c in hour] + [1])
+    span = float(hour[0].get("span_s") or float(hour[-1]["at"]) - float(hour[0]["at"]))
+    step = width / max(int(hour[0].get("of") or len(hour)), 1)  # a bucket's width: time
+    plot = height - 42
     parts = [
         f'<svg class="chart" width="{width}" height="{height}" role="img" '
-        'aria-label="checkpoint history" xmlns="http://www.w3.org/2000/svg">'
+        'aria-label="checkpoints over the last hour" xmlns="http://www.w3.org/2000/svg">'
     ]
     line = []
-    for i, c in enumerate(points):
-        x = i * step
-        if c.get("status") == "failed":
+    bar_w = max(3.0, step - 1)
+    for i, c in enumerate(hour):
+        x = int(c.get("bucket", i)) * step
+        if c.get("failed"):
             parts.append(
-                f'<rect x="{x:.1f}" y="10" width="{max(1.0, step - 2):.1f}" height="{plot}" '
+                f'<rect class="failed" x="{x:.1f}" y="10" width="{bar_w:.1f}" height="{plot}" '
                 'fill="#f9dedc"/>'
             )
+        if not c.get("completed"):
             continue
         h = plot * float(c.get("duration_s") or 0) / top
+        a = min(h, plot * float(c.get("alignment_s") or 0) / top)
         parts.append(
-            f'<rect x="{x:.1f}" y="{10 + plot - h:.1f}" width="{max(1.0, step - 2):.1f}" '
+            f'<rect class="duration" x="{x:.1f}" y="{10 + plot - h:.1f}" width="{bar_w:.1f}" '
             f'height="{h:.1f}" fill="#8ab4f8"/>'
         )
-        y = 10 + plot - plot * int(c.get("records_in") or 0) / most
+        if a > 0:
+            parts.append(
+                f'<rect class="alignment" x="{x:.1f}" y="{10 + plot - a:.1f}" '
+                f'width="{bar_w:.1f}" height="{a:.1f}" fill="#1a73e8"/>'
+            )
+        y = 10 + plot - plot * int(c.get("size_bytes") or 0) / most
         line.append(f"{x + step / 2:.1f},{y:.1f}")
     if line:
         parts.append(
             f'<polyline points="{" ".join(line)}" fill="none" stroke="#137333" stroke-width="2"/>'
         )
+    ago = f"-{span / 60:.0f} min" if span >= 60 else f"-{span:.0f} s"
     parts.append(
-        f'<text x="0" y="{height - 4}" font-size="11" fill="#1a73e8">bars: duration, '
-        f"max {top:.2f} s</text>"
+        f'<text x="0" y="{height - 20}" font-size="11" fill="#555">{ago}</text>'
+        f'<text x="{width - 4}" y="{height - 20}" font-size="11" fill="#555" '
+        'text-anchor="end">now</text>'
+        f'<text x="0" y="{height - 4}" font-size="11" fill="#1a73e8">bars: duration, max '
+        f"{top:.2f} s (dark: alignment)</text>"
         f'<text x="{width - 4}" y="{height - 4}" font-size="11" fill="#137333" '
-        f'text-anchor="end">line: records, max {_si(most)}</text></svg>'
+        f'text-anchor="end">line: uploaded, max {_si(most)}B</text></svg>'
     )
     return "".join(parts)
+
+
+def sparkline(values: list[float], color: str, width: int = 110, height: int = 22) -> str:
+    """A small line of ``values`` (oldest left, zero at the bottom), titled with the last."""
+    if not values:
+        return ""
+    top = max(max(values), 1e-9)
+    step = width / max(len(values) - 1, 1)
+    points = " ".join(
+        f"{i * step:.1f},{height - 2 - (height - 4) * v / top:.1f}" for i, v in enumerate(values)
+    )
+    return (
+        f'<svg class="spark" width="{width}" height="{height}" role="img" '
+        f'aria-label="last {_si(values[-1])}" xmlns="http://www.w3.org/2000/svg">'
+        f"<title>last {_si(values[-1])}, max {_si(top)}</title>"
+        f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="1.5"/></svg>'
+    )
 
 
 def _si(n: float) -> str:

@@ -148,6 +148,8 @@ def test_status_page_renders_in_headless_chromium(kafka_bootstrap: str, tmp_path
         assert graph.count("<rect") == 2 and graph.count("<line") == 1
         assert "(source)" in graph and "(keyed)" in graph and "records/s" in graph
         chart = dom.stdout[dom.stdout.index('<svg class="chart"') :]
-        assert chart[: chart.index("</svg>")].count("<rect") >= 2
+        assert chart[: chart.index("</svg>")].count('class="duration"') >= 2
+        # Each task's records/s and lag over the hour, as sparklines in the tasks' table.
+        assert dom.stdout.count('<svg class="spark"') >= 2
     finally:
         run.stop()

@@ -245,3 +245,25 @@ def test_the_model_meets_crashes_declines_fallbacks_and_replays() -> None:
     for seed in range(300):
         total.update(run_model(seed))
     assert min(total["crashes"], total["declined"], total["fallbacks"], total["replays"]) > 20
+
+
+def test_a_record_no_task_wrote_is_skipped_and_counted() -> None:
+    """A feedback record that is not the shuffle's format (no task of the loop wrote it) is
+    skipped, not processed, and reaches the task's skipped-records metric."""
+    log = TxnLog()
+    log.append(1, (0, 1))
+    log.fate[1] = "committed"
+    consumer = ReadCommitted(log, random.Random(0))
+    consumer.consume = lambda n, timeout=0: [Msg(0, b"not a shuffle record")]  # type: ignore[method-assign]
+    counted: list[int] = []
+    fed = FeedbackInput(
+        "loop-0",
+        "job.loop.feedback",
+        0,
+        consumer,  # type: ignore[arg-type]
+        on_malformed=lambda: counted.append(1),
+    )
+    fed.start(0, [])
+    fed.poll()
+    assert fed.malformed == 1 and counted == [1]
+    assert fed._buffer == []  # nothing to process at the next barrier

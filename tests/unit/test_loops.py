@@ -182,10 +182,12 @@ def test_the_status_page_draws_the_loop() -> None:
     svg = job_graph(stages)
     assert svg.count("<rect") == 2 and svg.count("<line") == 1
     assert "feedback" in svg and "34.6k records/s" in svg and "8 tasks · lag 12" in svg
-    history = [
-        {"id": 3, "status": "completed", "duration_s": 0.2, "records_in": 10},
-        {"id": 2, "status": "failed"},
-        {"id": 1, "status": "completed", "duration_s": 0.4, "records_in": 30},
+    hour = [
+        {"at": 0.0, "completed": 1, "failed": 0, "duration_s": 0.4, "size_bytes": 3000},
+        {"at": 30.0, "completed": 0, "failed": 1},
+        {"at": 90.0, "completed": 1, "failed": 0, "duration_s": 0.2, "alignment_s": 0.1},
     ]
-    chart = checkpoint_chart(history)
-    assert chart.count("<rect") == 3 and "max 0.40 s" in chart and "max 30" in chart
+    chart = checkpoint_chart(hour)
+    assert chart.count('class="duration"') == 2 and chart.count('class="failed"') == 1
+    assert chart.count('class="alignment"') == 1
+    assert "max 0.40 s" in chart and "max 3.0kB" in chart and "-2 min" in chart
