@@ -66,7 +66,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     raise TimeoutError(f"topic {topic} not visible after creation")
 
 
-# The rate producer's linger (see _produce_at_rate); bench/producer_load.py compares others.
+# The rate producer's linger (see _produce_at_rate); bench/experiments/producer_load.py
+# compares others.
 LINGER_MS = int(os.environ.get("BENCH_PRODUCER_LINGER_MS", "5"))
 
 
@@ -171,9 +172,10 @@ def _produce_at_rate(
     rather than one sleep per line (a sleep costs more than a line at high rates).
 
     ``linger.ms`` is 5, not 1: at 300,000 words/s a 1 ms linger made the broker spend 0.54-0.76
-    of the machine's 2 cores on produce requests (0.24-0.26 at 5 ms; bench/producer_load.py, no
-    system running), CPU every system under test then lacked. The up to 5 ms more each line waits in
-    the producer counts in every system's latency alike."""
+    of the machine's 2 cores on produce requests (0.24-0.26 at 5 ms;
+    bench/experiments/producer_load.py, no system running), CPU every system under test then
+    lacked. The up to 5 ms more each line waits in the producer counts in every system's latency
+    alike."""
     directory = Path(workdir)
     counts: list[int] = []
     values: list[bytes] = []

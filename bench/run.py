@@ -209,7 +209,7 @@ def throughput(
     on_start: Callable[[Running], object] | None = None,
 ) -> dict[str, Any]:
     """A full backlog, then the system: how fast the exact result is committed, at what cost.
-    ``on_start`` is called right after the system started (bench/profile_workers.py)."""
+    ``on_start`` is called right after the system started (bench/experiments/profile_workers.py)."""
     name, bootstrap = peer.name, broker.bootstrap
     words = sum(expected.values())
     job = Job(
@@ -398,8 +398,8 @@ def latency(
 ) -> dict[str, Any]:
     """Input at a fixed rate; per line, the time until every word of it shows a count that
     includes it in the committed output. ``on_ready`` is called once the system is up, right
-    before the input starts (bench/profile_workers.py attaches py-spy there); ``tag_suffix``
-    tells the topics of two runs at the same rate and interval apart."""
+    before the input starts (bench/experiments/profile_workers.py attaches py-spy there);
+    ``tag_suffix`` tells the topics of two runs at the same rate and interval apart."""
     name, bootstrap = peer.name, broker.bootstrap
     tag = f"lat{rate}" if interval_ms == INTERVAL_MS else f"lat{rate}i{interval_ms}"
     tag += tag_suffix

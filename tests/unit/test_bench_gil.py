@@ -1,10 +1,11 @@
-"""bench/gil_convoy.py: it measures, and leaves the interpreter's switch interval as it was."""
+"""bench/experiments/gil_convoy.py: it measures, and leaves the interpreter's switch interval
+as it was."""
 
 from __future__ import annotations
 
 import sys
 
-from bench import gil_convoy
+from bench.experiments import gil_convoy
 
 
 def test_measure_restores_the_switch_interval() -> None:

@@ -4,8 +4,8 @@ Every system call of an upload or a retention (stat, the reads for the CRC-32, l
 rename, unlink; for S3 every socket operation) releases the GIL, and taking it back waits up
 to the switch interval (5 ms) behind a task thread that is busy. In the worker, an upload of a
 RocksDB checkpoint, 6 ms alone, took 417 ms beside one busy thread, and 6.5 ms from this
-process (`python bench/snapshot_gil.py`): here it has a GIL of its own, and the task pays one
-message out and one back.
+process (`python bench/experiments/snapshot_gil.py`): here it has a GIL of its own, and the
+task pays one message out and one back.
 
 The child holds the task's only SnapshotStore, so the store's state (its lineage, the files it
 may reuse, the parent snapshot) lives where the uploads run. It serves one call at a time in

@@ -7,7 +7,7 @@ uploads the same RocksDB checkpoints (``--keys`` new keys each) to a directory, 
 spinning thread beside the uploading one and once without, both ways; it prints the median
 and the maximum per way. No broker needed.
 
-    python bench/snapshot_gil.py [--rounds 20] [--keys 3000]
+    python bench/experiments/snapshot_gil.py [--rounds 20] [--keys 3000]
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.gil_checkpoint import SpinCounter
+from bench.experiments.gil_checkpoint import SpinCounter
 from processor.config import Settings
 from processor.state.factory import open_storage
 from processor.state.rocksdb.snapshot_process import SnapshotProcess

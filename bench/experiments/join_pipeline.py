@@ -1,10 +1,11 @@
-"""The bench's join (``--pipeline bench/join_pipeline.py``): views joined with clicks of them.
+"""The bench's join (``--pipeline bench/experiments/join_pipeline.py``): views joined with
+clicks of them.
 
     views (JSON, event time = Kafka timestamp) -> key_by id  \\
                                                              join within 10 s -> map -> output
     clicks (JSON, event time = its "at") -> key_by view id   /
 
-Topics from the environment (bench/join_skew.py sets them per run): BENCH_VIEWS_TOPIC,
+Topics from the environment (bench/experiments/join_skew.py sets them per run): BENCH_VIEWS_TOPIC,
 BENCH_CLICKS_TOPIC, BENCH_OUTPUT_TOPIC. The output carries the later event time of the pair, so
 that a reader can tell each pair's end-to-end latency.
 """

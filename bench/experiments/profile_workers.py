@@ -1,8 +1,8 @@
 """py-spy on this project's workers during a bench phase: where the time goes.
 
     pip install py-spy          # once; a profiler, not a dependency of the project
-    python bench/profile_workers.py --phase latency [--rate 20000] [--seconds 20]
-    python bench/profile_workers.py --phase throughput [--words 4000000]
+    python bench/experiments/profile_workers.py --phase latency [--rate 20000] [--seconds 20]
+    python bench/experiments/profile_workers.py --phase throughput [--words 4000000]
 
 Starts the bench's broker (127.0.0.1:29092, so never together with bench/run.py), runs one
 phase of bench/run.py for this project only, and records both workers with py-spy
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -7,7 +7,7 @@ and sleeps until it is done instead. This measures both ways: a second thread co
 loop, and its count during the checkpoint, divided by its rate when alone, is the time it
 got to run.
 
-    python bench/gil_checkpoint.py [--keys 200000] [--rounds 5]
+    python bench/experiments/gil_checkpoint.py [--keys 200000] [--rounds 5]
 
 Prints one line per round and way; no broker needed.
 """
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rocksdict import Checkpoint
 

@@ -5,7 +5,7 @@ Every latency run has `bench.measure.RateProducer` beside the system under test 
 producer alone at ``--rate`` on a broker of its own, once per linger, and prints the broker's
 CPU (from /proc, over ``--seconds`` after a few seconds of warm-up).
 
-    python bench/producer_load.py [--rate 300000] [--lingers 1,5,20] [--port 29492]
+    python bench/experiments/producer_load.py [--rate 300000] [--lingers 1,5,20] [--port 29492]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from unittest import mock
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import measure
 from processor.commands import corpus

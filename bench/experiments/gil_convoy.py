@@ -10,7 +10,8 @@ interval has run out: Python's default is 5 ms, per call. This measures it witho
 reports the caller's wall time per call (1.0 ms would be no convoy). bench/README has why the
 workers keep Python's interval all the same (a shorter one was worse end to end).
 
-    python bench/gil_convoy.py [--spinners 3] [--calls 200] [--intervals-us 5000,1000,500,200]
+    python bench/experiments/gil_convoy.py [--spinners 3] [--calls 200] \\
+        [--intervals-us 5000,1000,500,200]
 
 Prints one row per interval; no broker needed.
 """
@@ -23,9 +24,9 @@ import time
 from pathlib import Path
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.gil_checkpoint import SpinCounter
+from bench.experiments.gil_checkpoint import SpinCounter
 
 
 def measure(spinners: int, calls: int, interval_s: float) -> float:

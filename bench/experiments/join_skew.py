@@ -1,5 +1,6 @@
-"""The seed's scenario, measured: a two-input operator (the join of bench/join_pipeline.py)
-whose one input runs ten times faster than the other, aligned against unaligned checkpoints.
+"""The seed's scenario, measured: a two-input operator (the join of
+bench/experiments/join_pipeline.py) whose one input runs ten times faster than the other,
+aligned against unaligned checkpoints.
 
 Per mode, a fresh job on its own topics: ``views`` (4 partitions) at ``--rate`` x ``--skew``
 records/s and ``clicks`` (2 partitions) at ``--rate``; each click names a view at most 5 s
@@ -11,7 +12,7 @@ saw the pair, less the pair's later event time (the producer's wall clock). From
 ``<job>.checkpoints`` records: checkpoint duration (trigger to last acknowledgement) and, at
 the join tasks, barrier alignment (first to last barrier of a checkpoint), per phase.
 
-    python bench/join_skew.py --port 29892 --modes aligned,unaligned --rounds 2
+    python bench/experiments/join_skew.py --port 29892 --modes aligned,unaligned --rounds 2
 
 Writes ``<results-dir>/<timestamp>-join-skew.json``; the summary table goes to stderr and its
 JSON is the last line on stdout.
@@ -35,7 +36,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -47,7 +48,7 @@ from bench.peers.processor_peer import completed_checkpoints  # noqa: E402
 from processor.kafka.broker import LocalBroker  # noqa: E402
 
 PIPELINE = Path(__file__).resolve().parent / "join_pipeline.py"
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 VIEW_PARTITIONS, CLICK_PARTITIONS = 4, 2
 CLICK_LOOKBACK_S = 5.0  # a click names a view at most this much older
 

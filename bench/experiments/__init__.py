@@ -1,0 +1,1 @@
+"""One-off studies: each answered one question once (bench/experiments/README.md)."""
