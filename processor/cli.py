@@ -172,7 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     produce.add_argument("files", nargs="+", type=Path, help="text files, one record per line")
 
-    counts = sub.add_parser("counts", parents=[common], help="final counts from committed output")
+    counts = sub.add_parser(
+        "counts",
+        parents=[common],
+        help="word count: the final count per word in committed output (any other sink: "
+        "tail --latest)",
+    )
     counts.add_argument("--topic", help="default: the output topic")
     counts.add_argument("--top", type=int, default=20, help="words to show (default: 20)")
 
@@ -241,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--meta", action="store_true", help="partition:offset and the record's time first"
     )
 
-    corpus = sub.add_parser("corpus", help="write a seeded Zipf text corpus")
+    corpus = sub.add_parser("corpus", help="word count: write a seeded Zipf text corpus")
     corpus.add_argument(
         "--words", type=int, default=1_000_000, help="words to write (default: 1,000,000)"
     )
@@ -346,9 +351,21 @@ def _run(args: argparse.Namespace) -> int:
             print(f"produced {sent:,} lines to {args.topic}")
         return 0
     if command == "counts":
-        from processor.commands.counts import read_final_counts, top
+        from processor.commands.counts import read_final_counts, top, topic_exists
 
-        final = read_final_counts(settings, args.topic or settings.output_topic)
+        topic = args.topic or settings.output_topic
+        if not topic_exists(settings, topic):
+            print(f"processor: topic {topic!r} does not exist", file=sys.stderr)
+            return 2
+        try:
+            final = read_final_counts(settings, topic)
+        except ValueError as exc:  # a sink of anything but word count's integers
+            print(
+                f"processor counts reads word count's output (integer values); {topic} holds "
+                f"others ({exc}): `processor tail {topic} --latest` shows any sink's values",
+                file=sys.stderr,
+            )
+            return 2
         for word, count in top(final, args.top):
             print(f"{count:>12,}  {word}")
         print(f"{len(final):,} distinct keys, {sum(final.values()):,} in total")

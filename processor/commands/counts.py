@@ -10,6 +10,14 @@ from processor.config import Settings
 from processor.kafka import clients
 
 
+def topic_exists(settings: Settings, topic: str) -> bool:
+    consumer = clients.consumer(settings, **{"group.id": f"{settings.job_name}.reader"})
+    try:
+        return bool(clients.topic_partitions(consumer, topic, 30))
+    finally:
+        consumer.close()
+
+
 def read_final_counts(settings: Settings, topic: str, timeout: float = 60) -> dict[str, int]:
     """Read ``topic`` with read_committed up to its end; the last value per key wins."""
     final, _ = read_updates(settings, topic, timeout)

@@ -250,3 +250,24 @@ def test_a_missing_source_topic_of_a_pipeline_is_one_line_with_exit_code_2(
     assert result.returncode == 2
     assert "source topic 'no-such-source' does not exist" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_counts_on_a_sink_of_objects_is_one_line_naming_tail(kafka_bootstrap: str) -> None:
+    """`processor counts` is word count's reader: on any other sink it says so in one line
+    and names the command that reads any sink, instead of a traceback."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    topic = f"objects-{uuid.uuid4().hex[:6]}"
+    env = {"PROCESSOR_BOOTSTRAP_SERVERS": kafka_bootstrap}
+    missing = _processor("counts", "--topic", topic, env=env)
+    assert missing.returncode == 2 and f"topic {topic!r} does not exist" in missing.stderr
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(topic, b'{"total": 3}', key=b"user-1")
+    assert producer.flush(30) == 0
+    got = _processor("counts", "--topic", topic, env=env)
+    assert got.returncode == 2
+    assert "Traceback" not in got.stderr and len(got.stderr.strip().splitlines()) == 1
+    assert f"processor tail {topic} --latest" in got.stderr
