@@ -72,7 +72,7 @@ def _settings_parent() -> argparse.ArgumentParser:
     for name, kind, text in _SETTING_FLAGS:
         parent.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, help=text)
     more = parent.add_argument_group(
-        "more settings", "each also PROCESSOR_<NAME> (README: Configuration)"
+        "more settings", "each also PROCESSOR_<NAME> (docs/operations.md: Configuration)"
     )
     for name, options in _generated_flags().items():
         more.add_argument("--" + name.replace("_", "-"), dest=name, **options)

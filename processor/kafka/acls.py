@@ -204,7 +204,7 @@ def render(rules: Iterable[AclRule], principal: str, bootstrap: str, config_file
 
 
 def table(rules: Iterable[AclRule]) -> str:
-    """The rules as a Markdown table (the README's)."""
+    """The rules as a Markdown table (the one in docs/operations.md, Security)."""
     lines = ["| Resource | Name | Pattern | Operations | Why |", "|---|---|---|---|---|"]
     for r in rules:
         ops = ", ".join(r.operations)

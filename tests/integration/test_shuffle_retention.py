@@ -266,7 +266,7 @@ def test_records_deleted_while_a_task_reads_are_not_skipped(
 
 
 def test_shuffle_size_stays_flat_short_run(kafka_bootstrap: str) -> None:
-    """bench/shuffle_size.py for 30 s (the 10-minute run is in the README): the records the
+    """bench/shuffle_size.py for 30 s (the 10-minute run is in docs/figures.md): the records the
     shuffle retains stop growing while the records written keep growing."""
     result = shuffle_size.measure(
         kafka_bootstrap, 30, 5000, 5, None, segment_bytes="1048576", purge_interval_ms="2000"

@@ -116,7 +116,7 @@ def test_status_page_renders_in_headless_chromium(kafka_bootstrap: str, tmp_path
         run.coordinator = run._spawn("coordinator", "coordinator", PROCESSOR_METRICS_PORT=str(port))
         run.start_worker(0)
         wait_until(lambda: run.log("coordinator").count(" complete in ") >= 3, 60, "checkpoints")
-        # PROCESSOR_SCREENSHOT_DIR=docs refreshes the README's picture.
+        # PROCESSOR_SCREENSHOT_DIR=docs refreshes docs/status-page.png, the README's picture.
         shot = Path(os.environ.get("PROCESSOR_SCREENSHOT_DIR") or tmp_path) / "status-page.png"
         dom = subprocess.run(
             [
