@@ -24,18 +24,6 @@ _BENCH_DOCS = [BENCH / "README.md", BENCH / "experiments" / "README.md"]
 # old paths: README.md is being rewritten elsewhere, and takes the new paths then. Delete this
 # once it does; a path here is accepted in README.md and docs/ only, and only as long as its
 # new path exists.
-_MOVED_NOT_YET_IN_README = {
-    f"bench/{name}.py": f"bench/experiments/{name}.py"
-    for name in (
-        "gil_checkpoint",
-        "gil_convoy",
-        "join_pipeline",
-        "join_skew",
-        "producer_load",
-        "profile_workers",
-        "snapshot_gil",
-    )
-}
 
 
 def _body(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
@@ -109,17 +97,8 @@ def test_every_results_file_is_quoted() -> None:
 def test_every_bench_script_named_in_the_docs_exists() -> None:
     missing = []
     for path, text in _docs().items():
-        ours = path in _BENCH_DOCS
         for named in sorted(set(re.findall(r"(?<![\w./-])bench/[\w./-]*?\.py\b", text))):
             if (ROOT / named).is_file():
                 continue
-            moved = _MOVED_NOT_YET_IN_README.get(named)
-            if not ours and moved is not None and (ROOT / moved).is_file():
-                continue
             missing.append(f"{path.relative_to(ROOT)}: {named}")
     assert not missing, f"bench scripts the docs name that do not exist: {missing}"
-
-
-def test_the_moved_scripts_are_where_the_map_says() -> None:
-    for old, new in _MOVED_NOT_YET_IN_README.items():
-        assert not (ROOT / old).exists() and (ROOT / new).is_file(), (old, new)
