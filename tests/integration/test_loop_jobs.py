@@ -16,8 +16,10 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
+from processor.kafka import clients
 from processor.runtime.task import committed_after_fencing
 from processor.testing import run as run_directly
+from processor.topics import feedback_topic
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed
 from tests.loopcheck import check_components, check_retries, random_edges, retry_jobs
@@ -38,7 +40,13 @@ def committed_components(bootstrap: str, topic: str) -> list[tuple[str, dict[str
     return records
 
 
-def two_workers(bootstrap: str, workdir: Path, module: Path, topics: dict[str, str]) -> PipelineRun:
+def two_workers(
+    bootstrap: str,
+    workdir: Path,
+    module: Path,
+    topics: dict[str, str],
+    purge_interval_ms: str = "30000",
+) -> PipelineRun:
     """A loop job of ``module`` for two workers, 4 partitions per stage, 200 ms checkpoints."""
     return PipelineRun(
         bootstrap,
@@ -48,6 +56,7 @@ def two_workers(bootstrap: str, workdir: Path, module: Path, topics: dict[str, s
         shuffle_partitions="4",
         expected_workers="2",
         interval_ms=200,
+        shuffle_purge_interval_ms=purge_interval_ms,
     )
 
 
@@ -60,6 +69,17 @@ def kill_twice(run: PipelineRun) -> None:
     run.kill_worker(0)
     time.sleep(0.5)
     run.start_worker(0)
+
+
+def log_start(run: PipelineRun, topic: str, partition: int) -> int:
+    consumer = clients.consumer(run.settings, **{"group.id": f"{run.job}.inspect"})
+    try:
+        low, _ = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=10, cached=False
+        )
+        return int(low)
+    finally:
+        consumer.close()
 
 
 def committed_values(bootstrap: str, topic: str) -> list[Any]:
@@ -117,15 +137,30 @@ def test_retries_with_a_worker_killed_twice_go_round_exactly_once(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """Order- and count-sensitive: a job's tries are state, so a fed-back record processed
-    twice (or lost) after a restore shows as a wrong count, a duplicate or a missing job."""
+    twice (or lost) after a restore shows as a wrong count, a duplicate or a missing job.
+
+    The feedback topic is purged every 500 ms below every retained snapshot's feedback
+    position, so the restores after the kills also show that a purge never deletes a
+    fed-back record a restored task still has to process."""
     jobs = retry_jobs(3000, seed=27)
-    run = two_workers(kafka_bootstrap, tmp_path, RETRIES, {"jobs": "jobs", "done": "done"})
+    run = two_workers(
+        kafka_bootstrap,
+        tmp_path,
+        RETRIES,
+        {"jobs": "jobs", "done": "done"},
+        purge_interval_ms="500",
+    )
     try:
         run.start(workers=2)
         run.feed_topic("jobs", [json.dumps(j).encode() for j in jobs], seconds=5)
         kill_twice(run)
         run.drain(timeout=300)
         check_retries(committed_values(kafka_bootstrap, run.topics["done"]), jobs)
+        feedback = feedback_topic(run.job, "retries")
+        starts = [log_start(run, feedback, p) for p in range(4)]
+        assert any(starts), f"the feedback topic was never purged: {starts}"
+        logs = run.log("worker-0") + run.log("worker-1")
+        assert "were deleted (retention?)" not in logs
     finally:
         run.stop()
 
