@@ -36,6 +36,8 @@ def fold(
     # (stored, not emitted), except for a key already dirty: its output is pending anyway
     # and carries the sum. A key updated quietly, then loudly, moves to the dirty map.
     dirty, quiet_map = chain._dirty[node], chain._quiet[node]
+    if node.ttl_ms:  # updated now: its TTL counts from here (`processor.pipeline.ttl`)
+        chain._expiry[node].touch_all([t for t, _ in batch])
     if not quiet_map:  # the common case: a key is either dirty already or missing
         if unique:
             missing = [t for t, _ in batch if t not in dirty]
@@ -54,7 +56,7 @@ def fold(
     if missing:
         fresh = quiet_map if quiet else dirty
         prefix = state_prefix(node)
-        raws = chain._state.get_many([prefix + t.encode() for t in missing])
+        raws = chain._reader.get_many([prefix + t.encode() for t in missing])
         for text, raw in zip(missing, raws, strict=True):
             fresh[text] = UNSET if raw is None else load_value(raw)
     failed = False
