@@ -184,7 +184,7 @@ class StageChain:
         self._fired = [n for n in stage.nodes if n in self._marks]
         self._folders = {n: folder(n) for n in stage.nodes if n.aggregated and not n.per_record}
         self._per_record = {
-            n: PerRecord(n, _state_prefix(n), ttl.reader(self, n), self._dead, self._expiry.get(n))
+            n: PerRecord(n, _state_prefix(n), ttl.reader(self, n), self._dead, ttl.untimed(self, n))
             for n in stage.nodes
             if n.aggregated and n.per_record
         }
@@ -388,6 +388,8 @@ class StageChain:
                     self._push(node, out, quiet)
                 return
             else:  # aggregations, process, sinks: without the time
+                if node.ttl_ms and node.aggregated:  # a TTL from the records' times
+                    ttl.touch_timed(self, node, batch)
                 batch = [(k[0], v) for k, v in batch] if keyed else [v for _, v in batch]
         if kind == "map":
             assert fn is not None

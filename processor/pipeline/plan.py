@@ -95,6 +95,8 @@ class Stage:
         first = self.head.children[0]
         if first.per_record:
             return None
+        if first.ttl_ms and self.head.timed:  # its TTL counts from each record's event time
+            return None
         if first.kind in ("count", "sum", "reduce"):
             return first
         if first.kind == "aggregate" and first.fn2 is not None:

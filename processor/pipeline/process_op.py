@@ -91,7 +91,7 @@ class KeyState:
         self._cache[self._text] = value
         expiry = self._expiry
         if expiry is not None and (ttl_ms is not None or expiry.active):
-            expiry.touch(self._text, ttl_ms)
+            expiry.touch(self._text, ttl_ms, self.timestamp)
 
     def delete(self) -> None:
         self._cache[self._text] = DELETED

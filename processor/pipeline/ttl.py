@@ -34,7 +34,7 @@ def expiries(stage: Stage) -> dict[Node, Expiry]:
     """Per operator of ``stage`` that may expire keys: the aggregations with ``ttl_ms`` and
     every ``process`` on a keyed stream (``state.set(value, ttl_ms=...)`` may come)."""
     return {
-        n: Expiry(n)
+        n: Expiry(n, stage.timed)
         for n in stage.nodes
         if not n.windowed and ((n.aggregated and n.ttl_ms) or n.kind == "process")
     }
@@ -67,6 +67,18 @@ def by_clock(chain: StageChain) -> bool:
     return not chain.stage.timed and any(e.active for e in chain._expiry.values())
 
 
+def touch_timed(chain: StageChain, node: Node, batch: list[Any]) -> None:
+    """``((key text, event time), value)`` items into an aggregation with a TTL."""
+    chain._expiry[node].touch_timed(first for first, _ in batch)
+
+
+def untimed(chain: StageChain, node: Node) -> Expiry | None:
+    """The TTL of an aggregation whose records come without their event time: touched as
+    they fold (those with it are touched in `StageChain._apply`, by `touch_timed`)."""
+    assert node.parent is not None
+    return None if node.parent.timed else chain._expiry.get(node)
+
+
 def by_watermark(chain: StageChain, before: int, watermark: int, quiet: bool) -> None:
     """The watermark rose from ``before`` to ``watermark``: the keys updated under ``before``
     get their deadlines (the first watermark for those updated before any), then those the
@@ -90,6 +102,7 @@ def at_flush(chain: StageChain, writes: dict[bytes, bytes | None]) -> None:
             if chain._watermark > NO_WATERMARK:
                 expiry.stamp(chain._watermark)
             else:  # no watermark yet: stored as pending, stamped by the first one
+                expiry.stamp(None)
                 expiry.hold()
         elif clock is not None:  # an early flush (no clock) leaves its keys pending
             expiry.stamp(clock)

@@ -145,24 +145,26 @@ def test_wall_clock_ttl_deletes_a_key_not_updated_for_that_long(kind: str) -> No
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_event_time_ttl_counts_against_the_watermark(kind: str) -> None:
+def test_event_time_ttl_counts_from_the_records_and_expires_by_the_watermark(kind: str) -> None:
     t = Task(_shape(kind, True), timed=True)
     t.send("a", ts=0)
-    t.send("b", ts=0)
-    t.chain.advance(100)  # updated before the first watermark: from it, deadline 1100
+    t.send("b", ts=0)  # deadlines 1000
+    t.chain.advance(100)
     t.flush(now=10**12)  # the wall clock plays no part
     t.send("a", ts=600)
-    t.chain.advance(700)  # a: updated under 100, deadline 1100 again
-    t.send("a", ts=800)
+    t.chain.advance(700)
+    t.send("a", ts=800)  # a: 1800
+    t.send("a", ts=300)  # out of order: a keeps 1800
     t.flush()
-    t.chain.advance(1000)  # a: updated under 700, deadline 1700
-    t.chain.advance(1099)
+    t.chain.advance(999)
     t.flush()
     assert any(k.endswith(" b") for k in t.stored())
-    t.chain.advance(1100)
+    t.chain.advance(1000)
     t.flush()
     assert not any(k.endswith(" b") for k in t.stored())
-    t.chain.advance(1700)
+    t.chain.advance(1799)
+    assert any(k.endswith(" a") for k in t.stored())
+    t.chain.advance(1800)
     t.flush()
     assert t.backend.data == {}
     t.send("a", ts=2000)
@@ -284,17 +286,32 @@ def test_a_restore_rebuilds_the_deadlines(kind: str, timed: bool) -> None:
     assert len({len(keys) for keys in runs[0]}) > 2  # keys went one by one
 
 
-def test_a_key_updated_before_the_first_watermark_keeps_its_ttl_through_a_restore() -> None:
+def test_a_deadline_set_before_the_first_watermark_survives_a_restore() -> None:
     t = Task(KINDS["process"], timed=True)
     t.send("a", ts=0)
-    t.restart()  # stored as {"ttl_ms": ...}: no watermark yet
-    t.chain.advance(50)
-    t.chain.advance(1_049)
+    t.restart()
+    t.chain.advance(999)
     t.flush()
     assert t.stored()
-    t.chain.advance(1_050)
+    t.chain.advance(1_000)
     t.flush()
     assert t.backend.data == {}
+
+
+def test_an_update_without_a_record_time_counts_from_the_watermark_it_came_under() -> None:
+    """A TTL aggregation fed by another aggregation of its stage has no record times: its
+    keys count from the watermark they were updated under (stored as pending before the
+    first one, and stamped by it after a restore)."""
+    t = Task(lambda s: s.count().reduce(lambda a, b: b, ttl_ms=TTL), timed=True)
+    t.send("a", ts=5_000)
+    t.restart()  # the count's update reached the reduce at this flush: no watermark yet
+    t.chain.advance(50)  # stamped from it: 1050
+    t.chain.advance(1_049)
+    t.flush()
+    assert any("reduce" in k for k in t.stored())
+    t.chain.advance(1_050)
+    t.flush()
+    assert not any("reduce" in k for k in t.stored())
 
 
 @pytest.mark.parametrize("timed", [False, True])
@@ -413,8 +430,8 @@ def test_the_driver_expires_by_the_watermark_alike_at_any_checkpointing() -> Non
     # Checkpoints carry the watermark in the driver: with one at the end only, nothing
     # expires before it; with one per record the watermark follows each record.
     # A record is processed under the watermark before it: a@2000 still finds a (deadline
-    # 500 + 1000 passes only by the watermark it brings), a@2200 does not.
-    assert firsts[1, 1] == [0, 1, 4, 5, 7, 8, 9]
+    # 500 + 1000 passes only by the watermark it brings), b@2100 does not (1010).
+    assert firsts[1, 1] == [0, 1, 4, 7, 8]
     assert firsts[1, 1] == firsts[1, 3]
     assert firsts[1000, 1] == firsts[1000, 3] == [0, 1, 7]
 
@@ -457,3 +474,15 @@ def test_a_quiet_replay_expires_the_same_keys(kind: str, timed: bool) -> None:
         assert not t.chain.take_sinks() if quiet else True
     assert states[0] == states[1]
     assert not any(b"\0b" in k for k in states[0])  # b expired in both
+
+
+@pytest.mark.parametrize("timed", [False, True])
+def test_an_event_time_ttl_is_not_pre_aggregated(timed: bool) -> None:
+    """Combined partial counts carry no record times: an event-time TTL's stage takes every
+    record; a wall-clock one's still combines."""
+    p = Pipeline()
+    source = p.source("in", value="json", timestamp=(lambda v: v["ts"]) if timed else None)
+    source.key_by(lambda v: v["k"]).count(ttl_ms=TTL).sink("out")
+    compiled = plan(p)
+    assert compiled.timed is timed
+    assert (compiled.stages[1].combiner is None) is timed
