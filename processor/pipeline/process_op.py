@@ -100,6 +100,21 @@ class KeyState:
             expiry.forget(self._text)
 
 
+class _ClockTimerState(KeyState):
+    """The state handle of a processing-time timer's callback: its time is the wall clock's,
+    no event time, so a TTL it sets in a pipeline with event time counts from the watermark
+    (`processor.pipeline.expiry`), not from it."""
+
+    __slots__ = ()
+
+    def set(self, value: Any, ttl_ms: int | None = None) -> None:
+        at, self.timestamp = self.timestamp, None
+        try:
+            super().set(value, ttl_ms)
+        finally:
+            self.timestamp = at
+
+
 def reads_headers(node: Node) -> bool:
     """Whether a non-windowed ``process``'s function reads ``state.headers``: then its
     records carry their metadata (`processor.pipeline.metachain`), which costs every record
@@ -193,7 +208,8 @@ def fire_timers(
     for at, text in due:
         if not timers.take(at, text):
             continue  # deleted, or fired already this round
-        handle = KeyState(cache, text, load, at, timers, chain._expiry.get(node))
+        state = KeyState if event_time else _ClockTimerState
+        handle = state(cache, text, load, at, timers, chain._expiry.get(node))
         handle._headers = []  # a timer has no record
         try:
             emitted = list(on_timer(at, handle))

@@ -486,3 +486,46 @@ def test_an_event_time_ttl_is_not_pre_aggregated(timed: bool) -> None:
     compiled = plan(p)
     assert compiled.timed is timed
     assert (compiled.stages[1].combiner is None) is timed
+
+
+def test_a_processing_time_timer_sets_a_ttl_from_the_watermark_in_event_time() -> None:
+    """Its time is the wall clock's, no event time: the TTL counts from the watermark."""
+
+    def fn(value: Any, state: Any) -> list[Any]:
+        state.timers.set(10**12)  # wall-clock ms
+        return []
+
+    def on_timer(at_ms: int, state: Any) -> list[Any]:
+        state.set("from a timer", ttl_ms=TTL)
+        return []
+
+    p = Pipeline()
+    source = p.source("in", value="json", timestamp=lambda v: v["ts"])
+    keyed = source.key_by(lambda v: v["k"])
+    keyed.process(fn, on_timer=on_timer, processing_time=True, ttl_ms=TTL).sink("out")
+    compiled = plan(p)
+    chain = StageChain(compiled, compiled.stages[1], 0, MemoryState(), {})
+    chain.shuffled([["a", {"k": "a", "ts": 0}, 0]])
+    chain.advance(100)
+    chain.tick(10**12)
+    chain.flush()  # stamped under the watermark 100: deadline 1100
+    chain.advance(1_099)
+    assert chain._state.get_many([b"in.key_by.process\0a"]) == [b'"from a timer"']
+    chain.advance(1_100)
+    chain.flush()
+    assert chain._state.get_many([b"in.key_by.process\0a"]) == [None]
+
+
+def test_a_window_state_takes_no_ttl() -> None:
+    def fn(value: Any, state: Any) -> list[Any]:
+        state.set(1, ttl_ms=TTL)
+        return []
+
+    p = Pipeline()
+    source = p.source("in", value="json", timestamp=lambda v: v["ts"])
+    source.key_by(lambda v: v["k"]).window(size_ms=1_000).process(fn).sink("out")
+    d = Driver(p)
+    d.send("in", {"k": "a", "ts": 0}, timestamp=0)
+    d.finish()
+    (dead,) = d.dead_records()
+    assert "state.set(ttl_ms=...) in a process on windows" in dead.error
