@@ -31,6 +31,10 @@ Time: a source's watermark is the highest event time it has read minus its
 that has read nothing holds the watermark back until the end (or `Driver.advance_watermark`).
 At the end `run` (and `Driver.finish`) moves every watermark past any event time, so every
 window closes, every join expires and every timer fires.
+
+State TTLs (``ttl_ms=``, docs/state-ttl.md) expire as in the engine: in event time when the
+watermark a checkpoint carries reaches a key's deadline; otherwise at checkpoints by the
+driver's clock (`Driver.advance_clock`; an update counts from the checkpoint after it).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from processor.pipeline import sink_batch, state_flush
+from processor.pipeline import sink_batch, state_flush, ttl
 from processor.pipeline.api import Node
 from processor.pipeline.ops import TAGGED, UNSET, load_value
 from processor.pipeline.state_keys import state_prefix
@@ -36,6 +36,9 @@ def fold(
     # (stored, not emitted), except for a key already dirty: its output is pending anyway
     # and carries the sum. A key updated quietly, then loudly, moves to the dirty map.
     dirty, quiet_map = chain._dirty[node], chain._quiet[node]
+    expiry = ttl.untimed(chain, node) if node.ttl_ms else None
+    if expiry is not None:  # updated now: its TTL counts from here
+        expiry.touch_all([t for t, _ in batch])
     if not quiet_map:  # the common case: a key is either dirty already or missing
         if unique:
             missing = [t for t, _ in batch if t not in dirty]
@@ -54,7 +57,7 @@ def fold(
     if missing:
         fresh = quiet_map if quiet else dirty
         prefix = state_prefix(node)
-        raws = chain._state.get_many([prefix + t.encode() for t in missing])
+        raws = chain._reader.get_many([prefix + t.encode() for t in missing])
         for text, raw in zip(missing, raws, strict=True):
             fresh[text] = UNSET if raw is None else load_value(raw)
     failed = False

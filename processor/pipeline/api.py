@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Self
 
 from processor.errors import PipelineError as PipelineError  # re-exported, for users
-from processor.pipeline.args import check_callable, check_emit, check_flag, check_ms, check_serde
-from processor.pipeline.node import DEFAULT_IDLE_MS, VALUE_FORMATS, Emit
+from processor.pipeline.args import check_callable, check_flag, check_ms, check_serde
+from processor.pipeline.keyed_api import Aggregations
+from processor.pipeline.node import DEFAULT_IDLE_MS, VALUE_FORMATS
 from processor.pipeline.node import Node as Node  # re-exported: the engine imports it from here
 from processor.pipeline.node import ValueFormat as ValueFormat  # re-exported, as Node
 
@@ -275,124 +276,7 @@ class Stream:
         self._then("sink", name, topic=topic).sink_spec = spec
 
 
-class _Aggregations:
-    """count, sum, reduce, aggregate and process: per key on a `KeyedStream`, per key and
-    window on a `WindowedStream` (each says how it makes the node).
-
-    ``emit`` of count, sum, reduce and aggregate: ``"checkpoint"`` (the default) emits each
-    key's latest value once per checkpoint, a changelog whose last value per key is the
-    result; ``"record"`` emits ``(key, new value)`` for every input record, in input order
-    per key (no pre-aggregation before the shuffle: every update is seen)."""
-
-    def _aggregation(self, kind: str, name: str | None, **attrs: Any) -> KeyedStream:
-        raise NotImplementedError
-
-    def count(self, name: str | None = None, emit: Emit = "checkpoint") -> KeyedStream:
-        """Per key, the number of values so far.
-
-        >>> p = Pipeline()
-        >>> counts = p.source("clicks").key_by(lambda url: url).count(emit="record")
-        >>> counts.sink("clicks-per-url")  # "a" "b" "a" -> (a, 1) (b, 1) (a, 2)
-        """
-        return self._aggregation("count", name, emit=check_emit(emit, "count"))
-
-    def sum(self, name: str | None = None, emit: Emit = "checkpoint") -> KeyedStream:
-        """Per key, the sum of the values so far; a value that is not a number is dead.
-
-        >>> p = Pipeline()
-        >>> orders = p.source("orders", value="json").key_by(lambda o: o["user"])
-        >>> orders.map(lambda o: o["amount"]).sum().sink("revenue")
-        """
-        return self._aggregation("sum", name, emit=check_emit(emit, "sum"))
-
-    def reduce(
-        self, fn: Callable[[Any, Any], Any], name: str | None = None, emit: Emit = "checkpoint"
-    ) -> KeyedStream:
-        """Per key, ``fn(accumulated, value)`` folded over the values (the first one as is).
-
-        ``fn`` should be associative: with ``emit="checkpoint"`` records of one epoch are
-        combined before the shuffle.
-
-        >>> p = Pipeline()
-        >>> readings = p.source("readings", value="json").key_by(lambda r: r["sensor"])
-        >>> readings.reduce(lambda a, b: max(a, b, key=lambda r: r["value"])).sink("peaks")
-        """
-        return self._aggregation(
-            "reduce", name, fn=check_callable(fn, "reduce"), emit=check_emit(emit, "reduce")
-        )
-
-    def aggregate(
-        self,
-        initial: Any,
-        add: Callable[[Any, Any], Any],
-        merge: Callable[[Any, Any], Any] | None = None,
-        name: str | None = None,
-        emit: Emit = "checkpoint",
-    ) -> KeyedStream:
-        """Per key, ``add(accumulator, value)`` from ``initial``; with ``merge(a, b)`` (and
-        ``emit="checkpoint"``) partial accumulators of an epoch are combined before the
-        shuffle.
-
-        >>> p = Pipeline()
-        >>> readings = p.source("readings", value="json").key_by(lambda r: r["sensor"])
-        >>> readings.aggregate([0, 0], lambda a, r: [a[0] + r["value"], a[1] + 1]).sink("n")
-        """
-        fn2 = None if merge is None else check_callable(merge, "aggregate merge")
-        stream = self._aggregation(
-            "aggregate",
-            name,
-            fn=check_callable(add, "aggregate"),
-            fn2=fn2,
-            emit=check_emit(emit, "aggregate"),
-        )
-        stream.node.initial = initial
-        return stream
-
-    def process(
-        self,
-        fn: Callable[[Any, Any], Iterable[Any]],
-        on_timer: Callable[[int, Any], Iterable[Any]] | None = None,
-        processing_time: bool = False,
-        name: str | None = None,
-    ) -> KeyedStream:
-        """``fn(value, state)`` returns values to emit under the same key; ``state`` is this
-        key's value in the operator's state: ``get(default=None)``, ``set(value)``,
-        ``delete()``, and ``state.key`` (the key), ``state.timestamp`` (the record's event
-        time in ms: its Kafka timestamp unless the source has a timestamp function),
-        ``state.headers`` (its Kafka headers, ``(name, bytes)`` pairs:
-        ``dict(state.headers).get("source")``).
-
-        With ``on_timer``, ``state.timers`` sets timers for the key: ``set(at_ms)``,
-        ``delete(at_ms)``, ``clear()``, ``pending()`` (a sorted list). Each fires once, when
-        the watermark passes ``at_ms`` (with ``processing_time=True``: when the wall clock
-        does), calling ``on_timer(at_ms, state)`` with the key's state; what it returns is
-        emitted under the key. Timers are part of the snapshot::
-
-            def track(event, state):
-                state.set(event)
-                state.timers.set(state.timestamp + 30_000)
-                return []
-
-            def expired(at_ms, state):
-                return [] if state.timers.pending() else [state.get()]
-
-            events.key_by(lambda e: e["user"]).process(track, on_timer=expired)
-        """
-        timer = None if on_timer is None else check_callable(on_timer, "process on_timer")
-        if timer is not None and isinstance(self, WindowedStream):
-            raise PipelineError(
-                "process(on_timer=...) on windows: a window's state ends with the window; "
-                "set timers in a process on the keyed stream instead"
-            )
-        if processing_time and timer is None:
-            raise PipelineError("process(processing_time=True) needs on_timer=")
-        stream = self._aggregation("process", name, fn=check_callable(fn, "process"))
-        stream.node.on_timer = timer
-        stream.node.processing_time = bool(processing_time)
-        return stream
-
-
-class KeyedStream(_Aggregations, Stream):
+class KeyedStream(Aggregations, Stream):
     """Records with a key: map, filter and flat_map act on the value and keep the key."""
 
     def _aggregation(self, kind: str, name: str | None, **attrs: Any) -> KeyedStream:
@@ -468,10 +352,12 @@ class KeyedStream(_Aggregations, Stream):
         return iterate(self, body, name)
 
 
-class WindowedStream(_Aggregations):
+class WindowedStream(Aggregations):
     """A keyed stream cut into windows: each aggregation is per key and window, its result
     emitted once when the window closes; ``process`` gets the window's state and emits at
     once under ``"<key>@<start>"`` (the state is deleted when the window closes)."""
+
+    _windowed = True
 
     def __init__(self, pipeline: Pipeline, node: Node) -> None:
         self.pipeline = pipeline
@@ -482,6 +368,11 @@ class WindowedStream(_Aggregations):
             raise PipelineError("process on session windows: sessions merge, their state cannot")
         if self.node.gap_ms and kind == "aggregate" and attrs.get("fn2") is None:
             raise PipelineError("aggregate on session windows needs merge= (sessions merge)")
+        if attrs.get("ttl_ms"):
+            raise PipelineError(
+                f"{kind}(ttl_ms=...) on a window: a window's state is deleted when it closes "
+                "(for a TTL, aggregate without the window)"
+            )
         if attrs.get("emit") == "record":
             raise PipelineError(
                 f'{kind}(emit="record") on a window: a window emits once, when it closes '

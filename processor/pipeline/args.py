@@ -45,3 +45,10 @@ def check_callable(fn: Any, what: str) -> Callable[..., Any]:
     if not callable(fn):
         raise PipelineError(f"{what}: expected a function, got {type(fn).__name__}")
     return fn  # type: ignore[no-any-return]
+
+
+def check_ttl(ttl_ms: Any, what: str) -> int:
+    """A state TTL: None (none, 0 on the node) or a positive int of ms."""
+    if ttl_ms is None:
+        return 0
+    return check_ms(ttl_ms, f"{what}(ttl_ms={ttl_ms!r})", positive=True)

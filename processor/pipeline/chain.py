@@ -30,7 +30,9 @@ keeps the time (``state.timestamp``; its output has its record's), other aggrega
 sinks drop it.
 
 A ``process`` with ``on_timer`` has timers (`processor.pipeline.timers`): event-time ones
-fire in `advance`, processing-time ones in `tick`; they are stored at `flush`.
+fire in `advance`, processing-time ones in `tick`; they are stored at `flush`. Keys of an
+operator with a TTL expire in `advance`, or at the `flush` after a `tick` without event time
+(`processor.pipeline.ttl`).
 
 Where a pipeline uses record metadata (``Node.meta``: see `processor.pipeline.plan`), items
 carry a `processor.pipeline.meta.Meta` where a timed one carries the time (which the meta
@@ -62,6 +64,7 @@ from processor.pipeline import (
     sink_batch,
     stage_time,
     state_flush,
+    ttl,
 )
 from processor.pipeline.api import Node
 from processor.pipeline.dead import MAX_ERROR as MAX_ERROR  # re-exported: the tasks import it
@@ -69,7 +72,7 @@ from processor.pipeline.dead import DeadRecord as DeadRecord  # re-exported, as 
 from processor.pipeline.dead import dead_record
 from processor.pipeline.floors import Floors
 from processor.pipeline.meta import Meta
-from processor.pipeline.ops import UNSET, event_time, folder, load_value, merger
+from processor.pipeline.ops import UNSET, folder, load_value, merger
 from processor.pipeline.per_record import PerRecord
 from processor.pipeline.plan import Plan, Stage
 from processor.pipeline.shuffle_out import ShuffleOut
@@ -77,7 +80,7 @@ from processor.pipeline.sinks import Headed
 from processor.pipeline.state_keys import state_key as _state_key
 from processor.pipeline.state_keys import state_prefix as _state_prefix
 from processor.pipeline.time import NO_WATERMARK
-from processor.pipeline.timers import ProcessTimers, timers_prefix
+from processor.pipeline.timers import ProcessTimers
 from processor.pipeline.windows import Item, JoinOperator, WindowOperator
 
 # Nodes that pass on every input's items: a merge, a loop (its input and feedback).
@@ -110,6 +113,13 @@ class StageChain:
         self.stage = stage
         self.channel = channel
         self._state, self._late_topic, self._max_record = state, late_topic, max_record_bytes
+        # State TTL (`processor.pipeline.ttl`): the operators that may expire keys, the keys
+        # expired this epoch (read as missing until the flush deletes them: the reads go
+        # through a filter from the first expiry on), the clock of the checkpoint's `tick`.
+        self._expiry = ttl.expiries(stage)
+        self._expired: set[bytes] = set()
+        self._clock: int | None = None
+        self._reader: ttl.StateReader = state
         # The source values of the batch `values` is processing: a dead record that is one
         # of them names it (found by identity, on the first dead record of the batch).
         self._batch: list[Any] | None = None
@@ -159,8 +169,7 @@ class StageChain:
             for n in stage.nodes
             if n.kind == "process" and n.on_timer is not None and not n.windowed
         }
-        # Whether `tick` has processing-time timers to fire (the task reads the clock then).
-        self.ticks = any(t.processing_time for t in self._timers.values())
+        self._ticks = any(t.processing_time for t in self._timers.values())
         timed_process = [n for n, t in self._timers.items() if not t.processing_time]
         # Of each window and shuffle: the window before it in the stage (None: the stage's
         # input is its input). A window's results come after the watermark that passes their
@@ -175,7 +184,7 @@ class StageChain:
         self._fired = [n for n in stage.nodes if n in self._marks]
         self._folders = {n: folder(n) for n in stage.nodes if n.aggregated and not n.per_record}
         self._per_record = {
-            n: PerRecord(n, _state_prefix(n), state, self._dead)
+            n: PerRecord(n, _state_prefix(n), ttl.reader(self, n), self._dead, ttl.untimed(self, n))
             for n in stage.nodes
             if n.aggregated and n.per_record
         }
@@ -212,7 +221,7 @@ class StageChain:
                 self._push(head, values, quiet)
                 return None
             if head.timestamp_fn is not None:
-                items = self._stamped(head, values)
+                items = stage_time.stamped(self, head, values)
             else:
                 assert times is not None, "a timed source needs the records' timestamps"
                 items = list(zip(times, values, strict=True))
@@ -220,20 +229,6 @@ class StageChain:
             return max(t for t, _ in items) if items else None
         finally:
             self._batch = self._ids = None
-
-    def _stamped(self, head: Node, values: list[Any]) -> list[tuple[int, Any]]:
-        """(event time, value) by the source's timestamp function; a failure is dead."""
-        fn = head.timestamp_fn
-        assert fn is not None
-        items = []
-        for value in values:
-            try:
-                ts = event_time(fn, value)
-            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-                self._dead(head, exc, value)
-                continue
-            items.append((ts, value))
-        return items
 
     def shuffled(
         self, body: dict[str, Any] | list[list[Any]], quiet: bool = False, side: int = 0
@@ -271,6 +266,12 @@ class StageChain:
         )
 
     @property
+    def ticks(self) -> bool:
+        """Whether `tick` has processing-time timers to fire or wall-clock TTLs to expire
+        (the task reads the clock for it at each checkpoint)."""
+        return self._ticks or ttl.by_clock(self)
+
+    @property
     def watermark(self) -> int:
         """The task's watermark: windows right after the stage's input close by it, joins
         expire by it. Set directly after a restore."""
@@ -296,8 +297,9 @@ class StageChain:
         stage_time.advance(self, watermark, quiet)
 
     def tick(self, now_ms: int, quiet: bool = False) -> None:
-        """The wall clock is at ``now_ms``: fire the processing-time timers it passed. In a
-        timed stage their output has the process's current watermark as event time."""
+        """The wall clock is at ``now_ms``: fire the processing-time timers it passed (in a
+        timed stage their output has the process's watermark as event time); the next
+        `flush` expires the keys of wall-clock TTLs by it."""
         stage_time.tick(self, now_ms, quiet)
 
     def inherit(self, floors: Floors | None) -> None:
@@ -309,16 +311,10 @@ class StageChain:
         for op in self.timed_operators().values():
             op.floor = None if floors is None else floors.of
 
-    def timed_operators(self) -> dict[bytes, WindowOperator | JoinOperator | ProcessTimers]:
-        """State prefix -> operator, for the timers to rebuild after a restore."""
-        ops: list[WindowOperator | JoinOperator] = list(self._windows.values())
-        if self._join is not None:
-            ops.append(self._join)
-        found: dict[bytes, WindowOperator | JoinOperator | ProcessTimers]
-        found = {_state_prefix(op.node): op for op in ops}
-        for node, timers in self._timers.items():
-            found[timers_prefix(node)] = timers
-        return found
+    def timed_operators(self) -> dict[bytes, stage_time.TimedOperator]:
+        """State prefix -> operator, for the timers (and TTL deadlines) to rebuild after a
+        restore."""
+        return stage_time.timed_operators(self)
 
     def restore_timers(self, prefix: bytes, items: Iterable[tuple[bytes, bytes]]) -> None:
         """Timers of the operator at ``prefix`` from its stored state (key, value)."""
@@ -392,6 +388,8 @@ class StageChain:
                     self._push(node, out, quiet)
                 return
             else:  # aggregations, process, sinks: without the time
+                if node.ttl_ms and node.aggregated:  # a TTL from the records' times
+                    ttl.touch_timed(self, node, batch)
                 batch = [(k[0], v) for k, v in batch] if keyed else [v for _, v in batch]
         if kind == "map":
             assert fn is not None
@@ -485,7 +483,7 @@ class StageChain:
         return result
 
     def _load(self, node: Node, text: str) -> Any:
-        (raw,) = self._state.get_many([_state_key(node, text)])
+        (raw,) = self._reader.get_many([_state_key(node, text)])
         return UNSET if raw is None else load_value(raw)
 
     def _dead(self, node: Node, exc: Exception, value: Any) -> None:

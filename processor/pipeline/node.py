@@ -73,6 +73,8 @@ class Node:
     # Set by the planner: records leaving this node carry their event time.
     timed: bool = False
     emit: Emit = "checkpoint"  # an aggregation's (not a windowed one's)
+    # An aggregation's or process's state TTL (0: none; `processor.pipeline.expiry`).
+    ttl_ms: int = 0
     # Record metadata (`processor.pipeline.meta`). uses_meta: map, filter, flat_map or
     # key_by given meta=True (``fn(value, meta)``). key_format: a source's ``key=``. Set by
     # the planner: meta, records leaving this node carry a Meta; meta_in, it takes them.

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from processor.pipeline.api import Node
+from processor.pipeline.expiry import Expiry
 from processor.pipeline.ops import UNSET, folder, load_value
 from processor.serde.codec import sink_value
 
@@ -43,9 +44,10 @@ class PerRecord:
         prefix: bytes,
         state: _Reader,
         dead: Callable[[Node, Exception, Any], None],
+        expiry: Expiry | None = None,
     ) -> None:
         """``prefix``: of the node's keys in ``state``; ``dead(node, error, value)``: a
-        record whose fold failed."""
+        record whose fold failed; ``expiry``: the node's TTL deadlines, if it has one."""
         self.node = node
         self._prefix = prefix
         self._state = state
@@ -55,6 +57,7 @@ class PerRecord:
         # in place by the next call: each result is checked (and copied) as it is made.
         self._checked = node.kind in ("reduce", "aggregate")
         self._fold = folder(node)
+        self._expiry = expiry
         self.latest: dict[str, Any] = {}  # key text -> value after its last record so far
 
     def __len__(self) -> int:
@@ -64,6 +67,8 @@ class PerRecord:
         """Fold ``(key text, value)`` records in order; their updates, ``(key text, new
         value)`` in the same order (a keyed batch, as ``process`` returns)."""
         latest = self.latest
+        if self._expiry is not None:  # updated now: its TTL counts from here
+            self._expiry.touch_all([t for t, _ in batch])
         missing = [t for t in dict.fromkeys(t for t, _ in batch) if t not in latest]
         if missing:
             prefix = self._prefix

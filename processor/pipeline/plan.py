@@ -95,6 +95,8 @@ class Stage:
         first = self.head.children[0]
         if first.per_record:
             return None
+        if first.ttl_ms and self.head.timed:  # its TTL counts from each record's event time
+            return None
         if first.kind in ("count", "sum", "reduce"):
             return first
         if first.kind == "aggregate" and first.fn2 is not None:
@@ -323,7 +325,9 @@ def _check_time(pipeline: Pipeline) -> None:
     """Mark the nodes whose records carry event time; refuse windows and joins without it.
 
     A pipeline with a window, a join or a ``process`` with event-time timers is timed from
-    every source on (watermarks need every channel). A ``process`` keeps the time (a timer's
+    every source on (watermarks need every channel); so is one with a state TTL (``ttl_ms=``
+    of an operator) and a source with a timestamp function, whose TTLs then count in event
+    time (`processor.pipeline.ttl`). A ``process`` keeps the time (a timer's
     output has the timer's); other aggregations than windowed ones, and sinks, drop it.
     """
     for node in pipeline.nodes:
@@ -338,7 +342,8 @@ def _check_time(pipeline: Pipeline) -> None:
                     )
         if node.kind == "window" and not node.children:
             raise PipelineError(f"window {node.name!r}: follow it with an aggregation")
-    if not any(n.kind in ("window", "join") or _event_timers(n) for n in pipeline.nodes):
+    events = any(n.kind in ("window", "join") or _event_timers(n) for n in pipeline.nodes)
+    if not events and not _event_ttl(pipeline):
         return
     for node in pipeline.nodes:  # creation order: parents first
         parent = node.parent
@@ -412,3 +417,10 @@ def _check_meta(pipeline: Pipeline) -> None:
 def _event_timers(node: Node) -> bool:
     """A ``process`` whose timers count in event time."""
     return node.kind == "process" and node.on_timer is not None and not node.processing_time
+
+
+def _event_ttl(pipeline: Pipeline) -> bool:
+    """An operator with ``ttl_ms=`` in a pipeline whose source has event time of its own."""
+    return any(n.ttl_ms for n in pipeline.nodes) and any(
+        n.timestamp_fn is not None for n in pipeline.sources
+    )

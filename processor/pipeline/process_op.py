@@ -14,6 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from processor.pipeline.api import Node
+from processor.pipeline.expiry import Expiry, checked_ttl
 from processor.pipeline.meta import Headers
 from processor.pipeline.ops import UNSET, key_of
 from processor.pipeline.timers import ProcessTimers, Timers
@@ -31,7 +32,7 @@ class KeyState:
 
     ``timestamp``: the record's event time (None untimed); in ``on_timer``, the timer's."""
 
-    __slots__ = ("_cache", "_headers", "_load", "_text", "_timers", "timestamp")
+    __slots__ = ("_cache", "_expiry", "_headers", "_load", "_text", "_timers", "timestamp")
 
     def __init__(
         self,
@@ -40,9 +41,11 @@ class KeyState:
         load: Callable[[str], Any],
         timestamp: int | None = None,
         timers: ProcessTimers | None = None,
+        expiry: Expiry | None = None,
     ) -> None:
         self._cache, self._text, self._load = cache, text, load
         self.timestamp, self._timers = timestamp, timers
+        self._expiry = expiry  # the operator's TTL deadlines (`processor.pipeline.ttl`)
         # The record's Kafka headers, where the process reads them (`reads_headers`).
         self._headers: Headers | None = None
 
@@ -76,12 +79,40 @@ class KeyState:
             value = self._cache[self._text] = self._load(self._text)
         return default if value is DELETED or value is UNSET else value
 
-    def set(self, value: Any) -> None:
+    def set(self, value: Any, ttl_ms: int | None = None) -> None:
+        """This key's value. ``ttl_ms``: deleted once not set for that long (None: the
+        operator's ``ttl_ms``, if any); it then starts again from nothing.
+
+        >>> state.set({"first_seen": state.timestamp}, ttl_ms=86_400_000)  # doctest: +SKIP
+        """
         json.dumps(value)  # refuse what cannot be stored, on the record that tried
+        if ttl_ms is not None:
+            ttl_ms = checked_ttl(ttl_ms)
         self._cache[self._text] = value
+        expiry = self._expiry
+        if expiry is not None and (ttl_ms is not None or expiry.active):
+            expiry.touch(self._text, ttl_ms, self.timestamp)
 
     def delete(self) -> None:
         self._cache[self._text] = DELETED
+        expiry = self._expiry
+        if expiry is not None and expiry.active:
+            expiry.forget(self._text)
+
+
+class _ClockTimerState(KeyState):
+    """The state handle of a processing-time timer's callback: its time is the wall clock's,
+    no event time, so a TTL it sets in a pipeline with event time counts from the watermark
+    (`processor.pipeline.expiry`), not from it."""
+
+    __slots__ = ()
+
+    def set(self, value: Any, ttl_ms: int | None = None) -> None:
+        at, self.timestamp = self.timestamp, None
+        try:
+            super().set(value, ttl_ms)
+        finally:
+            self.timestamp = at
 
 
 def reads_headers(node: Node) -> bool:
@@ -108,7 +139,9 @@ def process_batch(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]:
     append = out.append
     load = partial(chain._load, node)
     timed = node.timed
-    handle = KeyState(cache, "", load, None, timers)  # bound to each record's key in turn
+    handle = KeyState(
+        cache, "", load, None, timers, chain._expiry.get(node)
+    )  # bound to each record's key in turn
     for first, value in batch:
         text, meta = first
         handle._text, handle.timestamp, handle._headers = text, meta.timestamp, meta.headers
@@ -135,7 +168,7 @@ def _process_plain(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]
     timed = node.timed
     # One handle, bound to each record's key in turn (as Flink's keyed state is to the
     # current key): a handle per record cost more than the user's function in a first sight.
-    handle = KeyState(cache, "", load, None, timers)
+    handle = KeyState(cache, "", load, None, timers, chain._expiry.get(node))
     for first, value in batch:
         if timed:
             handle._text, handle.timestamp = first
@@ -175,7 +208,8 @@ def fire_timers(
     for at, text in due:
         if not timers.take(at, text):
             continue  # deleted, or fired already this round
-        handle = KeyState(cache, text, load, at, timers)
+        state = KeyState if event_time else _ClockTimerState
+        handle = state(cache, text, load, at, timers, chain._expiry.get(node))
         handle._headers = []  # a timer has no record
         try:
             emitted = list(on_timer(at, handle))

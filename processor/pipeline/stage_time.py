@@ -9,14 +9,22 @@ still emit: `windows_before` finds, once per node, the windows it is held back b
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from processor.pipeline import process_op
+from processor.pipeline import process_op, ttl
 from processor.pipeline.api import Node
+from processor.pipeline.expiry import Expiry, ttl_prefix
+from processor.pipeline.ops import event_time
 from processor.pipeline.plan import Stage
+from processor.pipeline.state_keys import state_prefix
+from processor.pipeline.timers import ProcessTimers, timers_prefix
+from processor.pipeline.windows import JoinOperator, WindowOperator
 
 if TYPE_CHECKING:
     from processor.pipeline.chain import StageChain
+
+# What keeps timers in state, rebuilt after a restore (`StageChain.timed_operators`).
+TimedOperator = WindowOperator | JoinOperator | ProcessTimers | Expiry
 
 
 def mark_into(chain: StageChain, node: Node) -> int:
@@ -33,8 +41,10 @@ def mark_into(chain: StageChain, node: Node) -> int:
 
 def advance(chain: StageChain, watermark: int, quiet: bool) -> None:
     """See `StageChain.advance`."""
-    chain._watermark = watermark
+    before, chain._watermark = chain._watermark, watermark
     dead = len(chain.dead)
+    if chain._expiry:  # first: what the windows and timers below update is updated under it
+        ttl.by_watermark(chain, before, watermark, quiet)
     if chain.floors is not None and watermark >= chain.floors.highest:
         chain.inherit(None)  # passed: every key's lateness is the task's own again
     if chain._join is not None:
@@ -56,6 +66,7 @@ def advance(chain: StageChain, watermark: int, quiet: bool) -> None:
 
 def tick(chain: StageChain, now_ms: int, quiet: bool) -> None:
     """See `StageChain.tick`."""
+    chain._clock = now_ms  # for the wall-clock TTLs, at the flush that follows
     dead = len(chain.dead)
     for node, timers in chain._timers.items():
         if timers.processing_time:
@@ -86,3 +97,31 @@ def windows_before(node: Node, stage: Stage) -> list[Node | None] | None:
     if all(w is None for w in found):
         return None
     return list(dict.fromkeys(found))
+
+
+def stamped(chain: StageChain, head: Node, values: list[Any]) -> list[tuple[int, Any]]:
+    """(event time, value) by the source's timestamp function; a failure is dead."""
+    fn = head.timestamp_fn
+    assert fn is not None
+    items = []
+    for value in values:
+        try:
+            ts = event_time(fn, value)
+        except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+            chain._dead(head, exc, value)
+            continue
+        items.append((ts, value))
+    return items
+
+
+def timed_operators(chain: StageChain) -> dict[bytes, TimedOperator]:
+    """See `StageChain.timed_operators`."""
+    ops: list[WindowOperator | JoinOperator] = list(chain._windows.values())
+    if chain._join is not None:
+        ops.append(chain._join)
+    found: dict[bytes, TimedOperator] = {state_prefix(op.node): op for op in ops}
+    for node, timers in chain._timers.items():
+        found[timers_prefix(node)] = timers
+    for node, expiry in chain._expiry.items():
+        found[ttl_prefix(node)] = expiry
+    return found

@@ -5,7 +5,8 @@ children.
 Per operator: an aggregation's dirty keys (stored and emitted) and quiet ones (stored only);
 an ``emit="record"`` aggregation's keys (emitted already); a ``process``'s cache (a deleted
 key as a deletion); the windows' and the join's changed state; the timers of ``process``
-(`processor.pipeline.timers`). A value that cannot be stored is a dead record (`encode`),
+(`processor.pipeline.timers`); the keys expired by a TTL and the deadlines of the keys updated
+(`processor.pipeline.ttl`). A value that cannot be stored is a dead record (`encode`),
 neither stored nor emitted.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from processor.pipeline import aggregation
+from processor.pipeline import aggregation, ttl
 from processor.pipeline.api import Node
 from processor.pipeline.ops import UNSET
 from processor.pipeline.process_op import DELETED
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
 def flush(chain: StageChain) -> None:
     """The epoch's state of every operator of ``chain`` into its state backend, and the
     aggregations' latest values on to their children, in graph order."""
-    writes: dict[bytes, bytes | None] = {}
+    # Keys expired during the epoch (`processor.pipeline.ttl`): deleted, unless written again
+    # below (a key that came back after it expired).
+    writes: dict[bytes, bytes | None] = dict.fromkeys(chain._expired)
     for node, dirty in chain._dirty.items():
         prefix = state_prefix(node)
         quiet = chain._quiet[node]
@@ -88,7 +91,10 @@ def flush(chain: StageChain) -> None:
         prefix = timers_prefix(node)
         for text, times in timers.take_writes().items():
             writes[prefix + text.encode()] = None if times is None else sink_value(times)
+    if chain._expiry:
+        ttl.at_flush(chain, writes)
     chain._state.write(writes)
+    chain._expired.clear()  # read as missing until now
 
 
 def encode(chain: StageChain, node: Node, value: Any) -> bytes | None:

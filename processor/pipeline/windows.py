@@ -28,6 +28,7 @@ from typing import Any
 from processor.pipeline.api import Node
 from processor.pipeline.ops import UNSET, folder, key_of, key_text, merger, sink_key_of
 from processor.pipeline.time import NO_WATERMARK
+from processor.serde.codec import RecordError
 
 # A timed keyed item: ((key text, event time ms), value).
 Item = tuple[tuple[str, int], Any]
@@ -261,7 +262,12 @@ class _WindowState:
         value = self._state.get(self._slot)
         return default if value is None else value
 
-    def set(self, value: Any) -> None:
+    def set(self, value: Any, ttl_ms: Any = None) -> None:
+        if ttl_ms is not None:
+            raise RecordError(
+                "state.set(ttl_ms=...) in a process on windows: a window's state is deleted "
+                "when the window closes"
+            )
         json.dumps(value)  # refuse what cannot be stored, on the record that tried
         self._state[self._slot] = value
 

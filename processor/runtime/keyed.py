@@ -227,7 +227,8 @@ class KeyedTask(KeyedCheckpoints):
         self._store = store
         if self.stage.timed:
             self._time.restore(self.chain, info_meta)
-        for prefix in self.chain.timed_operators():  # windows', joins', process timers
+        # Windows', joins', process timers, TTL deadlines (`processor.pipeline.expiry`).
+        for prefix in self.chain.timed_operators():
             self.chain.restore_timers(prefix, store.items(prefix))
         channels = [(self.partition, u) for u in range(self.ctx.input_partitions)]
         # A replay aligns the barriers after the fallback snapshot again, as the first run did.

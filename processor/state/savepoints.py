@@ -277,7 +277,8 @@ def _copy_partition(
 ) -> int:
     """Keys ``<operator>\\0<key text>`` of ``operators`` whose key text hashes to
     ``partition``, as the shuffle hashes it (CRC-32 of the key text, modulo partitions). An
-    operator's timers (``<operator>/timers``, `processor.pipeline.timers`) go with it."""
+    operator's timers (``<operator>/timers``, `processor.pipeline.timers`) and TTL deadlines
+    (``<operator>/ttl``, `processor.pipeline.expiry`) go with it."""
     batch: dict[bytes, bytes | None] = {}
     copied = 0
     with RocksDBStore(source) as saved:

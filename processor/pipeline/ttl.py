@@ -1,0 +1,140 @@
+"""State TTL in a stage's chain: which operators have deadlines (`expiries`), the state
+reads that must not see a key expired this epoch (`ExpiredFilter`), expiry by the watermark
+(`by_watermark`, from `StageChain.advance`) and at the epoch's end (`at_flush`).
+
+A key that expires is gone at once: its value of the epoch leaves the operator's memory
+(an ``emit="checkpoint"`` aggregation's pending update is emitted first, the last value of
+its changelog: nothing else is emitted on expiry), its stored value reads as missing until
+the flush deletes it, in the same write as the epoch's other state, so its next record
+starts from nothing. A ``process``'s timers stay: they are the user's, and often what
+cleans up after the key.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from processor.pipeline.api import Node
+from processor.pipeline.expiry import Expiry, ttl_prefix
+from processor.pipeline.ops import UNSET
+from processor.pipeline.plan import Stage
+from processor.pipeline.state_keys import state_prefix
+from processor.pipeline.time import NO_WATERMARK
+from processor.serde.codec import sink_value
+
+if TYPE_CHECKING:
+    from processor.pipeline.chain import StageChain
+
+
+class StateReader(Protocol):
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]: ...
+
+
+def expiries(stage: Stage) -> dict[Node, Expiry]:
+    """Per operator of ``stage`` that may expire keys: the aggregations with ``ttl_ms`` and
+    every ``process`` on a keyed stream (``state.set(value, ttl_ms=...)`` may come)."""
+    return {
+        n: Expiry(n, stage.timed)
+        for n in stage.nodes
+        if not n.windowed and ((n.aggregated and n.ttl_ms) or n.kind == "process")
+    }
+
+
+class ExpiredFilter:
+    """The chain's state reads where an operator has a TTL: a key expired this epoch reads
+    as missing (its deletion is written at the flush)."""
+
+    def __init__(self, state: StateReader, expired: set[bytes]) -> None:
+        self._state, self._expired = state, expired
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        raws = self._state.get_many(keys)
+        expired = self._expired
+        if not expired:
+            return raws
+        return [None if k in expired else raw for k, raw in zip(keys, raws, strict=True)]
+
+
+def reader(chain: StageChain, node: Node) -> StateReader:
+    """The state reads of ``node``'s operator: filtered if it has a TTL."""
+    if node in chain._expiry:
+        return ExpiredFilter(chain._state, chain._expired)
+    return chain._state
+
+
+def by_clock(chain: StageChain) -> bool:
+    """Whether keys of ``chain`` expire by the wall clock: no event time, and a TTL in use."""
+    return not chain.stage.timed and any(e.active for e in chain._expiry.values())
+
+
+def touch_timed(chain: StageChain, node: Node, batch: list[Any]) -> None:
+    """``((key text, event time), value)`` items into an aggregation with a TTL."""
+    chain._expiry[node].touch_timed(first for first, _ in batch)
+
+
+def untimed(chain: StageChain, node: Node) -> Expiry | None:
+    """The TTL of an aggregation whose records come without their event time: touched as
+    they fold (those with it are touched in `StageChain._apply`, by `touch_timed`)."""
+    assert node.parent is not None
+    return None if node.parent.timed else chain._expiry.get(node)
+
+
+def by_watermark(chain: StageChain, before: int, watermark: int, quiet: bool) -> None:
+    """The watermark rose from ``before`` to ``watermark``: the keys updated under ``before``
+    get their deadlines (the first watermark for those updated before any), then those the
+    watermark reached expire."""
+    stamped_at = before if before > NO_WATERMARK else watermark
+    for node, expiry in chain._expiry.items():
+        expiry.stamp(stamped_at)
+        expired = expiry.due(watermark)
+        if expired:
+            _drop(chain, node, expired, quiet)
+
+
+def at_flush(chain: StageChain, writes: dict[bytes, bytes | None]) -> None:
+    """The epoch's end, after its values are in ``writes``: without event time, deadlines by
+    the checkpoint's clock (`StageChain.tick`) and the keys it passed deleted; with it, the
+    keys updated since the watermark last moved stamped at it. Then every changed deadline."""
+    clock, chain._clock = chain._clock, None
+    timed = chain.stage.timed
+    for node, expiry in chain._expiry.items():
+        if timed:
+            if chain._watermark > NO_WATERMARK:
+                expiry.stamp(chain._watermark)
+            else:  # no watermark yet: stored as pending, stamped by the first one
+                expiry.stamp(None)
+                expiry.hold()
+        elif clock is not None:  # an early flush (no clock) leaves its keys pending
+            expiry.stamp(clock)
+            prefix = state_prefix(node)
+            for text in expiry.due(clock):  # none in memory: the flush took them all
+                writes[prefix + text.encode()] = None
+        prefix = ttl_prefix(node)
+        for text, stored in expiry.take_writes().items():
+            writes[prefix + text.encode()] = None if stored is None else sink_value(stored)
+
+
+def _drop(chain: StageChain, node: Node, texts: list[str], quiet: bool) -> None:
+    """Expired keys of ``node`` out of its epoch's memory; their deletions pending."""
+    prefix = state_prefix(node)
+    chain._expired.update(prefix + t.encode() for t in texts)
+    if not isinstance(chain._reader, ExpiredFilter):  # no filter until a key expires
+        chain._reader = ExpiredFilter(chain._state, chain._expired)
+    if node.kind == "process":
+        cache = chain._process[node]
+        for text in texts:
+            cache.pop(text, None)
+    elif node.per_record:
+        latest = chain._per_record[node].latest
+        for text in texts:
+            latest.pop(text, None)
+    else:
+        dirty, quiet_map = chain._dirty[node], chain._quiet[node]
+        last: list[Any] = []
+        for text in texts:
+            quiet_map.pop(text, None)
+            value = dirty.pop(text, UNSET)
+            if value is not UNSET:
+                last.append((text, value))
+        if last and not quiet:  # the pending update of the changelog, before the key goes
+            chain._push(node, last, quiet=False)
