@@ -8,11 +8,13 @@ Values are in base units: seconds, bytes."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from processor.config import SettingsError
 from processor.health import LoopHealth
+from processor.http_server import Request, Response
 
 _JOB = ["job_name"]
 _TASK = [*_JOB, "task"]
@@ -178,17 +180,24 @@ def forget_stopped(job: str, task: str) -> None:
 
 
 def serve(
-    port: int, host: str = "127.0.0.1", health: LoopHealth | None = None, worker: str = ""
+    port: int,
+    host: str = "127.0.0.1",
+    health: LoopHealth | None = None,
+    worker: str = "",
+    token: str = "",
+    pages: Callable[[Request], Response | None] | None = None,
 ) -> None:
     """Serve /metrics and /healthz on host:port (port 0: not at all).
 
-    ``worker``: the worker id, added as the ``worker`` label to every exported sample.
+    ``worker``: the worker id, added as the ``worker`` label to every exported sample;
+    ``pages``: other routes (a worker's queryable state), behind ``token`` if it is set.
     """
     if port:
         from processor import endpoints  # the HTTP server only where it is served
 
         try:
-            endpoints.serve(host, port, health, {"worker": worker} if worker else None)
+            labels = {"worker": worker} if worker else None
+            endpoints.serve(host, port, health, labels, token, pages)
         except OSError as exc:
             raise SettingsError(
                 f"invalid setting PROCESSOR_METRICS_PORT: cannot serve {host}:{port} "
