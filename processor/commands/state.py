@@ -108,7 +108,7 @@ def main(
         return 0 if answer.status == 200 else 2 if answer.status == 0 else 1
     answers = scan(urls, operator, prefix, limit, token, fresh)
     items = [item for a in answers if a.status == 200 for item in a.doc.get("items", [])]
-    for item in sorted(items, key=lambda i: str(i["key"]))[:limit]:
+    for item in sorted(items, key=lambda i: str(i["key"])):
         print(json.dumps(item, ensure_ascii=False))
     failed = [a for a in answers if a.status != 200]
     for a in failed:

@@ -17,8 +17,11 @@ the live read for committed requests) fails the first check within a run.
 
 from __future__ import annotations
 
+import json
 import random
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -47,6 +50,7 @@ class Reader:
         self.urls, self.words = urls, words
         self.answers: list[Answer] = []
         self.statuses: dict[int, int] = {}
+        self.latencies_s: list[float] = []  # of the answers with a value (200)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -56,7 +60,10 @@ class Reader:
         while not self._stop.is_set():
             word = rng.choice(self.words)
             for url in self.urls:
+                started = time.perf_counter()
                 answer = request(f"{url}/state/counts/{word}", timeout=10)
+                if answer.status == 200:
+                    self.latencies_s.append(time.perf_counter() - started)
                 self.statuses[answer.status] = self.statuses.get(answer.status, 0) + 1
                 if answer.status in (200, 404):
                     self.answers.append(answer)
@@ -103,6 +110,9 @@ def test_committed_reads_during_a_run_with_a_worker_killed(
         assert len(reader.answers) >= 1000, reader.statuses
         checkpoints = {a.doc["checkpoint"] for a in reader.answers}
         print(f"answers by status {reader.statuses}, at {len(checkpoints)} checkpoints")
+        took = sorted(reader.latencies_s)
+        p50, p99 = (took[int(len(took) * q)] * 1000 for q in (0.5, 0.99))
+        print(f"GET latency (200s, client side): p50 {p50:.2f} ms, p99 {p99:.2f} ms")
         _check_committed(reader.answers, final, updates)
         # Idle, every commit done: the answers are the final output, key by key.
         for word in hot:
@@ -113,8 +123,26 @@ def test_committed_reads_during_a_run_with_a_worker_killed(
                 assert last.doc["kind"] == "committed"
             else:
                 assert last.status == 404, last
+        # The command line, as an operator would use it.
+        word = hot[0]
+        flags = [arg for url in urls for arg in ("--url", url)]
+        got = _cli("state", "get", "counts", word, *flags)
+        assert json.loads(got)["value"] == final[word]
+        scanned = [
+            json.loads(line) for line in _cli("state", "scan", "counts", *flags).splitlines()
+        ]
+        assert all(final[item["key"]] == item["value"] for item in scanned)
+        assert 100 <= len(scanned) <= 200  # up to 100 from each worker that has tasks
     finally:
         run.stop()
+
+
+def _cli(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "processor", *args], capture_output=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
 
 
 def _check_committed(
