@@ -46,6 +46,7 @@ from processor.kafka.output import TransactionalOutput
 from processor.models.control import Decline
 from processor.models.records import Barrier, decode_barrier, encode_barrier
 from processor.pipeline.chain import DeadRecord, StageChain
+from processor.pipeline.live_state import epoch_value
 from processor.pipeline.plan import Stage
 from processor.pipeline.time import NO_WATERMARK
 from processor.runtime.deadletter import DeadLetters
@@ -322,7 +323,7 @@ class KeyedCheckpoints(Task):
         metrics.snapshot_failures_in_a_row.labels(**self.labels).set(0)
         self.last_checkpoint = pending.epoch.checkpoint_id
         if self.ctx.query is not None:
-            self.ctx.query.committed(self.last_checkpoint, pending.view, self._store)
+            self.ctx.query.committed(self.last_checkpoint, pending.view, self._store, self._epoch)
         metrics.snapshot_upload_seconds.labels(**self.labels).observe(info.duration_s)
         metrics.transaction_commit_seconds.labels(**self.labels).observe(commit_s)
         metrics.state_size_bytes.labels(**self.labels).set(info.full_bytes)
@@ -355,7 +356,12 @@ class KeyedCheckpoints(Task):
         if checkpoint_id:
             view = self._workdir / f"query-{checkpoint_id}"
             self._store.checkpoint(view)
-        gate.committed(checkpoint_id, view, self._store)
+        gate.committed(checkpoint_id, view, self._store, self._epoch)
+
+    def _epoch(self, store_key: bytes) -> tuple[bool, bytes | None]:
+        """What this epoch holds in memory for a key (a ``fresh`` request's newest value)."""
+        chain = self.chain
+        return (False, None) if chain is None else epoch_value(chain, store_key)
 
     def _retain(self, committed: SnapshotRef) -> None:
         assert self._snapshots is not None

@@ -40,6 +40,9 @@ from rocksdict import AccessType, Options, Rdict
 from processor.state.rocksdb.store import RocksDBStore
 
 GateState = Literal["restoring", "serving", "closed"]
+# A key's value in the running epoch's memory: (True, value or None if deleted), or
+# (False, None) when the epoch has not touched it.
+EpochReader = Callable[[bytes], tuple[bool, bytes | None]]
 
 
 class NotServing(Exception):
@@ -94,6 +97,7 @@ class TaskGate:
         self._view: Path | None = None  # of checkpoint self.checkpoint
         self._opened: Rdict | None = None  # self._view, opened read-only
         self._live: RocksDBStore | None = None
+        self._epoch: EpochReader | None = None
 
     def restoring(self) -> None:
         """The task (re)starts, restores or replays: no reads until `committed` again."""
@@ -102,10 +106,17 @@ class TaskGate:
             self._live = None
             self._drop_view()
 
-    def committed(self, checkpoint: int, view: Path | None, live: RocksDBStore) -> None:
+    def committed(
+        self,
+        checkpoint: int,
+        view: Path | None,
+        live: RocksDBStore,
+        epoch: EpochReader | None = None,
+    ) -> None:
         """Checkpoint ``checkpoint`` has committed; ``view`` holds its state (None: a task
         with no checkpoint yet, whose committed state is empty). From now on reads answer
-        from it; the previous view is removed."""
+        from it; the previous view is removed. ``live`` and ``epoch`` (what the running
+        epoch holds in memory, for a key) are what ``fresh`` reads see."""
         with self._lock:
             if self.state == "closed":
                 if view is not None:
@@ -113,6 +124,7 @@ class TaskGate:
                 return
             self._drop_view()
             self._view, self.checkpoint, self._live = view, checkpoint, live
+            self._epoch = epoch
             self.state = "serving"
 
     def close(self) -> None:
@@ -128,9 +140,13 @@ class TaskGate:
         def read(db: Any) -> list[bytes | None]:
             if db is None:
                 return [None] * len(keys)
-            if isinstance(db, RocksDBStore):
-                return db.get_many(keys)
-            return cast("list[bytes | None]", db.get(list(keys)))
+            if not isinstance(db, RocksDBStore):
+                return cast("list[bytes | None]", db.get(list(keys)))
+            stored = db.get_many(keys)
+            if self._epoch is None:
+                return stored
+            newer = [self._epoch(key) for key in keys]
+            return [v if held else s for s, (held, v) in zip(stored, newer, strict=True)]
 
         return self._read(timeout_s, fresh, lambda db: Read(self.checkpoint, fresh, read(db), []))
 

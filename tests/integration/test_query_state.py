@@ -51,6 +51,7 @@ class Reader:
         self.answers: list[Answer] = []
         self.statuses: dict[int, int] = {}
         self.latencies_s: list[float] = []  # of the answers with a value (200)
+        self.fresh: list[Answer] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -59,6 +60,11 @@ class Reader:
         rng = random.Random(5)
         while not self._stop.is_set():
             word = rng.choice(self.words)
+            if rng.random() < 0.1:  # the live value now and then: never above the final one
+                for url in self.urls:
+                    fresh = request(f"{url}/state/counts/{word}?fresh=true", timeout=10)
+                    if fresh.status == 200:
+                        self.fresh.append(fresh)
             for url in self.urls:
                 started = time.perf_counter()
                 answer = request(f"{url}/state/counts/{word}", timeout=10)
@@ -114,6 +120,10 @@ def test_committed_reads_during_a_run_with_a_worker_killed(
         p50, p99 = (took[int(len(took) * q)] * 1000 for q in (0.5, 0.99))
         print(f"GET latency (200s, client side): p50 {p50:.2f} ms, p99 {p99:.2f} ms")
         _check_committed(reader.answers, final, updates)
+        assert reader.fresh, "no fresh answer"
+        for answer in reader.fresh:
+            assert answer.doc["kind"] == "fresh"
+            assert answer.doc["value"] <= final[answer.doc["key"]], answer.doc
         # Idle, every commit done: the answers are the final output, key by key.
         for word in hot:
             last = get(urls, "counts", word, retry_s=60)

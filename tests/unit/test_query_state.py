@@ -18,6 +18,8 @@ from processor.http_server import HttpServer, Request, Response
 from processor.jobs import load_graph
 from processor.jobs.graph import JobGraph
 from processor.pipeline.api import Pipeline
+from processor.pipeline.chain import StageChain
+from processor.pipeline.live_state import epoch_value
 from processor.pipeline.plan import plan
 from processor.runtime.query import QueryRegistry, key_candidates, operators, owner, split_window
 from processor.runtime.query_routes import StateRoutes
@@ -279,3 +281,29 @@ def test_reads_and_hand_overs_from_two_threads(tmp_path: Path) -> None:
     gate.close()
     store.close()
     assert all(values == ([None] if n == 0 else [b"%d" % n]) for n, values in seen)
+
+
+def test_fresh_reads_see_the_epoch_in_memory_committed_ones_do_not(tmp_path: Path) -> None:
+    p = Pipeline()
+    p.source("w").key_by(lambda w: w).count(name="counts").sink("c")
+    compiled = plan(p)
+    stage = compiled.stages[1]
+    store = RocksDBStore(tmp_path / "db")
+    chain = StageChain(compiled, stage, 0, store, {stage.name: 1})
+    chain.shuffled({"a": 2})
+    chain.flush()
+    store.checkpoint(tmp_path / "chk-1")
+    gate = TaskGate("w.key_by-0")
+    view = link_view(tmp_path / "chk-1", tmp_path / "query-1")
+    gate.committed(1, view, store, lambda key: epoch_value(chain, key))
+    chain.shuffled({"a": 3, "b": 1})  # epoch 2, in memory only
+    keys = [b"counts\0a", b"counts\0b", b"counts\0c"]
+    assert epoch_value(chain, b"counts\0a") == (True, b"5")
+    assert epoch_value(chain, b"counts\0c") == (False, None)
+    assert gate.get(keys, 1, fresh=True).values == [b"5", b"1", None]
+    assert gate.get(keys, 1).values == [b"2", None, None]
+    chain.flush()  # in RocksDB now, still not committed
+    assert gate.get(keys, 1, fresh=True).values == [b"5", b"1", None]
+    assert gate.get(keys, 1).values == [b"2", None, None]
+    gate.close()
+    store.close()
