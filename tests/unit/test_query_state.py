@@ -307,3 +307,26 @@ def test_fresh_reads_see_the_epoch_in_memory_committed_ones_do_not(tmp_path: Pat
     assert gate.get(keys, 1).values == [b"2", None, None]
     gate.close()
     store.close()
+
+
+def test_the_command_asks_every_worker_until_one_owns_the_key(wordcount: _Served) -> None:
+    from processor.commands import state
+
+    assert state.key_url("http://w:1/", "counts", "a b/c") == "http://w:1/state/counts/a%20b%2Fc"
+    elsewhere = QueryRegistry(load_graph(Settings()), PARTITIONS)
+    others = {f"count-{p}": "w1" for p in range(PARTITIONS)}
+    elsewhere.assigned(others, [])  # a worker with none of the tasks: 421 for every key
+    url_elsewhere, server_elsewhere = _serve("", StateRoutes(elsewhere, "w2", 1))
+    url, server = _serve("t", wordcount.routes)
+    try:
+        found = state.get([url_elsewhere, url], "counts", "apple", token="t")
+        assert (found.status, found.doc["value"]) == (200, 3)
+        missing = state.get([url_elsewhere, url], "counts", "banana", token="t")
+        assert missing.status == 404
+        nowhere = state.get([url_elsewhere, "http://127.0.0.1:1"], "counts", "apple", retry_s=0)
+        assert nowhere.status == 421 and nowhere.doc["worker"] == "w1"
+        answers = state.scan([url], "counts", prefix="ap", token="t")
+        assert sorted(i["key"] for i in answers[0].doc["items"]) == ["apple", "apricot"]
+    finally:
+        server.shutdown()
+        server_elsewhere.shutdown()
