@@ -148,6 +148,17 @@ checkpoint_duration = Histogram(
     buckets=_DURATION_BUCKETS,
 )
 workers_alive = Gauge("processor_workers_alive", "Workers with a recent heartbeat", _JOB)
+state_requests = Counter(
+    "processor_state_requests",
+    "Queryable-state requests a worker answered (docs/query-state.md), by route and status",
+    [*_JOB, "route", "status"],
+)
+state_request_seconds = Histogram(
+    "processor_state_request_seconds",
+    "Time a worker took to answer a queryable-state request (200s only)",
+    [*_JOB, "route"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
 
 
 def forget_task(job: str, task: str) -> None:

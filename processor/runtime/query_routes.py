@@ -16,8 +16,10 @@ this worker (the answer names the worker it is assigned to, if known); 503 with
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+from processor import metrics
 from processor.http_server import Request, Response
 from processor.pipeline.ops import TAGGED, load_value, sink_key_of
 from processor.runtime.query import (
@@ -59,16 +61,29 @@ class StateRoutes:
         routes(Request("GET", "/state/counts/apple", {}, {}))  # 200 {"key": "apple", ...}
     """
 
-    def __init__(self, registry: QueryRegistry, worker_id: str, timeout_s: float) -> None:
+    def __init__(
+        self, registry: QueryRegistry, worker_id: str, timeout_s: float, job: str = ""
+    ) -> None:
         self.registry = registry
         self.worker_id = worker_id
         self.timeout_s = timeout_s
+        self._job = job
 
     def __call__(self, request: Request) -> Response | None:
         """The answer to a ``/state/`` request; None for any other path."""
         parts = request.path.split("/", 3)
         if len(parts) < 3 or parts[0] or parts[1] != "state" or not parts[2]:
             return None
+        started = time.perf_counter()
+        answer = self._answer(request, parts)
+        route = "get" if len(parts) == 4 else "scan"
+        metrics.state_requests.labels(self._job, route, str(answer.status)).inc()
+        if answer.status == 200:
+            took = time.perf_counter() - started
+            metrics.state_request_seconds.labels(self._job, route).observe(took)
+        return answer
+
+    def _answer(self, request: Request, parts: list[str]) -> Response:
         operator = self.registry.operators.get(parts[2])
         if operator is None:
             names = sorted(self.registry.operators)

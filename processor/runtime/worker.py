@@ -139,7 +139,7 @@ class Worker:
         if self.queries is None:
             return None
         timeout_s = self.settings.state_api_timeout_ms / 1000
-        return StateRoutes(self.queries, self.worker_id, timeout_s)
+        return StateRoutes(self.queries, self.worker_id, timeout_s, self.settings.job_name)
 
     def send(self, message: control.Message) -> None:
         """Thread-safe: tasks report through here."""

@@ -330,3 +330,19 @@ def test_the_command_asks_every_worker_until_one_owns_the_key(wordcount: _Served
     finally:
         server.shutdown()
         server_elsewhere.shutdown()
+
+
+def test_requests_are_counted_by_route_and_status(wordcount: _Served) -> None:
+    from prometheus_client import REGISTRY
+
+    def count(route: str, status: str) -> float:
+        labels = {"job_name": "", "route": route, "status": status}
+        return REGISTRY.get_sample_value("processor_state_requests_total", labels) or 0.0
+
+    before = count("get", "200"), count("get", "404"), count("scan", "400")
+    wordcount.get("/state/counts/apple")
+    wordcount.get("/state/counts/banana")
+    wordcount.get("/state/counts", limit="5000")
+    assert (count("get", "200"), count("get", "404"), count("scan", "400")) == tuple(
+        b + 1 for b in before
+    )
