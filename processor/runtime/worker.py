@@ -131,7 +131,10 @@ class Worker:
         self._assignment: control.Assignment | None = None
         # Queryable state: the gates of this worker's keyed tasks (None: the API is off).
         self.queries: QueryRegistry | None = None
-        if settings.state_api == "on":
+        if settings.state_api == "on" and not settings.metrics_port:
+            # No server to answer on: no views to link at every checkpoint either.
+            log.warning("PROCESSOR_STATE_API=on, but no PROCESSOR_METRICS_PORT to serve it on")
+        elif settings.state_api == "on":
             self.queries = QueryRegistry(self.graph, settings.shuffle_partitions)
 
     def state_routes(self) -> StateRoutes | None:
