@@ -214,6 +214,29 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--url", default="http://127.0.0.1:9400", help="coordinator's metrics URL")
     status.add_argument("--history", type=int, default=10, help="checkpoints to show")
 
+    state = sub.add_parser(
+        "state",
+        help="queryable state: a key's committed value from the workers (docs/query-state.md)",
+    )
+    state_sub = state.add_subparsers(dest="state_command", required=True, help="get or scan")
+    state_get = state_sub.add_parser("get", help="one key's value, as of its last checkpoint")
+    state_get.add_argument("operator", help="the operator's name (name=, or derived)")
+    state_get.add_argument("key", help="the key as a sink shows it; <key>@<start> for a window")
+    state_scan = state_sub.add_parser("scan", help="an operator's keys and values")
+    state_scan.add_argument("operator", help="the operator's name (name=, or derived)")
+    state_scan.add_argument("--prefix", default="", help="keys starting with this text only")
+    state_scan.add_argument("--limit", type=int, default=100, help="per worker, at most 1,000")
+    for command in (state_get, state_scan):
+        command.add_argument(
+            "--url",
+            action="append",
+            help="a worker's metrics URL, repeated for every worker (default "
+            "http://127.0.0.1:9401); token: PROCESSOR_API_TOKEN",
+        )
+        command.add_argument(
+            "--fresh", action="store_true", help="the live value, not yet committed"
+        )
+
     tail = sub.add_parser(
         "tail", parents=[common], help="what a topic holds, committed, decoded (any sink)"
     )
@@ -303,6 +326,19 @@ def _run(args: argparse.Namespace) -> int:
             print(f"processor: {exc}", file=sys.stderr)
             return 1
         return 0
+    if command == "state":
+        from processor.commands import state
+
+        return state.main(
+            args.state_command,
+            args.url or ["http://127.0.0.1:9401"],
+            args.operator,
+            getattr(args, "key", ""),
+            getattr(args, "prefix", ""),
+            getattr(args, "limit", 100),
+            load_settings().api_token.get_secret_value(),
+            args.fresh,
+        )
     if command == "corpus":
         from processor.commands import corpus
 
@@ -327,7 +363,14 @@ def _run(args: argparse.Namespace) -> int:
         from processor.runtime.worker import Worker
 
         worker = Worker(settings)
-        metrics.serve(settings.metrics_port, settings.metrics_host, worker.health, worker.worker_id)
+        metrics.serve(
+            settings.metrics_port,
+            settings.metrics_host,
+            worker.health,
+            worker.worker_id,
+            settings.api_token.get_secret_value(),
+            worker.state_routes(),
+        )
         worker.run(_stop_event())
         return 0
     if command == "local":

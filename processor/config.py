@@ -226,6 +226,11 @@ class Settings(BaseSettings):
     # Bearer token for the coordinator's status page and /api/status (never for /metrics or
     # /healthz, which probes and Prometheus use); empty: no token.
     api_token: SecretStr = SecretStr("")
+    # Queryable state (docs/query-state.md): a worker serves GET /state/... on its metrics
+    # port, behind api_token when set; off: those routes do not exist. State is user data.
+    state_api: Literal["on", "off"] = "off"
+    # How long a state request waits for its task's state (a restore, a commit, a scan).
+    state_api_timeout_ms: int = Field(default=2000, ge=10, le=60_000)
     metrics_host: str = "127.0.0.1"  # 0.0.0.0 in containers, so that Prometheus can scrape
     # /healthz fails once the main loop has not gone round for this long (a stuck loop).
     health_timeout_ms: int = Field(default=60_000, ge=1000)

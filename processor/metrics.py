@@ -8,11 +8,13 @@ Values are in base units: seconds, bytes."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from processor.config import SettingsError
 from processor.health import LoopHealth
+from processor.http_server import Request, Response
 
 _JOB = ["job_name"]
 _TASK = [*_JOB, "task"]
@@ -146,6 +148,17 @@ checkpoint_duration = Histogram(
     buckets=_DURATION_BUCKETS,
 )
 workers_alive = Gauge("processor_workers_alive", "Workers with a recent heartbeat", _JOB)
+state_requests = Counter(
+    "processor_state_requests",
+    "Queryable-state requests a worker answered (docs/query-state.md), by route and status",
+    [*_JOB, "route", "status"],
+)
+state_request_seconds = Histogram(
+    "processor_state_request_seconds",
+    "Time a worker took to answer a queryable-state request (200s only)",
+    [*_JOB, "route"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
 
 
 def forget_task(job: str, task: str) -> None:
@@ -178,17 +191,24 @@ def forget_stopped(job: str, task: str) -> None:
 
 
 def serve(
-    port: int, host: str = "127.0.0.1", health: LoopHealth | None = None, worker: str = ""
+    port: int,
+    host: str = "127.0.0.1",
+    health: LoopHealth | None = None,
+    worker: str = "",
+    token: str = "",
+    pages: Callable[[Request], Response | None] | None = None,
 ) -> None:
     """Serve /metrics and /healthz on host:port (port 0: not at all).
 
-    ``worker``: the worker id, added as the ``worker`` label to every exported sample.
+    ``worker``: the worker id, added as the ``worker`` label to every exported sample;
+    ``pages``: other routes (a worker's queryable state), behind ``token`` if it is set.
     """
     if port:
         from processor import endpoints  # the HTTP server only where it is served
 
         try:
-            endpoints.serve(host, port, health, {"worker": worker} if worker else None)
+            labels = {"worker": worker} if worker else None
+            endpoints.serve(host, port, health, labels, token, pages)
         except OSError as exc:
             raise SettingsError(
                 f"invalid setting PROCESSOR_METRICS_PORT: cannot serve {host}:{port} "

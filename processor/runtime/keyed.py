@@ -152,6 +152,8 @@ class KeyedTask(KeyedCheckpoints):
             consumer.close()
             if self._fed is not None:
                 self._fed.consumer.close()
+            if self.ctx.query is not None:
+                self.ctx.query.close()  # no request reads the store from here on
             if store is not None:
                 store.close()
             shutil.rmtree(workdir, ignore_errors=True)
@@ -238,6 +240,8 @@ class KeyedTask(KeyedCheckpoints):
         check_resume(consumer, self.topic, self.partition, start, self.last_checkpoint, STATE_LOST)
         consumer.assign([TopicPartition(self.topic, self.partition, start)])
         log.info("%s: resuming %s[%d] at %d", self.ctx.task_id, self.topic, self.partition, start)
+        if not self._replay_to:  # else the replay's end is the committed state
+            self._serve_committed(self.last_checkpoint)
         return store
 
     def _start_feedback(

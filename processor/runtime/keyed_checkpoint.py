@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import struct
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -45,6 +46,7 @@ from processor.kafka.output import TransactionalOutput
 from processor.models.control import Decline
 from processor.models.records import Barrier, decode_barrier, encode_barrier
 from processor.pipeline.chain import DeadRecord, StageChain
+from processor.pipeline.live_state import epoch_value
 from processor.pipeline.plan import Stage
 from processor.pipeline.time import NO_WATERMARK
 from processor.runtime.deadletter import DeadLetters
@@ -55,6 +57,7 @@ from processor.runtime.keyed_time import Mark, TaskTime
 from processor.runtime.layout import META_KEY as LAYOUT_KEY
 from processor.runtime.task import ClosedEpoch, Task
 from processor.state.format import STATE_FORMAT
+from processor.state.query_gate import link_view
 from processor.state.rocksdb.snapshot_process import SnapshotProcess
 from processor.state.rocksdb.snapshots import SnapshotAborted, SnapshotInfo, SnapshotRef
 from processor.state.rocksdb.store import RocksDBStore
@@ -77,6 +80,7 @@ class _Pending:
     info: SnapshotInfo | None = None  # set once the snapshot is durable and the commit queued
     # The watermark forwarded before this transaction: what downstream has if it is aborted.
     sent_before: Mark | None = None
+    view: Path | None = None  # its state for queries, served once it commits (`query_gate`)
 
 
 class KeyedCheckpoints(Task):
@@ -195,6 +199,7 @@ class KeyedCheckpoints(Task):
             self._send_watermark(None)
         if checkpoint_id >= self._replay_to:
             self._replay_to = self._replay_from = 0
+            self._serve_committed(checkpoint_id)
             log.info(
                 "%s: replay after the fallback is done (checkpoint %d)",
                 self.ctx.task_id,
@@ -252,9 +257,14 @@ class KeyedCheckpoints(Task):
                 out.produce(topic, value, partition=p, headers=headers)
         flush_cpu_s = time.thread_time() - flush_started_cpu
         local = self._workdir / f"chk-{checkpoint_id}"
+        view: Path | None = None
         try:
             store.checkpoint(local)
+            if self.ctx.query is not None:  # before the upload takes `local` away
+                view = link_view(local, self._workdir / f"query-{checkpoint_id}")
         except Exception as exc:  # noqa: BLE001 - local disk trouble: decline, maybe tolerate
+            if view is not None:
+                shutil.rmtree(view, ignore_errors=True)
             self._snapshot_failed(checkpoint_id, exc, out, sent_before)
             return
         held: dict[str, Any] = {
@@ -275,7 +285,9 @@ class KeyedCheckpoints(Task):
         )
         current = self._time.watermarks.current
         watermark = current if self.stage.timed and current > NO_WATERMARK else None
-        self._pending = _Pending(epoch, future, alignment_s, watermark, sent_before=sent_before)
+        self._pending = _Pending(
+            epoch, future, alignment_s, watermark, sent_before=sent_before, view=view
+        )
         metrics.state_keys.labels(**self.labels).set(store.approximate_keys())
 
     def _finish_checkpoint(self, out: TransactionalOutput, block: bool) -> None:
@@ -293,6 +305,8 @@ class KeyedCheckpoints(Task):
                 pending.info = pending.future.result()
             except Exception as exc:  # noqa: BLE001 - storage trouble: decline, maybe tolerate
                 self._pending = None
+                if pending.view is not None:  # its transaction is aborted: never served
+                    shutil.rmtree(pending.view, ignore_errors=True)
                 self._snapshot_failed(pending.epoch.checkpoint_id, exc, out, pending.sent_before)
                 return
             faults.reach("snapshot_durable", self.ctx.task_id)
@@ -308,6 +322,8 @@ class KeyedCheckpoints(Task):
         self._snapshot_failures = 0
         metrics.snapshot_failures_in_a_row.labels(**self.labels).set(0)
         self.last_checkpoint = pending.epoch.checkpoint_id
+        if self.ctx.query is not None:
+            self.ctx.query.committed(self.last_checkpoint, pending.view, self._store, self._epoch)
         metrics.snapshot_upload_seconds.labels(**self.labels).observe(info.duration_s)
         metrics.transaction_commit_seconds.labels(**self.labels).observe(commit_s)
         metrics.state_size_bytes.labels(**self.labels).set(info.full_bytes)
@@ -328,6 +344,24 @@ class KeyedCheckpoints(Task):
             )
         )
         self._retainer.submit(self._retain, info.ref)
+
+    def _serve_committed(self, checkpoint_id: int) -> None:
+        """After a restore (or a fallback's replay), the state in RocksDB is checkpoint
+        ``checkpoint_id``'s, committed: requests may read it (0: nothing committed yet, so
+        no key has a committed value). Checkpoints taken later are served as they commit."""
+        gate = self.ctx.query
+        if gate is None:
+            return
+        view: Path | None = None
+        if checkpoint_id:
+            view = self._workdir / f"query-{checkpoint_id}"
+            self._store.checkpoint(view)
+        gate.committed(checkpoint_id, view, self._store, self._epoch)
+
+    def _epoch(self, store_key: bytes) -> tuple[bool, bytes | None]:
+        """What this epoch holds in memory for a key (a ``fresh`` request's newest value)."""
+        chain = self.chain
+        return (False, None) if chain is None else epoch_value(chain, store_key)
 
     def _retain(self, committed: SnapshotRef) -> None:
         assert self._snapshots is not None

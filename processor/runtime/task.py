@@ -31,6 +31,7 @@ from processor.models.control import Message as ControlMessage
 from processor.pipeline.plan import Stage
 from processor.processes import pid_alive
 from processor.state.dirs import private_dir
+from processor.state.query_gate import TaskGate
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ class TaskContext:
     feedback_purger: ShufflePurger | None = None  # and for its loop's feedback topic
     # Tasks per stage (the assignment's): where a task's channels begin in a join's input.
     parallelism: dict[str, int] = field(default_factory=dict)
+    # Where requests read a keyed task's state (PROCESSOR_STATE_API=on), else None.
+    query: TaskGate | None = None
 
     @property
     def stage(self) -> Stage:

@@ -29,6 +29,8 @@ from processor.kafka import clients
 from processor.kafka.purge import ShufflePurger
 from processor.models import control, internal
 from processor.runtime.keyed import KeyedTask
+from processor.runtime.query import QueryRegistry
+from processor.runtime.query_routes import StateRoutes
 from processor.runtime.source import SourceTask
 from processor.runtime.task import PermanentTaskFailure, Task, TaskContext
 from processor.state.dirs import private_dir
@@ -127,6 +129,20 @@ class Worker:
             }
         self._generation = -1
         self._assignment: control.Assignment | None = None
+        # Queryable state: the gates of this worker's keyed tasks (None: the API is off).
+        self.queries: QueryRegistry | None = None
+        if settings.state_api == "on" and not settings.metrics_port:
+            # No server to answer on: no views to link at every checkpoint either.
+            log.warning("PROCESSOR_STATE_API=on, but no PROCESSOR_METRICS_PORT to serve it on")
+        elif settings.state_api == "on":
+            self.queries = QueryRegistry(self.graph, settings.shuffle_partitions)
+
+    def state_routes(self) -> StateRoutes | None:
+        """The ``/state/`` routes for the metrics port (None: PROCESSOR_STATE_API is off)."""
+        if self.queries is None:
+            return None
+        timeout_s = self.settings.state_api_timeout_ms / 1000
+        return StateRoutes(self.queries, self.worker_id, timeout_s, self.settings.job_name)
 
     def send(self, message: control.Message) -> None:
         """Thread-safe: tasks report through here."""
@@ -193,6 +209,8 @@ class Worker:
         mine = (
             {t for t, w in assignment.tasks.items() if w == self.worker_id} if assignment else set()
         )
+        if self.queries is not None:
+            self.queries.assigned(assignment.tasks if assignment else {}, mine)
         now = time.monotonic()
         for task_id, runner in list(self._runners.items()):
             if task_id not in mine and not runner.task.ctx.stop.is_set():
@@ -254,6 +272,8 @@ class Worker:
         )
         if stage.is_source:
             return SourceTask(ctx, tid.index, [tid.index])
+        if self.queries is not None:
+            ctx.query = self.queries.gate(task_id)
         return KeyedTask(ctx, tid.index)
 
     def _heartbeat(self) -> None:

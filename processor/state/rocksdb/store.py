@@ -62,6 +62,10 @@ class RocksDBStore:
                 return
             yield key, value
 
+    def items_from(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every key from ``start`` on (and its value), in key order, to the end."""
+        return cast("Iterator[tuple[bytes, bytes]]", self._db.items(from_key=start))
+
     def start_flush(self) -> None:
         """Begin writing the memtable to an SST file in RocksDB's own flush thread.
 
