@@ -54,11 +54,13 @@ def serve(
     labels: Mapping[str, str] | None = None,
     token: str = "",
     pages: Callable[[Request], Response | None] | None = None,
+    slow: tuple[str, ...] = (),
 ) -> HttpServer:
     """Serve the endpoints in a daemon thread; returns the server (``.shutdown()`` stops it).
 
     ``/metrics`` and ``/healthz`` always; ``pages`` answers any other path (None: not
-    found), such as the coordinator's status page. ``labels`` are added to every exported
+    found), such as the coordinator's status page; those under a ``slow`` prefix run off the
+    server's loop (`HttpServer`). ``labels`` are added to every exported
     sample. ``token`` (``PROCESSOR_API_TOKEN``): every other path wants
     ``Authorization: Bearer <token>`` (or ``?token=`` for a browser). Served on a loopback
     address, requests must name it in their ``Host``.
@@ -88,7 +90,7 @@ def serve(
             return Response(404, "text/plain", b"not found: try /metrics or /healthz\n")
         return answer
 
-    return HttpServer(host, port, app)
+    return HttpServer(host, port, app, slow)
 
 
 def _authorized(request: Request, secret: bytes) -> bool:

@@ -11,7 +11,10 @@ thread, holds every connection:
 - every answer closes its connection (the endpoints are scraped, not browsed at length).
 
 Handlers are plain functions, run on the loop: the endpoints only read a prepared document
-or the metrics registry. Only GET and HEAD are served.
+or the metrics registry. Paths under a ``slow`` prefix (the workers' ``/state/`` reads,
+which may wait for a task's gate) run on a small thread pool instead, at most
+``MAX_SLOW_PENDING`` at a time (more are answered 503 at once), so a probe of ``/healthz``
+or a scrape never waits behind them. Only GET and HEAD are served.
 
 Example::
 
@@ -29,6 +32,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -39,6 +43,8 @@ HEAD_TIMEOUT_S = 10.0
 WRITE_TIMEOUT_S = 10.0
 MAX_HEAD_BYTES = 16 * 1024
 MAX_CONNECTIONS = 256
+SLOW_THREADS = 4
+MAX_SLOW_PENDING = 32
 
 
 @dataclass(frozen=True)
@@ -91,8 +97,13 @@ class HttpServer:
     """Serves ``handler`` on ``host:port`` (0: any free port, see ``server_port``) from a
     daemon thread; binding errors (``OSError``) are raised here, by the constructor."""
 
-    def __init__(self, host: str, port: int, handler: Handler) -> None:
+    def __init__(
+        self, host: str, port: int, handler: Handler, slow: tuple[str, ...] = ()
+    ) -> None:
         self._handler = handler
+        self._slow = slow  # path prefixes answered on the pool
+        self._pool = ThreadPoolExecutor(SLOW_THREADS, "http-slow") if slow else None
+        self._slow_pending = 0
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.create_server((host, port), family=family, backlog=128)
         self.server_port: int = self._socket.getsockname()[1]
@@ -130,6 +141,8 @@ class HttpServer:
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     server_close = shutdown  # the standard library servers' name for the second half
 
@@ -153,7 +166,7 @@ class HttpServer:
                 self._waiting.pop(writer, None)
             head_only = isinstance(response, Request) and response.method == "HEAD"
             if isinstance(response, Request):
-                response = self._answer(response)
+                response = await self._answer_off_loop(response)
             await asyncio.wait_for(self._write(writer, response, head_only), WRITE_TIMEOUT_S)
         except (TimeoutError, ConnectionError):
             pass
@@ -161,6 +174,19 @@ class HttpServer:
             self._open -= 1
             self._waiting.pop(writer, None)
             writer.close()
+
+    async def _answer_off_loop(self, request: Request) -> Response:
+        if self._pool is None or not request.path.startswith(self._slow):
+            return self._answer(request)
+        if self._slow_pending >= MAX_SLOW_PENDING:
+            return Response(
+                503, "text/plain", b"too many requests in flight\n", [("Retry-After", "1")]
+            )
+        self._slow_pending += 1  # only the loop's thread counts: no lock
+        try:
+            return await self._loop.run_in_executor(self._pool, self._answer, request)
+        finally:
+            self._slow_pending -= 1
 
     def _answer(self, request: Request) -> Response:
         try:

@@ -208,7 +208,9 @@ def serve(
 
         try:
             labels = {"worker": worker} if worker else None
-            endpoints.serve(host, port, health, labels, token, pages)
+            # State reads may wait on a task: off the loop that answers /healthz.
+            slow = ("/state/",) if pages is not None else ()
+            endpoints.serve(host, port, health, labels, token, pages, slow)
         except OSError as exc:
             raise SettingsError(
                 f"invalid setting PROCESSOR_METRICS_PORT: cannot serve {host}:{port} "

@@ -158,3 +158,42 @@ def test_parse_head() -> None:
     assert request == Request(
         "GET", "/a b", {"token": ["x"], "y": ["1"]}, {"host": "h:1", "x-y": "z"}
     )
+
+
+def test_slow_state_reads_run_off_the_loop_and_are_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A state read waiting on its task's gate must not hold up /healthz (a probe that times
+    out restarts the worker); past `MAX_SLOW_PENDING` reads in flight, more are 503 at once."""
+    from processor.endpoints import serve as serve_endpoints
+
+    monkeypatch.setattr(http_server, "MAX_SLOW_PENDING", 2)
+    release = threading.Event()
+
+    def pages(request: Request) -> http_server.Response | None:
+        release.wait(10)
+        return http_server.Response(200, "text/plain", b"value\n")
+
+    server = serve_endpoints("127.0.0.1", 0, LoopHealth(30), pages=pages, slow=("/state/",))
+    port = server.server_port
+    answers: list[int] = []
+    readers = [
+        threading.Thread(target=lambda: answers.append(_get(port, "/state/counts/a")[0]))
+        for _ in range(2)
+    ]
+    try:
+        for reader in readers:
+            reader.start()
+        deadline = time.monotonic() + 5
+        while server._slow_pending < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _get(port, "/healthz")[0] == 200  # answered while both reads wait
+        status, _ = _get(port, "/state/counts/b")
+        assert status == 503
+        release.set()
+        for reader in readers:
+            reader.join(10)
+        assert answers == [200, 200]
+    finally:
+        release.set()
+        server.shutdown()
