@@ -72,6 +72,7 @@ class CompletedCheckpoint:
                     "upload_s": a.upload_s,
                     "commit_s": a.commit_s,
                     "records_in": a.records_in,
+                    "busy_cpu_s": a.busy_cpu_s,
                 }
                 for t, a in sorted(self.acks.items())
             },

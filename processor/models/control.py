@@ -80,6 +80,9 @@ class Ack:
     sync_s: float = 0.0
     sync_cpu_s: float = 0.0  # the CPU time of it (sync_s less waits for the GIL and the network)
     flush_cpu_s: float = 0.0  # of which: writing the epoch's output (and, keyed, its state)
+    # The task thread's CPU time from the previous barrier to this one: over the time between
+    # the two checkpoints, how busy the task was (the status page's busy %); 0 at the first.
+    busy_cpu_s: float = 0.0
     upload_s: float = 0.0
     commit_s: float = 0.0  # the commit round trip, in the background
     snapshot: str = ""  # a keyed task's snapshot owner: (checkpoint, snapshot) names it

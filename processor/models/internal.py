@@ -45,6 +45,7 @@ class TaskEntry(TypedDict, total=False):
     upload_s: float
     commit_s: float
     records_in: int
+    busy_cpu_s: float
 
 
 class CheckpointRecord(TypedDict, total=False):

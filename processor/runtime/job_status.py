@@ -37,7 +37,7 @@ def job_status(
         }
         for r in service.history[-50:]
     ]
-    rates = _stage_rates(service.graph, service.history[-2:])
+    rates, busy = _stage_rates(service.graph, service.history[-2:])
     history = sorted([*completed, *service._failures], key=lambda c: -int(c["id"]))[:50]
     wall = time.time()
     lines = service.hour.sparklines(wall)
@@ -84,6 +84,7 @@ def job_status(
                 "operators": [n.name for n in stage.nodes],
                 "upstreams": [u.name for u in stage.upstreams],
                 "records_per_s": rates.get(stage.name),
+                "busy": busy.get(stage.name),
                 "lag": sum(
                     service._task_lag.get(t) or 0
                     for t in service._task_status
@@ -149,15 +150,25 @@ def _input(graph: JobGraph, stage: Stage) -> str:
     return graph.shuffle_topic(stage)
 
 
-def _stage_rates(graph: JobGraph, last_two: list[dict[str, Any]]) -> dict[str, float]:
-    """Records read per second by each stage's tasks over the last completed checkpoint."""
+def _stage_rates(
+    graph: JobGraph, last_two: list[dict[str, Any]]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Over the last completed checkpoint, per stage: the records its tasks read per second,
+    and how busy they were (their threads' CPU time over the time, averaged over its tasks
+    that reported it; 1.0 is a task thread on a core the whole time)."""
     if len(last_two) < 2:
-        return {}
+        return {}, {}
     before, last = last_two
     span = float(last.get("completed_at") or 0) - float(before.get("completed_at") or 0)
     if span <= 0:
-        return {}
+        return {}, {}
     per_stage: collections.Counter[str] = collections.Counter()
+    cpu: dict[str, list[float]] = {}
     for task, ack in last.get("tasks", {}).items():
-        per_stage[task.rpartition("-")[0]] += int(ack.get("records_in") or 0)
-    return {s.name: round(per_stage[s.name] / span, 1) for s in graph.stages}
+        stage = task.rpartition("-")[0]
+        per_stage[stage] += int(ack.get("records_in") or 0)
+        if ack.get("busy_cpu_s"):
+            cpu.setdefault(stage, []).append(float(ack["busy_cpu_s"]))
+    rates = {s.name: round(per_stage[s.name] / span, 1) for s in graph.stages}
+    busy = {name: round(min(1.0, sum(v) / len(v) / span), 3) for name, v in cpu.items()}
+    return rates, busy

@@ -135,6 +135,8 @@ def render_html(doc: dict[str, Any]) -> str:
         + _cell(st.get("kind"))
         + _cell(st.get("input"))
         + _cell(st.get("tasks"))
+        + _cell(st.get("records_per_s"))
+        + _cell(f"{float(st['busy']):.0%}" if st.get("busy") is not None else None)
         + _cell(" → ".join(st.get("operators", [])))
         + "</tr>"
         for st in doc.get("stages", [])
@@ -208,7 +210,7 @@ setInterval(async () => {{
 </div>
 <div class="grid">
 <div><h2>Stages</h2><table><tr><th>stage</th><th>kind</th><th>input</th><th>tasks</th>
-<th>operators</th></tr>{stages}</table>
+<th>records/s</th><th>busy</th><th>operators</th></tr>{stages}</table>
 <h2>Checkpoints (latest 20)</h2>
 <table><tr><th>id</th><th>status</th><th>at</th><th>duration</th><th>uploaded</th>
 <th>full size</th><th>slowest task / reason</th></tr>{"".join(rows)}</table></div>

@@ -59,10 +59,14 @@ def job_graph(stages: list[dict[str, Any]]) -> str:
             'stroke="#666"/>'
         )
         rate = st.get("records_per_s")
+        busy = st.get("busy")
         detail = f"{st.get('tasks', 0)} tasks · lag {st.get('lag', 0) or 0}"
+        throughput = "-" if rate is None else f"{_si(float(rate))} records/s"
+        if busy is not None:
+            throughput += f" · busy {float(busy):.0%}"
         lines = [
             (f"{st['stage']} ({kind})", "bold"),
-            ("-" if rate is None else f"{_si(float(rate))} records/s", "normal"),
+            (throughput, "normal"),
             (detail, "normal"),
         ]
         for i, (text, weight) in enumerate(lines):

@@ -72,6 +72,7 @@ class ClosedEpoch:
     records_out: int
     lag: int
     positions: dict[str, int]
+    busy_cpu_s: float = 0.0  # the task thread's CPU time over the epoch (see Ack.busy_cpu_s)
 
     def ack(self, ctx: TaskContext, commit_s: float, **snapshot: Any) -> Ack:
         """The acknowledgement, once the epoch's transaction committed."""
@@ -86,6 +87,7 @@ class ClosedEpoch:
             sync_s=round(self.sync_s, 6),
             sync_cpu_s=round(self.sync_cpu_s, 6),
             flush_cpu_s=round(self.flush_cpu_s, 6),
+            busy_cpu_s=round(self.busy_cpu_s, 6),
             commit_s=round(commit_s, 6),
             **snapshot,
         )
@@ -112,6 +114,7 @@ class Task:
         self.last_checkpoint = 0
         self.labels = {"job_name": ctx.settings.job_name, "task": ctx.task_id}
         self._records_in = 0  # in the current epoch
+        self._cpu_mark: float | None = None  # the task thread's CPU time at the last barrier
         self._records_out = 0
 
     def output_topics(self) -> list[str]:
@@ -162,6 +165,10 @@ class Task:
     ) -> ClosedEpoch:
         """End of checkpoint n's synchronous part, begun at ``started`` (monotonic, thread
         CPU time); ``waited_s`` is the epoch's earlier waits for checkpoint n-1."""
+        # Read once a checkpoint, never per batch: what the status page shows as busy.
+        cpu_now = time.thread_time()
+        busy = cpu_now - self._cpu_mark if self._cpu_mark is not None else 0.0
+        self._cpu_mark = cpu_now
         epoch = ClosedEpoch(
             checkpoint_id,
             time.monotonic() - started[0] + waited_s,
@@ -171,6 +178,7 @@ class Task:
             self._records_out,
             lag,
             positions,
+            busy,
         )
         self._records_in = self._records_out = 0
         return epoch

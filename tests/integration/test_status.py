@@ -56,6 +56,12 @@ def test_status_api_page_metrics_and_cli(kafka_bootstrap: str, tmp_path: Path) -
         newest = doc["checkpoints"]["history"][0]
         assert newest["status"] == "completed" and newest["duration_s"] > 0
         assert newest["slowest_task"]
+        # Each stage's rate and how busy its tasks were over the last checkpoint (their
+        # threads' CPU time, from the acks); each task's hour of rate and lag.
+        for stage in doc["stages"]:
+            assert stage["records_per_s"] is not None, stage
+            assert 0 < stage["busy"] <= 1, stage
+        assert all(len(t["hour"]["lag"]) >= 1 for t in doc["tasks"])
 
         page = _get(base + "/")
         assert f"job {run.job}" in page and "Checkpoints" in page and "worker-1" in page

@@ -438,6 +438,7 @@ def test_to_json_exact() -> None:
                 "upload_s": 0.3,
                 "commit_s": 0.04,
                 "records_in": 200,
+                "busy_cpu_s": 0.0,
             },
             "count-1": {
                 "worker": "w1",
@@ -451,6 +452,7 @@ def test_to_json_exact() -> None:
                 "upload_s": 0.05,
                 "commit_s": 5.0,
                 "records_in": 50,
+                "busy_cpu_s": 0.0,
             },
             "split-0": {
                 "worker": "w1",
@@ -464,6 +466,7 @@ def test_to_json_exact() -> None:
                 "upload_s": 0.0,
                 "commit_s": 0.02,
                 "records_in": 100,
+                "busy_cpu_s": 0.0,
             },
         },
     }

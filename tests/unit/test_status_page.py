@@ -45,3 +45,37 @@ def test_the_setting_takes_only_a_web_address() -> None:
     assert load_settings(grafana_url="http://g:3000/d/x").grafana_url == "http://g:3000/d/x"
     with pytest.raises(SettingsError, match="invalid setting --grafana-url"):
         load_settings(grafana_url="javascript:alert(1)")
+
+
+def test_a_stage_shows_its_records_per_second_and_how_busy_its_tasks_were() -> None:
+    """Busy: the task threads' CPU time between the last two checkpoints over that time,
+    averaged over the stage's tasks (from the acks: read once a checkpoint, not per batch)."""
+    from processor.jobs.graph import JobGraph
+    from processor.pipeline.api import Pipeline
+    from processor.pipeline.plan import plan
+    from processor.runtime.job_status import _stage_rates
+    from processor.runtime.status_svg import job_graph
+
+    p = Pipeline(name="busy")
+    p.source("in", value="text").key_by(lambda w: w).count().sink("out")
+    graph = JobGraph("busy", plan(p))
+    source, keyed = (s.name for s in graph.stages)
+    before = {"completed_at": 100.0, "tasks": {}}
+    last = {
+        "completed_at": 102.0,
+        "tasks": {
+            f"{source}-0": {"records_in": 4000, "busy_cpu_s": 1.0},
+            f"{source}-1": {"records_in": 2000, "busy_cpu_s": 0.6},
+            f"{keyed}-0": {"records_in": 600},  # an older worker's ack: no busy time
+        },
+    }
+    rates, busy = _stage_rates(graph, [before, last])
+    assert rates == {source: 3000.0, keyed: 300.0}
+    assert busy == {source: 0.4}
+    svg = job_graph(
+        [
+            {"stage": source, "kind": "source", "records_per_s": 3000.0, "busy": 0.4},
+            {"stage": keyed, "kind": "keyed", "upstreams": [source], "records_per_s": 300.0},
+        ]
+    )
+    assert "3.0k records/s · busy 40%" in svg and "300 records/s<" in svg
