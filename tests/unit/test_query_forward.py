@@ -166,3 +166,31 @@ def test_off_the_coordinator_has_no_state_routes() -> None:
         assert answer.status == 404
     finally:
         coordinator.shutdown()
+
+
+@pytest.mark.parametrize("api", ["on", "off"])
+def test_a_worker_announces_its_url_at_start_and_every_tenth_heartbeat(
+    tmp_path: Path, api: str
+) -> None:
+    from processor.models import control
+    from processor.runtime.worker import ENDPOINT_EVERY, Worker
+
+    settings = Settings(
+        bootstrap_servers="127.0.0.1:1",  # never reached: the clients connect lazily
+        state_dir=tmp_path / "state",
+        worker_id="w1",
+        state_api=api,  # type: ignore[arg-type]
+        metrics_port=9401,
+    )
+    worker = Worker(settings)
+    sent: list[control.Message] = []
+    worker.send = sent.append  # type: ignore[method-assign,assignment]
+    try:
+        for _ in range(ENDPOINT_EVERY + 1):
+            worker._heartbeat()
+    finally:
+        worker._control.close()
+    endpoints = [m for m in sent if isinstance(m, control.Endpoint)]
+    expected = [control.Endpoint("w1", "http://127.0.0.1:9401")] * 2 if api == "on" else []
+    assert endpoints == expected
+    assert sum(isinstance(m, control.Heartbeat) for m in sent) == ENDPOINT_EVERY + 1
