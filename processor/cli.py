@@ -126,6 +126,8 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     return load_settings(**{**_overrides(args), **extra, "job_name": default_job_name(settings)})
 
 
+# The coordinator's metrics port as `processor local` serves it (status, state ask it).
+COORDINATOR_URL = "http://127.0.0.1:9400"
 FORMATS = ("json", "text", "bytes")  # of processor tail (commands/tail.py)
 
 
@@ -211,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     acls.add_argument("--table", action="store_true", help="a Markdown table, not commands")
 
     status = sub.add_parser("status", help="the coordinator's checkpoint and task status")
-    status.add_argument("--url", default="http://127.0.0.1:9400", help="coordinator's metrics URL")
+    status.add_argument("--url", default=COORDINATOR_URL, help="coordinator's metrics URL")
     status.add_argument("--history", type=int, default=10, help="checkpoints to show")
 
     state = sub.add_parser(
@@ -230,8 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--url",
             action="append",
-            help="a worker's metrics URL, repeated for every worker (default "
-            "http://127.0.0.1:9401); token: PROCESSOR_API_TOKEN",
+            help="the coordinator's metrics URL, which forwards to the owning worker (default "
+            f"{COORDINATOR_URL}), or a worker's, repeated; token: PROCESSOR_API_TOKEN",
         )
         command.add_argument(
             "--fresh", action="store_true", help="the live value, not yet committed"
@@ -331,7 +333,7 @@ def _run(args: argparse.Namespace) -> int:
 
         return state.main(
             args.state_command,
-            args.url or ["http://127.0.0.1:9401"],
+            args.url or [COORDINATOR_URL],
             args.operator,
             getattr(args, "key", ""),
             getattr(args, "prefix", ""),

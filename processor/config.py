@@ -231,6 +231,9 @@ class Settings(BaseSettings):
     state_api: Literal["on", "off"] = "off"
     # How long a state request waits for its task's state (a restore, a commit, a scan).
     state_api_timeout_ms: int = Field(default=2000, ge=10, le=60_000)
+    # The address others (the coordinator) reach this worker's metrics port at, for state
+    # requests; empty: http://<metrics_host>:<metrics_port>, the host name for 0.0.0.0.
+    state_api_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
     metrics_host: str = "127.0.0.1"  # 0.0.0.0 in containers, so that Prometheus can scrape
     # /healthz fails once the main loop has not gone round for this long (a stuck loop).
     health_timeout_ms: int = Field(default=60_000, ge=1000)

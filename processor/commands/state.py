@@ -1,9 +1,11 @@
 """``processor state get|scan``: a key's committed value (or an operator's keys) from the
 workers' ``/state/`` routes (docs/query-state.md).
 
-Until the coordinator forwards requests, the command asks every worker URL it is given
-(``--url``, repeated) in turn: the one whose task owns the key answers, the others say
-421 (not on this worker). A 503 (the task restores or moves) is tried again, for a while.
+By default it asks the coordinator, which forwards the request to the worker whose task owns
+the key (a scan: to every worker with tasks of the operator, merged). Given workers' URLs
+(``--url``, repeated) it asks each in turn: the one whose task owns the key answers, the
+others say 421 (not on this worker). A 503 (the task restores or moves, or the coordinator
+does not know where it is yet) is tried again, for a while.
 """
 
 from __future__ import annotations

@@ -113,7 +113,24 @@ class Lease:
     kind: Literal["lease"] = "lease"
 
 
-Message = Heartbeat | Assignment | Trigger | Ack | Decline | Lease
+@dataclass(frozen=True)
+class Endpoint:
+    """Worker ``worker`` serves its queryable state (``/state/...``) at ``url``, the address
+    others reach its metrics port at. Sent at its start and again every few heartbeats, so
+    that a restarted coordinator learns it; only with ``PROCESSOR_STATE_API=on``.
+
+    A coordinator of an earlier version does not know the kind: it skips and counts it
+    (``internal.SkippedRecords``), as any message it cannot read.
+    """
+
+    __pydantic_config__ = _STRICT
+
+    worker: str
+    url: str
+    kind: Literal["endpoint"] = "endpoint"
+
+
+Message = Heartbeat | Assignment | Trigger | Ack | Decline | Lease | Endpoint
 
 
 def encode(message: Message) -> bytes:

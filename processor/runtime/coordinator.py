@@ -42,6 +42,7 @@ from processor.runtime.job_status import job_status
 from processor.runtime.job_topics import create_job_topics
 from processor.runtime.layout import check_history
 from processor.runtime.lease import CoordinatorConflict, CoordinatorLease
+from processor.runtime.query_forward import ForwardRoutes, WorkerDirectory
 from processor.runtime.status import StatusBoard
 from processor.runtime.status_history import StatusHistory
 
@@ -73,6 +74,8 @@ class CoordinatorService:
         self._counts = collections.Counter[str]()
         self._repeated = ("", 0.0, 0)  # reason last logged, when, failures held back since
         self._skipped_control = internal.SkippedRecords(settings.job_name, settings.control_topic)
+        # Queryable state: where each task's worker serves it (None: PROCESSOR_STATE_API off).
+        self.state_workers = WorkerDirectory() if settings.state_api == "on" else None
         self._skipped_checkpoints = internal.SkippedRecords(
             settings.job_name, settings.checkpoints_topic
         )
@@ -180,6 +183,7 @@ class CoordinatorService:
                     s.metrics_port,
                     self.health,
                     token=s.api_token.get_secret_value(),
+                    state=self._state_routes(),
                 )
             except OSError as exc:
                 raise SettingsError(
@@ -191,6 +195,13 @@ class CoordinatorService:
         finally:
             if server is not None:
                 server.shutdown()
+
+    def _state_routes(self) -> ForwardRoutes | None:
+        if self.state_workers is None:
+            return None
+        timeout_s = self.settings.state_api_timeout_ms / 1000
+        partitions = self.settings.shuffle_partitions
+        return ForwardRoutes(self.graph, partitions, self.state_workers, timeout_s)
 
     def _run(self, stop: threading.Event, exit_when_idle: bool, exit_when_stopped: bool) -> bool:
         s = self.settings
@@ -287,6 +298,8 @@ class CoordinatorService:
                             if exit_when_stopped and status.state == "stopped" and status.reason:
                                 log.error("job stopped: task %s: %s", task, status.reason)
                                 return True
+                    elif isinstance(message, control.Endpoint) and self.state_workers:
+                        self.state_workers.endpoint(message.worker, message.url)
                     elif isinstance(message, control.Ack):
                         self._task_lag[message.task] = message.lag
                         if message.watermark_ms is not None:
@@ -328,6 +341,8 @@ class CoordinatorService:
                         )
                     )
                     metrics.workers_alive.labels(**self._labels).set(len(registry.alive))
+                    if self.state_workers is not None:
+                        self.state_workers.placed(placement)
                     self._publish_status(checkpoints, registry, placement, now)
                     next_assign = now + heartbeat_s
                 ready = len(seen_running) == len(tasks) or now >= first_trigger_by

@@ -93,6 +93,33 @@ def owner(operator: Operator, text: str, partitions: int) -> str:
     return f"{operator.stage.name}-{shuffle_partition(text.encode(), partitions)}"
 
 
+def stage_tasks(operator: Operator, partitions: int) -> list[str]:
+    """Every task of the operator's stage: one per shuffle partition.
+
+    Example: ``stage_tasks(op, 2) == ["count-0", "count-1"]``
+    """
+    return [f"{operator.stage.name}-{p}" for p in range(partitions)]
+
+
+def key_tasks(operator: Operator, shown: str, partitions: int) -> list[str] | None:
+    """The tasks that may hold a key shown as ``shown``, in the order its key texts are tried
+    (`key_candidates`); None: a windowed operator's key without ``@<window start>``.
+
+    Example: ``key_tasks(counts, "apple", 4) == [owner(counts, "apple", 4)]``
+    """
+    if operator.windowed:
+        split = split_window(shown)
+        if split is None:
+            return None
+        shown = split[0]
+    found: list[str] = []
+    for text in key_candidates(shown):
+        task_id = owner(operator, text, partitions)
+        if task_id not in found:
+            found.append(task_id)
+    return found
+
+
 class QueryRegistry:
     """The gates of a worker's keyed tasks, and which tasks the assignment gives it.
 
@@ -130,4 +157,4 @@ class QueryRegistry:
 
     def tasks_of(self, operator: Operator) -> list[str]:
         """Every task of the operator's stage."""
-        return [f"{operator.stage.name}-{p}" for p in range(self.partitions)]
+        return stage_tasks(operator, self.partitions)

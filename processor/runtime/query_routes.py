@@ -36,16 +36,21 @@ from processor.state.query_gate import NotServing, Read, TaskGate
 RETRY_AFTER_S = 1
 
 
-def _json(
+def json_answer(
     status: int, doc: dict[str, Any], headers: list[tuple[str, str]] | None = None
 ) -> Response:
+    """A JSON answer. Example: ``json_answer(200, {"key": "a"}).body == b'{"key":"a"}\\n'``"""
     body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
     return Response(status, "application/json", body, headers or [])
 
 
-def _error(status: int, message: str, **more: Any) -> Response:
+def error_answer(status: int, message: str, **more: Any) -> Response:
+    """``{"error": message, ...more}``; a 503 says ``Retry-After``.
+
+    Example: ``error_answer(503, "restoring").headers == [("Retry-After", "1")]``
+    """
     headers = [("Retry-After", str(RETRY_AFTER_S))] if status == 503 else []
-    return _json(status, {"error": message, **more}, headers)
+    return json_answer(status, {"error": message, **more}, headers)
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -87,14 +92,14 @@ class StateRoutes:
         operator = self.registry.operators.get(parts[2])
         if operator is None:
             names = sorted(self.registry.operators)
-            return _error(404, f"no stateful operator {parts[2]!r}", operators=names)
+            return error_answer(404, f"no stateful operator {parts[2]!r}", operators=names)
         fresh = _flag(request, "fresh")
         if len(parts) == 4:
             return self.get(operator, parts[3], fresh)
         prefix = (request.query.get("prefix") or [""])[0]
         limit_text = (request.query.get("limit") or [str(DEFAULT_LIMIT)])[0]
         if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_LIMIT:
-            return _error(400, f"limit must be 1 to {MAX_LIMIT}")
+            return error_answer(400, f"limit must be 1 to {MAX_LIMIT}")
         return self.scan(operator, prefix, int(limit_text), fresh)
 
     def _gate(self, task_id: str) -> TaskGate | Response:
@@ -102,8 +107,8 @@ class StateRoutes:
         if isinstance(found, TaskGate):
             return found
         if found == self.worker_id:  # assigned here, not started yet (or restarting)
-            return _error(503, f"task {task_id} is starting", task=task_id)
-        return _error(421, "not on this worker", task=task_id, worker=found)
+            return error_answer(503, f"task {task_id} is starting", task=task_id)
+        return error_answer(421, "not on this worker", task=task_id, worker=found)
 
     def get(self, operator: Operator, shown: str, fresh: bool) -> Response:
         """One key's value (or a window's, for ``<key>@<start>`` of a windowed operator)."""
@@ -111,7 +116,7 @@ class StateRoutes:
         if operator.windowed:
             split = split_window(shown)
             if split is None:
-                return _error(400, "a windowed operator's key is <key>@<window start>")
+                return error_answer(400, "a windowed operator's key is <key>@<window start>")
             shown, window = split
         # Of the candidates that found nothing: a 421 (it may be on another worker) tells
         # more than a 404 here.
@@ -128,7 +133,7 @@ class StateRoutes:
             try:
                 read = gate.get([operator.prefix() + text.encode()], self.timeout_s, fresh)
             except NotServing as exc:
-                return _error(503, str(exc), task=task_id)
+                return error_answer(503, str(exc), task=task_id)
             raw = read.values[0]
             value = None if raw is None else load_value(raw)
             doc: dict[str, Any] = {"key": shown, "operator": operator.node.name}
@@ -138,11 +143,13 @@ class StateRoutes:
                     doc["window_end"], held = held[0], held[1]  # a session: [end, acc]
                 doc["window"], value = window, held
             if value is None:
-                misses.append(_error(404, "no value", key=shown, **_about(read, task_id, kind)))
+                misses.append(
+                    error_answer(404, "no value", key=shown, **_about(read, task_id, kind))
+                )
                 continue
-            return _json(200, {**doc, "value": value, **_about(read, task_id, kind)})
+            return json_answer(200, {**doc, "value": value, **_about(read, task_id, kind)})
         if not misses:
-            return _error(404, "no value")
+            return error_answer(404, "no value")
         return min(misses, key=lambda answer: answer.status != 421)
 
     def scan(self, operator: Operator, prefix: str, limit: int, fresh: bool) -> Response:
@@ -176,7 +183,7 @@ class StateRoutes:
             "tasks": tasks,  # per task here: the checkpoint read, or why it was not
             "items": items,
         }
-        return _json(200, doc)
+        return json_answer(200, doc)
 
 
 def _about(read: Read, task_id: str, kind: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from processor import endpoints
@@ -50,11 +50,16 @@ def serve(
     health: LoopHealth | None = None,
     labels: Mapping[str, str] | None = None,
     token: str = "",
+    state: Callable[[Request], Response | None] | None = None,
 ) -> HttpServer:
     """`processor.endpoints.serve` with the coordinator's pages: ``/api/status`` (JSON) and
-    ``/`` (HTML) of ``board`` (None: a worker, which has none)."""
+    ``/`` (HTML) of ``board`` (None: a worker, which has none); ``state`` answers
+    ``/state/...`` (`processor.runtime.query_forward`, with ``PROCESSOR_STATE_API=on``), off
+    the server's loop as it waits for a worker, behind ``token`` as every page."""
 
     def pages(request: Request) -> Response | None:
+        if state is not None and request.path.startswith("/state/"):
+            return state(request)
         if board is None:
             return None
         if request.path == "/api/status":
@@ -64,7 +69,8 @@ def serve(
             return Response(200, "text/html; charset=utf-8", render_html(board.document).encode())
         return Response(404, "text/plain", b"not found: try /, /api/status, /metrics or /healthz\n")
 
-    return endpoints.serve(host, port, health, labels, token, pages)
+    slow = ("/state/",) if state is not None else ()
+    return endpoints.serve(host, port, health, labels, token, pages, slow)
 
 
 def _fmt_bytes(n: float | None) -> str:

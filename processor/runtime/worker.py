@@ -30,12 +30,17 @@ from processor.kafka.purge import ShufflePurger
 from processor.models import control, internal
 from processor.runtime.keyed import KeyedTask
 from processor.runtime.query import QueryRegistry
+from processor.runtime.query_forward import advertised_url
 from processor.runtime.query_routes import StateRoutes
 from processor.runtime.source import SourceTask
 from processor.runtime.task import PermanentTaskFailure, Task, TaskContext
 from processor.state.dirs import private_dir
 
 log = logging.getLogger(__name__)
+
+# The worker's state URL goes out with every this many heartbeats (and at its start): a
+# coordinator that restarts learns it within that many heartbeat intervals.
+ENDPOINT_EVERY = 10
 
 
 def unmasked(exc: BaseException) -> BaseException:
@@ -136,6 +141,8 @@ class Worker:
             log.warning("PROCESSOR_STATE_API=on, but no PROCESSOR_METRICS_PORT to serve it on")
         elif settings.state_api == "on":
             self.queries = QueryRegistry(self.graph, settings.shuffle_partitions)
+        self.state_url = advertised_url(settings) if self.queries is not None else ""
+        self._heartbeats = 0
 
     def state_routes(self) -> StateRoutes | None:
         """The ``/state/`` routes for the metrics port (None: PROCESSOR_STATE_API is off)."""
@@ -284,6 +291,9 @@ class Worker:
         for t, (reason, checkpoint, state) in self._given_up.items():
             tasks[t] = control.TaskStatus(state, checkpoint, reason)
         self.send(control.Heartbeat(self.worker_id, self.incarnation, tasks))
+        if self.state_url and self._heartbeats % ENDPOINT_EVERY == 0:
+            self.send(control.Endpoint(self.worker_id, self.state_url))
+        self._heartbeats += 1
 
     def _stop_all(self) -> None:
         for runner in self._runners.values():

@@ -223,10 +223,14 @@ class JobRun:
             stderr=log,
         )
 
-    def start_coordinator(self, exit_when_idle: bool = True, fault: str = "") -> None:
+    def start_coordinator(
+        self, exit_when_idle: bool = True, fault: str = "", metrics_port: int = 0
+    ) -> None:
         """``fault`` arms a crash point (processor/faults.py) in this process only."""
         args = ["coordinator", *(["--exit-when-idle"] if exit_when_idle else [])]
-        self.coordinator = self._spawn("coordinator", *args, PROCESSOR_FAULT=fault)
+        self.coordinator = self._spawn(
+            "coordinator", *args, PROCESSOR_FAULT=fault, PROCESSOR_METRICS_PORT=str(metrics_port)
+        )
 
     def start_worker(self, index: int, metrics_port: int = 0, fault: str = "") -> None:
         self.workers[index] = self._spawn(

@@ -12,6 +12,7 @@ from processor.models.control import (
     Ack,
     Assignment,
     Decline,
+    Endpoint,
     Heartbeat,
     Message,
     TaskStatus,
@@ -66,6 +67,8 @@ MESSAGES: list[Message] = [
     ),
     Decline(task="split-0", checkpoint=9, reason="snapshot failed: disk full\nsecond line"),
     Decline(task="", checkpoint=0, reason=""),
+    Endpoint(worker="worker-1", url="http://10.0.0.7:9401"),
+    Endpoint(worker="wörker ✓", url=""),
 ]
 
 
@@ -89,7 +92,16 @@ def test_encoding_is_compact_json_with_the_kind(message: Message) -> None:
 
 
 def test_every_kind_is_covered() -> None:
-    assert {m.kind for m in MESSAGES} == {"heartbeat", "assignment", "trigger", "ack", "decline"}
+    kinds = {"heartbeat", "assignment", "trigger", "ack", "decline", "endpoint"}
+    assert {m.kind for m in MESSAGES} == kinds
+
+
+def test_an_endpoint_is_strict_and_unknown_kinds_are_none() -> None:
+    raw = b'{"kind":"endpoint","worker":"w1","url":"http://w1:9401"}'
+    assert decode(raw) == Endpoint("w1", "http://w1:9401")
+    assert decode(raw[:-1] + b',"port":9401}') is None  # a field this version does not know
+    assert decode(b'{"kind":"endpoint","worker":"w1","url":9401}') is None
+    assert decode(b'{"kind":"endpoint2","worker":"w1","url":"u"}') is None
 
 
 def test_heartbeat_task_statuses_are_dataclasses_again() -> None:
