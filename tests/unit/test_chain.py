@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,20 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 DictBackend = MemoryState  # the state backend of the tests (and of processor.testing)
+
+
+def restored(
+    chain: StageChain, make: Callable[[], StageChain], data: Mapping[bytes, bytes]
+) -> StageChain:
+    """What a keyed task's restore does to ``chain`` (already flushed): a new chain from
+    ``make`` over the same state ``data``, with its watermark and every timer (and TTL
+    deadline) rebuilt from the state."""
+    watermark = chain.watermark
+    new = make()
+    new.watermark = watermark
+    for prefix in new.timed_operators():
+        new.restore_timers(prefix, sorted((k, v) for k, v in data.items() if k.startswith(prefix)))
+    return new
 
 
 def simulate(

@@ -17,6 +17,7 @@ from processor.pipeline.chain import StageChain
 from processor.pipeline.plan import plan
 from processor.testing import Driver, run
 from processor.testing_tasks import MemoryState
+from tests.unit.test_chain import restored
 
 TTL = 1_000
 Shape = Callable[[KeyedStream], KeyedStream]
@@ -108,12 +109,7 @@ class Task:
     def restart(self) -> None:
         """What a restore does: the flushed state, the watermark, timers from the state."""
         self.flush()
-        watermark = self.chain.watermark
-        self.chain = self._chain()
-        self.chain.watermark = watermark
-        for prefix in self.chain.timed_operators():
-            items = sorted((k, v) for k, v in self.backend.data.items() if k.startswith(prefix))
-            self.chain.restore_timers(prefix, items)
+        self.chain = restored(self.chain, self._chain, self.backend.data)
 
     def stored(self) -> set[str]:
         """The keys with a value in state (any operator), and those with a deadline."""

@@ -16,7 +16,7 @@ from processor.models.records import decode_shuffle
 from processor.pipeline.api import KeyedStream
 from processor.pipeline.chain import StageChain
 from processor.pipeline.plan import Plan, Stage, plan
-from tests.unit.test_chain import DictBackend
+from tests.unit.test_chain import DictBackend, restored
 
 LATE = "job.late"
 
@@ -59,12 +59,7 @@ class Harness:
     def restart(self) -> None:
         """What a restore does: the flushed state, the watermark, timers from the state."""
         self.flush()
-        watermark = self.chain.watermark
-        self.chain = self._chain()
-        self.chain.watermark = watermark
-        for prefix in self.chain.timed_operators():
-            items = sorted((k, v) for k, v in self.backend.data.items() if k.startswith(prefix))
-            self.chain.restore_timers(prefix, items)
+        self.chain = restored(self.chain, self._chain, self.backend.data)
 
     def emitted(self) -> Counter[tuple[str, str]]:
         return Counter(((k or b"").decode(), v.decode()) for k, v in self.out)
