@@ -5,6 +5,11 @@ Pure: no Kafka, and state through a two-method backend (the task's RocksDB, a di
 so the whole dataflow semantics is unit-tested without a broker; the stage task only moves
 batches between Kafka and this.
 
+The chain is the wiring of the stage's operators (`processor.pipeline.operators`): one small
+class per kind of node, compiled from the graph when the chain is built, each running its
+batches and emitting to its children's. The chain feeds its input to the head's, and holds
+what the epoch's end, the watermark and the clock act on.
+
 Within a stage, values travel in batches. An unkeyed batch is a list of values; a keyed batch
 a list of ``(key text, value)`` pairs (`ops.key_text`: a string key is itself). Per operator:
 
@@ -50,16 +55,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from itertools import chain
 from typing import Any, Protocol
 
 from processor.models.limits import DEFAULT_RECORD_LIMIT
 from processor.pipeline import (
-    aggregation,
     metachain,
-    process_op,
     shuffle_format,
-    sink_batch,
     stage_time,
     state_flush,
 )
@@ -69,6 +70,7 @@ from processor.pipeline.dead import DeadRecord as DeadRecord  # re-exported, as 
 from processor.pipeline.dead import dead_record
 from processor.pipeline.floors import Floors
 from processor.pipeline.meta import Meta
+from processor.pipeline.operators import compile_operators
 from processor.pipeline.ops import UNSET, event_time, folder, load_value, merger
 from processor.pipeline.per_record import PerRecord
 from processor.pipeline.plan import Plan, Stage
@@ -78,10 +80,7 @@ from processor.pipeline.state_keys import state_key as _state_key
 from processor.pipeline.state_keys import state_prefix as _state_prefix
 from processor.pipeline.time import NO_WATERMARK
 from processor.pipeline.timers import ProcessTimers, timers_prefix
-from processor.pipeline.windows import Item, JoinOperator, WindowOperator
-
-# Nodes that pass on every input's items: a merge, a loop (its input and feedback).
-_UNIONS = frozenset({"merge", "loop"})
+from processor.pipeline.windows import JoinOperator, WindowOperator
 
 
 class StateBackend(Protocol):
@@ -189,6 +188,8 @@ class StageChain:
         }
         combiner = stage.combiner
         self._merge = (combiner, merger(combiner)) if combiner is not None else None
+        # Last: the operators read the state above (`processor.pipeline.operators`).
+        self._ops = compile_operators(self, stage)
 
     # -- input ------------------------------------------------------------------------------
 
@@ -352,137 +353,8 @@ class StageChain:
     # -- the operators ----------------------------------------------------------------------
 
     def _push(self, node: Node, batch: list[Any], quiet: bool) -> None:
-        for child in node.children:
-            if not batch:
-                continue
-            if child.kind in _UNIONS:  # every input's items on to its children
-                if node.meta != child.meta:  # an input that makes records without metadata
-                    self._push(child, metachain.into_merge(node, child, batch), quiet)
-                else:
-                    self._push(child, batch, quiet)
-            else:
-                self._apply(child, batch, quiet)
-
-    def _apply(self, node: Node, batch: list[Any], quiet: bool) -> None:
-        kind, fn, parent = node.kind, node.fn, node.parent
-        assert parent is not None
-        if parent.meta or node.meta_in:  # records with metadata: `processor.pipeline.metachain`
-            converted = metachain.enter(self, node, batch, quiet)
-            if converted is None:
-                return
-            batch = converted
-        keyed = parent.keyed
-        if parent.timed:
-            if kind in ("map", "filter", "flat_map"):
-                keyed = True  # the time rides along like a key
-            elif kind == "key_by":
-                shuffle_format.key_by_timed(self, node, batch, quiet)
-                return
-            elif kind == "window":
-                self._push(node, batch, quiet)
-                return
-            elif kind == "process" and not node.windowed:  # its output keeps the time
-                self._push(node, process_op.process_batch(self, node, batch), quiet)
-                return
-            elif node.windowed:
-                late: list[Item] = []
-                out = self._windows[node].add(batch, self._marks[node], late)
-                sink_batch.late(self, node, late, quiet)
-                if not quiet:
-                    self._push(node, out, quiet)
-                return
-            else:  # aggregations, process, sinks: without the time
-                batch = [(k[0], v) for k, v in batch] if keyed else [v for _, v in batch]
-        if kind == "map":
-            assert fn is not None
-            try:
-                out = [(k, fn(v)) for k, v in batch] if keyed else list(map(fn, batch))
-            except Exception:  # noqa: BLE001 - find the failing records one by one
-                out = self._each(node, batch, keyed, lambda v: [fn(v)], fast=False)
-        elif kind == "filter":
-            assert fn is not None
-            try:
-                out = [kv for kv in batch if fn(kv[1])] if keyed else list(filter(fn, batch))
-            except Exception:  # noqa: BLE001 - find the failing records one by one
-                out = self._each(node, batch, keyed, lambda v: [v] if fn(v) else [], fast=False)
-        elif kind == "flat_map":
-            assert fn is not None
-            out = self._flat_map(node, fn, batch, keyed)
-        elif kind == "key_by":
-            assert fn is not None
-            values = [v for _, v in batch] if keyed else batch
-            # key_by(str) of plain strings (word count's words) keys each by itself.
-            all_str = fn is str and set(map(type, values)) <= {str}
-            try:
-                keys = values if all_str else list(map(fn, values))
-            except Exception:  # noqa: BLE001 - keep the records it could key
-                pairs = self._each(node, values, False, lambda v: [(fn(v), v)], fast=False)
-                keys, values = [k for k, _ in pairs], [v for _, v in pairs]
-            if not quiet:
-                self.shuffles[node.name].add(keys, values, all_str)
-            return
-        elif node.aggregated:
-            if not node.per_record:
-                aggregation.fold(
-                    self, node, batch, quiet, self._folders[node], self._adds.get(node)
-                )
-                return
-            # At once, as process does; quietly in a replay (state only downstream too).
-            out = self._per_record[node].add(batch)
-        elif kind == "process":
-            out = process_op.process_batch(self, node, batch)
-        elif kind == "sink":
-            if quiet:
-                return
-            if node.sink_spec is None:
-                sink_batch.sink(self, node, batch, keyed)
-            else:
-                sink_batch.sink_spec(self, node, node.sink_spec, batch, keyed)
-            return
-        else:
-            raise ValueError(f"unknown operator {node!r}")
-        self._push(node, out, quiet)
-
-    def _flat_map(
-        self, node: Node, fn: Callable[[Any], Iterable[Any]], batch: list[Any], keyed: bool
-    ) -> list[Any]:
-        if node.batch_fn is not None and not keyed:
-            try:
-                out = node.batch_fn(batch)
-                return out if type(out) is list else list(out)
-            except Exception:  # noqa: BLE001 - find the failing records one by one
-                pass
-        return self._each(node, batch, keyed, fn)
-
-    def _each(
-        self,
-        node: Node,
-        batch: list[Any],
-        keyed: bool,
-        fn: Callable[[Any], Iterable[Any]],
-        fast: bool = True,
-    ) -> list[Any]:
-        """``fn`` over every value, flattened (keeping keys); a failing record is dead."""
-        if fast:
-            try:
-                if keyed:
-                    return [(k, out) for k, v in batch for out in fn(v)]
-                return list(chain.from_iterable(map(fn, batch)))
-            except Exception:  # noqa: BLE001 - find the failing records one by one
-                pass
-        result: list[Any] = []
-        for item in batch:
-            value = item[1] if keyed else item
-            try:
-                outs = list(fn(value))
-            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-                self._dead(node, exc, value)
-                continue
-            if keyed:
-                result.extend((item[0], out) for out in outs)
-            else:
-                result.extend(outs)
-        return result
+        """``batch``, the output of ``node``, on to the operators of its children."""
+        self._ops[node].emit(batch, quiet)
 
     def _load(self, node: Node, text: str) -> Any:
         (raw,) = self._state.get_many([_state_key(node, text)])

@@ -12,8 +12,8 @@ another than its parent makes:
 - to a node that takes it from one that makes new records (an aggregation, ``process``, a
   window or join): a fresh meta with the key, and the event time if the records have one.
 
-Pipelines without metadata never come here: `StageChain._apply` tests ``meta``/``meta_in``
-once per batch.
+Pipelines without metadata never come here: the operators' compiler
+(`processor.pipeline.operators`) puts a `MetaInput` only before a node that takes or gets them.
 """
 
 from __future__ import annotations
