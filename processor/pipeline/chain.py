@@ -43,18 +43,17 @@ holds): ``(meta, value)``, ``((key text, meta), value)``. The operators that tak
 in `processor.pipeline.metachain`; a pipeline without metadata never gets there. A
 non-windowed ``process`` always takes them (``state.headers``).
 
-This module is the dataflow; beside it, on the chain's state: what a shuffle's items are on
-either side of it (`processor.pipeline.shuffle_format`), sink and late records
-(`processor.pipeline.sink_batch`), the epoch's state write (`processor.pipeline.state_flush`),
-watermarks and timers firing (`processor.pipeline.stage_time`), dead records
-(`processor.pipeline.dead`).
+This module is the wiring (the operators are in `processor.pipeline.operators`); beside it,
+on the chain and its operators: what a shuffle's items are on either side of it
+(`processor.pipeline.shuffle_format`), sink and late records (`processor.pipeline.sink_batch`),
+the epoch's state write (`processor.pipeline.state_flush`), watermarks and timers firing
+(`processor.pipeline.stage_time`), dead records (`processor.pipeline.dead`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from functools import partial
 from typing import Any, Protocol
 
 from processor.models.limits import DEFAULT_RECORD_LIMIT
@@ -70,9 +69,15 @@ from processor.pipeline.dead import DeadRecord as DeadRecord  # re-exported, as 
 from processor.pipeline.dead import dead_record
 from processor.pipeline.floors import Floors
 from processor.pipeline.meta import Meta
-from processor.pipeline.operators import compile_operators
-from processor.pipeline.ops import UNSET, event_time, folder, load_value, merger
-from processor.pipeline.per_record import PerRecord
+from processor.pipeline.operators import compile_operators, running
+from processor.pipeline.operators.keyed import (
+    Aggregate,
+    Join,
+    PerRecordAggregate,
+    Process,
+    Window,
+)
+from processor.pipeline.ops import UNSET, event_time, load_value, merger
 from processor.pipeline.plan import Plan, Stage
 from processor.pipeline.shuffle_out import ShuffleOut
 from processor.pipeline.sinks import Headed
@@ -144,20 +149,26 @@ class StageChain:
                 False,
                 max_record_bytes,
             )
-        self._windows = {
-            n: WindowOperator(n, partial(self._load, n), self._dead)
-            for n in stage.nodes
-            if n.windowed
-        }
-        self._join = (
-            JoinOperator(stage.head, partial(self._load, stage.head)) if stage.is_join else None
-        )
+        # The operators (`processor.pipeline.operators`), by node; and by what the epoch's
+        # end, the watermark and the clock act on, in graph order.
+        self._ops = compile_operators(self, stage)
+        head = self._ops[stage.head]
+        self._joins = [head] if isinstance(head, Join) else []  # a join stage's head
+        self._join = head.join if isinstance(head, Join) else None
+        runs = [running(self._ops[n]) for n in stage.nodes]
+        self._aggregates = [op for op in runs if isinstance(op, Aggregate)]
+        self._processes = {op.node: op for op in runs if isinstance(op, Process)}
+        windows = [op for op in runs if isinstance(op, Window)]
+        # What keeps state other than the aggregations, in the order it is written at flush.
+        self._keepers: list[PerRecordAggregate | Process | Window | Join] = [
+            *(op for op in runs if isinstance(op, PerRecordAggregate)),
+            *self._processes.values(),
+            *windows,
+            *self._joins,
+        ]
+        self._windows = {op.node: op.windows for op in windows}
         # Of each process with on_timer: its timers (`processor.pipeline.timers`).
-        self._timers = {
-            n: ProcessTimers(n)
-            for n in stage.nodes
-            if n.kind == "process" and n.on_timer is not None and not n.windowed
-        }
+        self._timers = {n: op.timers for n, op in self._processes.items() if op.timers is not None}
         # Whether `tick` has processing-time timers to fire (the task reads the clock then).
         self.ticks = any(t.processing_time for t in self._timers.values())
         timed_process = [n for n, t in self._timers.items() if not t.processing_time]
@@ -172,24 +183,12 @@ class StageChain:
         self._marks = dict.fromkeys([*self._windows, *timed_process], NO_WATERMARK)
         # What `advance` fires, in graph order: what one emits reaches the next one first.
         self._fired = [n for n in stage.nodes if n in self._marks]
-        self._folders = {n: folder(n) for n in stage.nodes if n.aggregated and not n.per_record}
-        self._per_record = {
-            n: PerRecord(n, _state_prefix(n), state, self._dead)
-            for n in stage.nodes
-            if n.aggregated and n.per_record
-        }
-        # count and sum fold inline (no call per value): the word count path.
-        self._adds = {n: n.kind for n in self._folders if n.kind in ("count", "sum")}
-        # Per aggregation: key text -> latest value this epoch (emitted at flush) / set quietly.
-        self._dirty: dict[Node, dict[str, Any]] = {n: {} for n in self._folders}
-        self._quiet: dict[Node, dict[str, Any]] = {n: {} for n in self._folders}
-        self._process: dict[Node, dict[str, Any]] = {
-            n: {} for n in stage.nodes if n.kind == "process" and not n.windowed
-        }
+        # The aggregation a combined shuffle record's partials go to, and how they merge.
         combiner = stage.combiner
-        self._merge = (combiner, merger(combiner)) if combiner is not None else None
-        # Last: the operators read the state above (`processor.pipeline.operators`).
-        self._ops = compile_operators(self, stage)
+        self._combiner: tuple[Aggregate, Callable[[Any, Any], Any]] | None = None
+        aggregate = None if combiner is None else running(self._ops[combiner])
+        if isinstance(aggregate, Aggregate):
+            self._combiner = (aggregate, merger(aggregate.node))
 
     # -- input ------------------------------------------------------------------------------
 
@@ -263,8 +262,8 @@ class StageChain:
     def buffered(self) -> int:
         """Keys and records waiting for `flush`/`take_sinks`: what an early flush bounds."""
         return (
-            sum(map(len, self._dirty.values()))
-            + sum(map(len, self._per_record.values()))
+            sum(len(op.dirty) for op in self._aggregates)
+            + sum(len(op.latest) for op in self._keepers if isinstance(op, PerRecordAggregate))
             + sum(map(len, self.shuffles.values()))
             + sum(map(len, self.sinks.values()))
             + sum(map(len, self.headed.values()))

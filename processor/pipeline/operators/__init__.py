@@ -5,9 +5,10 @@ the operators' state at the epoch's end.
 
 - `base`: `Operator`, and `Pass` (head, merge, loop, window), `IntoMerge`, `Unknown`;
 - `stateless`: map, filter, flat_map, key_by, and the adapters of inputs with event time or
-  metadata (`StripTime`, `MetaInput`);
+  metadata (`StripTime`, `StripMeta`, `WithMeta`);
 - `sink`: sinks;
-- `keyed`: aggregations (per checkpoint, per record), ``process``, per-window operators.
+- `keyed`: aggregations (per checkpoint, per record), ``process``, per-window operators and
+  the join.
 
 `compile_operators` decides, per node and from the graph alone (its kind, whether its input
 is keyed, timed or carries metadata), which operator runs it: the per-batch path reads no
@@ -20,7 +21,13 @@ from typing import TYPE_CHECKING
 
 from processor.pipeline.api import Node
 from processor.pipeline.operators.base import IntoMerge, Operator, Pass, Unknown
-from processor.pipeline.operators.keyed import Aggregate, PerRecordAggregate, Process, Window
+from processor.pipeline.operators.keyed import (
+    Aggregate,
+    Join,
+    PerRecordAggregate,
+    Process,
+    Window,
+)
 from processor.pipeline.operators.sink import Sink
 from processor.pipeline.operators.stateless import (
     Filter,
@@ -28,15 +35,16 @@ from processor.pipeline.operators.stateless import (
     KeyBy,
     KeyByTimed,
     Map,
-    MetaInput,
+    StripMeta,
     StripTime,
+    WithMeta,
 )
 from processor.pipeline.plan import Stage
 
 if TYPE_CHECKING:
     from processor.pipeline.chain import StageChain
 
-__all__ = ["Operator", "compile_operators"]
+__all__ = ["Operator", "compile_operators", "running"]
 
 # Nodes that pass on every input's items: a merge, a loop (its input and feedback).
 UNIONS = frozenset({"merge", "loop"})
@@ -59,6 +67,12 @@ def compile_operators(chain: StageChain, stage: Stage) -> dict[Node, Operator]:
             op.children = [_edge(chain, node, ops[child]) for child in node.children]
         _share_children(op)
     return ops
+
+
+def running(op: Operator) -> Operator:
+    """The operator that runs ``op``'s node, inside the adapters of its input."""
+    inner = getattr(op, "inner", None)
+    return op if not isinstance(inner, Operator) else running(inner)
 
 
 def _feeds_stage(stage: Stage, node: Node) -> bool:
@@ -84,11 +98,16 @@ def _share_children(op: Operator) -> None:
 
 def _operator(chain: StageChain, stage: Stage, node: Node) -> Operator:
     parent = node.parent
+    if node is stage.head and stage.is_join:
+        return Join(chain, node)
     if parent is None or node is stage.head or node.kind in UNIONS:
         return Pass(chain, node)
     plain = _plain(chain, node, parent)
-    if parent.meta or node.meta_in:  # records with metadata: `processor.pipeline.metachain`
-        return MetaInput(chain, plain)
+    # Records with metadata (`processor.pipeline.metachain`): of a pipeline that uses it only.
+    if parent.meta and not node.meta_in:
+        return StripMeta(chain, plain, parent)
+    if parent.meta or node.meta_in:
+        return WithMeta(chain, plain, parent)
     return plain
 
 
@@ -105,7 +124,7 @@ def _plain(chain: StageChain, node: Node, parent: Node) -> Operator:
         elif kind == "process" and not node.windowed:  # its output keeps the time
             return Process(chain, node)
         elif node.windowed:
-            return Window(chain, node, chain._windows[node])
+            return Window(chain, node)
         else:  # aggregations, sinks: without the time
             return StripTime(chain, _of_kind(chain, node, keyed), keyed)
     return _of_kind(chain, node, keyed)
@@ -124,8 +143,8 @@ def _of_kind(chain: StageChain, node: Node, keyed: bool) -> Operator:
         return KeyBy(chain, node, keyed)
     if node.aggregated:
         if node.per_record:
-            return PerRecordAggregate(chain, node, chain._per_record[node])
-        return Aggregate(chain, node, chain._folders[node], chain._adds.get(node))
+            return PerRecordAggregate(chain, node)
+        return Aggregate(chain, node)
     if kind == "process":
         return Process(chain, node)
     if kind == "sink":

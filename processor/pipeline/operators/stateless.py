@@ -1,7 +1,7 @@
 """The operators that keep no state: map, filter, flat_map and key_by (into the `ShuffleOut`
-of the stage downstream), and the two adapters the compiler puts before an operator whose
-input has another form: `StripTime` (timed items into an operator that drops the time) and
-`MetaInput` (items with metadata: `processor.pipeline.metachain`).
+of the stage downstream), and the adapters the compiler puts before an operator whose
+input has another form: `StripTime` (timed items into an operator that drops the time),
+`StripMeta` and `WithMeta` (items with metadata: `processor.pipeline.metachain`).
 
 Each runs a whole batch in one comprehension (``keyed``: items are ``(key, value)`` pairs; in
 a timed pipeline the time rides along like a key); when a user function raises, the batch is
@@ -133,21 +133,42 @@ class StripTime(Operator):
             self.inner.apply([v for _, v in batch], quiet)
 
 
-class MetaInput(Operator):
-    """A node whose input or whose parent's output carries metadata: run there
-    (`processor.pipeline.metachain.enter`), or converted into the items of a parent without
-    and given to ``inner``, the node's operator as if its parent had none."""
+class StripMeta(Operator):
+    """Items with metadata into a node that takes none (`metachain.strip`): given to
+    ``inner``, the node's operator as if its parent made them without."""
 
-    __slots__ = ("inner",)
+    __slots__ = ("inner", "keyed", "timed")
 
-    def __init__(self, chain: StageChain, inner: Operator) -> None:
+    def __init__(self, chain: StageChain, inner: Operator, parent: Node) -> None:
         super().__init__(chain, inner.node)
-        self.inner = inner
+        self.inner, self.keyed, self.timed = inner, parent.keyed, parent.timed
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
-        converted = metachain.enter(self.chain, self.node, batch, quiet)
-        if converted is not None:
-            self.inner.apply(converted, quiet)
+        self.inner.apply(metachain.strip(batch, self.keyed, self.timed), quiet)
+
+
+class WithMeta(Operator):
+    """A map, filter, flat_map, key_by or ``process`` that takes items with metadata
+    (`processor.pipeline.metachain`), from a parent that makes them or (``fresh``) from one
+    that makes new records without, which get a meta of their key. ``inner``: the node's
+    operator without metadata, which runs nothing here but holds a ``process``'s state."""
+
+    __slots__ = ("fresh", "inner", "keyed", "run", "timed")
+
+    def __init__(self, chain: StageChain, inner: Operator, parent: Node) -> None:
+        super().__init__(chain, inner.node)
+        self.inner, self.timed = inner, parent.timed
+        self.fresh = not parent.meta
+        # Only records made by a keyed operator have no metadata.
+        self.keyed = True if self.fresh else parent.keyed
+        self.run = metachain.run_of(inner.node)
+
+    def apply(self, batch: list[Any], quiet: bool) -> None:
+        if self.fresh:
+            batch = metachain.fresh(batch, self.timed)
+        out = self.run(self.chain, self.node, batch, self.keyed, quiet)
+        if out is not None:
+            self.emit(out, quiet)
 
 
 def each(
