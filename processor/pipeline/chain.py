@@ -182,7 +182,9 @@ class StageChain:
         # The watermark of each window's input, and of each event-time timer process's.
         self._marks = dict.fromkeys([*self._windows, *timed_process], NO_WATERMARK)
         # What `advance` fires, in graph order: what one emits reaches the next one first.
-        self._fired = [n for n in stage.nodes if n in self._marks]
+        self._fired: list[Window | Process] = [
+            op for op in runs if isinstance(op, Window | Process) and op.node in self._marks
+        ]
         # The aggregation a combined shuffle record's partials go to, and how they merge.
         combiner = stage.combiner
         self._combiner: tuple[Aggregate, Callable[[Any, Any], Any]] | None = None

@@ -105,6 +105,11 @@ class Process(Operator):
     def apply(self, batch: list[Any], quiet: bool) -> None:
         self.emit(process_op.process_batch(self.chain, self.node, batch), quiet)
 
+    def advance(self, mark: int, before: int, quiet: bool) -> None:
+        """Its input's watermark rose from ``before`` to ``mark``: the event-time timers it
+        passed fire (`process_op.fire_timers`)."""
+        process_op.fire_timers(self.chain, self.node, mark - 1, before, quiet)
+
     def flush(self, writes: Writes) -> None:
         """The cache into ``writes`` (a deleted key as a deletion), and the timers."""
         prefix, node = state_prefix(self.node), self.node
@@ -138,6 +143,13 @@ class Window(Operator):
         out = self.windows.add(batch, self.chain._marks[self.node], late)
         sink_batch.late(self.chain, self.node, late, quiet)
         if not quiet:
+            self.emit(out, quiet)
+
+    def advance(self, mark: int, before: int, quiet: bool) -> None:
+        """Its input's watermark rose to ``mark``: the windows it closed flow on."""
+        del before  # a window closes by the watermark alone
+        out = self.windows.fire(mark, quiet)
+        if out:
             self.emit(out, quiet)
 
     def flush(self, writes: Writes) -> None:
