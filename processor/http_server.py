@@ -97,9 +97,7 @@ class HttpServer:
     """Serves ``handler`` on ``host:port`` (0: any free port, see ``server_port``) from a
     daemon thread; binding errors (``OSError``) are raised here, by the constructor."""
 
-    def __init__(
-        self, host: str, port: int, handler: Handler, slow: tuple[str, ...] = ()
-    ) -> None:
+    def __init__(self, host: str, port: int, handler: Handler, slow: tuple[str, ...] = ()) -> None:
         self._handler = handler
         self._slow = slow  # path prefixes answered on the pool
         self._pool = ThreadPoolExecutor(SLOW_THREADS, "http-slow") if slow else None
