@@ -1,7 +1,9 @@
 """The epoch's aggregations in a stage's chain (count, sum, reduce, aggregate with
-``emit="checkpoint"``): each key's latest value of the epoch in the chain's dirty map
-(`fold`), loaded from state on first touch, and at the flush an aggregation whose only child
-is a sink encoded once for its state and its record (`flush_into_sink`, word count's path).
+``emit="checkpoint"``, the operator `processor.pipeline.operators.keyed.Aggregate`): each
+key's latest value of the epoch in the operator's dirty map (`fold`), loaded from state on
+first touch; at the flush (`flush`) into state and on to the operator's children, and for
+an aggregation whose only child is a sink encoded once for its state and its record
+(`flush_into_sink`, word count's path).
 
 Quiet updates (a replay after a fallback restore) go to the quiet map: stored, not emitted.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from processor.pipeline import sink_batch, state_flush, ttl
+from processor.pipeline import sink_batch, state_flush
 from processor.pipeline.api import Node
 from processor.pipeline.ops import TAGGED, UNSET, load_value
 from processor.pipeline.state_keys import state_prefix
@@ -19,11 +21,11 @@ from processor.serde.codec import RecordError
 
 if TYPE_CHECKING:
     from processor.pipeline.chain import StageChain
+    from processor.pipeline.operators.keyed import Aggregate
 
 
 def fold(
-    chain: StageChain,
-    node: Node,
+    op: Aggregate,
     batch: list[tuple[str, Any]],
     quiet: bool,
     fold: Callable[[Any, Any], Any],
@@ -35,8 +37,9 @@ def fold(
     # Loud updates go to the dirty map (emitted at flush). Quiet ones go to the quiet map
     # (stored, not emitted), except for a key already dirty: its output is pending anyway
     # and carries the sum. A key updated quietly, then loudly, moves to the dirty map.
-    dirty, quiet_map = chain._dirty[node], chain._quiet[node]
-    expiry = ttl.untimed(chain, node) if node.ttl_ms else None
+    chain, node = op.chain, op.node
+    dirty, quiet_map = op.dirty, op.set_quietly
+    expiry = op.untimed  # its TTL, where its records come without their event time
     if expiry is not None:  # updated now: its TTL counts from here
         expiry.touch_all([t for t, _ in batch])
     if not quiet_map:  # the common case: a key is either dirty already or missing
@@ -87,6 +90,34 @@ def fold(
         for target in (dirty, quiet_map):
             if target.get(text, None) is UNSET:
                 del target[text]  # every value for it failed: nothing to store or emit
+
+
+def flush(op: Aggregate, writes: dict[bytes, bytes | None]) -> None:
+    """``op``'s values of the epoch into ``writes``: the quiet ones stored only, the dirty
+    ones stored and on to its children (a value that cannot be stored is dead: neither)."""
+    chain, node = op.chain, op.node
+    prefix = state_prefix(node)
+    dirty, quiet = op.dirty, op.set_quietly
+    for text, value in quiet.items():
+        if text not in dirty:
+            raw = state_flush.encode(chain, node, value)
+            if raw is not None:
+                writes[prefix + text.encode()] = raw
+    quiet.clear()
+    if not dirty:
+        return
+    items = list(dirty.items())
+    dirty.clear()
+    if op.plain_sink is not None:
+        flush_into_sink(chain, node, prefix, items, op.plain_sink, writes)
+        return
+    emitted = []
+    for text, value in items:
+        raw = state_flush.encode(chain, node, value)
+        if raw is not None:  # else dead: neither stored nor emitted
+            writes[prefix + text.encode()] = raw
+            emitted.append((text, value))
+    op.emit(emitted, quiet=False)
 
 
 def flush_into_sink(

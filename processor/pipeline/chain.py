@@ -5,6 +5,11 @@ Pure: no Kafka, and state through a two-method backend (the task's RocksDB, a di
 so the whole dataflow semantics is unit-tested without a broker; the stage task only moves
 batches between Kafka and this.
 
+The chain is the wiring of the stage's operators (`processor.pipeline.operators`): one small
+class per kind of node, compiled from the graph when the chain is built, each running its
+batches and emitting to its children's. The chain feeds its input to the head's, and holds
+what the epoch's end, the watermark and the clock act on.
+
 Within a stage, values travel in batches. An unkeyed batch is a list of values; a keyed batch
 a list of ``(key text, value)`` pairs (`ops.key_text`: a string key is itself). Per operator:
 
@@ -40,28 +45,23 @@ holds): ``(meta, value)``, ``((key text, meta), value)``. The operators that tak
 in `processor.pipeline.metachain`; a pipeline without metadata never gets there. A
 non-windowed ``process`` always takes them (``state.headers``).
 
-This module is the dataflow; beside it, on the chain's state: what a shuffle's items are on
-either side of it (`processor.pipeline.shuffle_format`), sink and late records
-(`processor.pipeline.sink_batch`), the epoch's state write (`processor.pipeline.state_flush`),
-watermarks and timers firing (`processor.pipeline.stage_time`), dead records
-(`processor.pipeline.dead`).
+This module is the wiring (the operators are in `processor.pipeline.operators`); beside it,
+on the chain and its operators: what a shuffle's items are on either side of it
+(`processor.pipeline.shuffle_format`), sink and late records (`processor.pipeline.sink_batch`),
+the epoch's state write (`processor.pipeline.state_flush`), watermarks and timers firing
+(`processor.pipeline.stage_time`), dead records (`processor.pipeline.dead`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from functools import partial
-from itertools import chain
 from typing import Any, Protocol
 
 from processor.models.limits import DEFAULT_RECORD_LIMIT
 from processor.pipeline import (
-    aggregation,
     metachain,
-    process_op,
     shuffle_format,
-    sink_batch,
     stage_time,
     state_flush,
     ttl,
@@ -72,19 +72,20 @@ from processor.pipeline.dead import DeadRecord as DeadRecord  # re-exported, as 
 from processor.pipeline.dead import dead_record
 from processor.pipeline.floors import Floors
 from processor.pipeline.meta import Meta
-from processor.pipeline.ops import UNSET, folder, load_value, merger
-from processor.pipeline.per_record import PerRecord
+from processor.pipeline.operators import compile_operators, running
+from processor.pipeline.operators.keyed import (
+    Aggregate,
+    Join,
+    PerRecordAggregate,
+    Process,
+    Window,
+)
+from processor.pipeline.ops import UNSET, load_value, merger
 from processor.pipeline.plan import Plan, Stage
 from processor.pipeline.shuffle_out import ShuffleOut
 from processor.pipeline.sinks import Headed
 from processor.pipeline.state_keys import state_key as _state_key
-from processor.pipeline.state_keys import state_prefix as _state_prefix
 from processor.pipeline.time import NO_WATERMARK
-from processor.pipeline.timers import ProcessTimers
-from processor.pipeline.windows import Item, JoinOperator, WindowOperator
-
-# Nodes that pass on every input's items: a merge, a loop (its input and feedback).
-_UNIONS = frozenset({"merge", "loop"})
 
 
 class StateBackend(Protocol):
@@ -113,10 +114,10 @@ class StageChain:
         self.stage = stage
         self.channel = channel
         self._state, self._late_topic, self._max_record = state, late_topic, max_record_bytes
-        # State TTL (`processor.pipeline.ttl`): the operators that may expire keys, the keys
-        # expired this epoch (read as missing until the flush deletes them: the reads go
-        # through a filter from the first expiry on), the clock of the checkpoint's `tick`.
-        self._expiry = ttl.expiries(stage)
+        # State TTL (`processor.pipeline.ttl`): the keys expired this epoch (read as missing
+        # until the flush deletes them: the reads go through a filter from the first expiry
+        # on), the clock of the checkpoint's `tick`. The operators that may expire keys own
+        # their deadlines (`expiry`); `_expiry` below finds them.
         self._expired: set[bytes] = set()
         self._clock: int | None = None
         self._reader: ttl.StateReader = state
@@ -155,20 +156,29 @@ class StageChain:
                 False,
                 max_record_bytes,
             )
-        self._windows = {
-            n: WindowOperator(n, partial(self._load, n), self._dead)
-            for n in stage.nodes
-            if n.windowed
-        }
-        self._join = (
-            JoinOperator(stage.head, partial(self._load, stage.head)) if stage.is_join else None
-        )
+        # The operators (`processor.pipeline.operators`), by node; and by what the epoch's
+        # end, the watermark and the clock act on, in graph order.
+        self._ops = compile_operators(self, stage)
+        head = self._ops[stage.head]
+        self._joins = [head] if isinstance(head, Join) else []  # a join stage's head
+        self._join = head.join if isinstance(head, Join) else None
+        runs = [running(self._ops[n]) for n in stage.nodes]
+        self._aggregates = [op for op in runs if isinstance(op, Aggregate)]
+        self._processes = {op.node: op for op in runs if isinstance(op, Process)}
+        windows = [op for op in runs if isinstance(op, Window)]
+        # What keeps state other than the aggregations, in the order it is written at flush.
+        self._keepers: list[PerRecordAggregate | Process | Window | Join] = [
+            *(op for op in runs if isinstance(op, PerRecordAggregate)),
+            *self._processes.values(),
+            *windows,
+            *self._joins,
+        ]
+        self._windows = {op.node: op.windows for op in windows}
+        # Of each operator that may expire keys: the operator, and its deadlines.
+        self._expiring = ttl.expiring(runs)
+        self._expiry = {n: op.expiry for n, op in self._expiring.items() if op.expiry is not None}
         # Of each process with on_timer: its timers (`processor.pipeline.timers`).
-        self._timers = {
-            n: ProcessTimers(n)
-            for n in stage.nodes
-            if n.kind == "process" and n.on_timer is not None and not n.windowed
-        }
+        self._timers = {n: op.timers for n, op in self._processes.items() if op.timers is not None}
         self._ticks = any(t.processing_time for t in self._timers.values())
         timed_process = [n for n, t in self._timers.items() if not t.processing_time]
         # Of each window and shuffle: the window before it in the stage (None: the stage's
@@ -181,23 +191,15 @@ class StageChain:
         # The watermark of each window's input, and of each event-time timer process's.
         self._marks = dict.fromkeys([*self._windows, *timed_process], NO_WATERMARK)
         # What `advance` fires, in graph order: what one emits reaches the next one first.
-        self._fired = [n for n in stage.nodes if n in self._marks]
-        self._folders = {n: folder(n) for n in stage.nodes if n.aggregated and not n.per_record}
-        self._per_record = {
-            n: PerRecord(n, _state_prefix(n), ttl.reader(self, n), self._dead, ttl.untimed(self, n))
-            for n in stage.nodes
-            if n.aggregated and n.per_record
-        }
-        # count and sum fold inline (no call per value): the word count path.
-        self._adds = {n: n.kind for n in self._folders if n.kind in ("count", "sum")}
-        # Per aggregation: key text -> latest value this epoch (emitted at flush) / set quietly.
-        self._dirty: dict[Node, dict[str, Any]] = {n: {} for n in self._folders}
-        self._quiet: dict[Node, dict[str, Any]] = {n: {} for n in self._folders}
-        self._process: dict[Node, dict[str, Any]] = {
-            n: {} for n in stage.nodes if n.kind == "process" and not n.windowed
-        }
+        self._fired: list[Window | Process] = [
+            op for op in runs if isinstance(op, Window | Process) and op.node in self._marks
+        ]
+        # The aggregation a combined shuffle record's partials go to, and how they merge.
         combiner = stage.combiner
-        self._merge = (combiner, merger(combiner)) if combiner is not None else None
+        self._combiner: tuple[Aggregate, Callable[[Any, Any], Any]] | None = None
+        aggregate = None if combiner is None else running(self._ops[combiner])
+        if isinstance(aggregate, Aggregate):
+            self._combiner = (aggregate, merger(aggregate.node))
 
     # -- input ------------------------------------------------------------------------------
 
@@ -257,8 +259,8 @@ class StageChain:
     def buffered(self) -> int:
         """Keys and records waiting for `flush`/`take_sinks`: what an early flush bounds."""
         return (
-            sum(map(len, self._dirty.values()))
-            + sum(map(len, self._per_record.values()))
+            sum(len(op.dirty) for op in self._aggregates)
+            + sum(len(op.latest) for op in self._keepers if isinstance(op, PerRecordAggregate))
             + sum(map(len, self.shuffles.values()))
             + sum(map(len, self.sinks.values()))
             + sum(map(len, self.headed.values()))
@@ -348,139 +350,8 @@ class StageChain:
     # -- the operators ----------------------------------------------------------------------
 
     def _push(self, node: Node, batch: list[Any], quiet: bool) -> None:
-        for child in node.children:
-            if not batch:
-                continue
-            if child.kind in _UNIONS:  # every input's items on to its children
-                if node.meta != child.meta:  # an input that makes records without metadata
-                    self._push(child, metachain.into_merge(node, child, batch), quiet)
-                else:
-                    self._push(child, batch, quiet)
-            else:
-                self._apply(child, batch, quiet)
-
-    def _apply(self, node: Node, batch: list[Any], quiet: bool) -> None:
-        kind, fn, parent = node.kind, node.fn, node.parent
-        assert parent is not None
-        if parent.meta or node.meta_in:  # records with metadata: `processor.pipeline.metachain`
-            converted = metachain.enter(self, node, batch, quiet)
-            if converted is None:
-                return
-            batch = converted
-        keyed = parent.keyed
-        if parent.timed:
-            if kind in ("map", "filter", "flat_map"):
-                keyed = True  # the time rides along like a key
-            elif kind == "key_by":
-                shuffle_format.key_by_timed(self, node, batch, quiet)
-                return
-            elif kind == "window":
-                self._push(node, batch, quiet)
-                return
-            elif kind == "process" and not node.windowed:  # its output keeps the time
-                self._push(node, process_op.process_batch(self, node, batch), quiet)
-                return
-            elif node.windowed:
-                late: list[Item] = []
-                out = self._windows[node].add(batch, self._marks[node], late)
-                sink_batch.late(self, node, late, quiet)
-                if not quiet:
-                    self._push(node, out, quiet)
-                return
-            else:  # aggregations, process, sinks: without the time
-                if node.ttl_ms and node.aggregated:  # a TTL from the records' times
-                    ttl.touch_timed(self, node, batch)
-                batch = [(k[0], v) for k, v in batch] if keyed else [v for _, v in batch]
-        if kind == "map":
-            assert fn is not None
-            try:
-                out = [(k, fn(v)) for k, v in batch] if keyed else list(map(fn, batch))
-            except Exception:  # noqa: BLE001 - find the failing records one by one
-                out = self._each(node, batch, keyed, lambda v: [fn(v)], fast=False)
-        elif kind == "filter":
-            assert fn is not None
-            try:
-                out = [kv for kv in batch if fn(kv[1])] if keyed else list(filter(fn, batch))
-            except Exception:  # noqa: BLE001 - find the failing records one by one
-                out = self._each(node, batch, keyed, lambda v: [v] if fn(v) else [], fast=False)
-        elif kind == "flat_map":
-            assert fn is not None
-            out = self._flat_map(node, fn, batch, keyed)
-        elif kind == "key_by":
-            assert fn is not None
-            values = [v for _, v in batch] if keyed else batch
-            # key_by(str) of plain strings (word count's words) keys each by itself.
-            all_str = fn is str and set(map(type, values)) <= {str}
-            try:
-                keys = values if all_str else list(map(fn, values))
-            except Exception:  # noqa: BLE001 - keep the records it could key
-                pairs = self._each(node, values, False, lambda v: [(fn(v), v)], fast=False)
-                keys, values = [k for k, _ in pairs], [v for _, v in pairs]
-            if not quiet:
-                self.shuffles[node.name].add(keys, values, all_str)
-            return
-        elif node.aggregated:
-            if not node.per_record:
-                aggregation.fold(
-                    self, node, batch, quiet, self._folders[node], self._adds.get(node)
-                )
-                return
-            # At once, as process does; quietly in a replay (state only downstream too).
-            out = self._per_record[node].add(batch)
-        elif kind == "process":
-            out = process_op.process_batch(self, node, batch)
-        elif kind == "sink":
-            if quiet:
-                return
-            if node.sink_spec is None:
-                sink_batch.sink(self, node, batch, keyed)
-            else:
-                sink_batch.sink_spec(self, node, node.sink_spec, batch, keyed)
-            return
-        else:
-            raise ValueError(f"unknown operator {node!r}")
-        self._push(node, out, quiet)
-
-    def _flat_map(
-        self, node: Node, fn: Callable[[Any], Iterable[Any]], batch: list[Any], keyed: bool
-    ) -> list[Any]:
-        if node.batch_fn is not None and not keyed:
-            try:
-                out = node.batch_fn(batch)
-                return out if type(out) is list else list(out)
-            except Exception:  # noqa: BLE001 - find the failing records one by one
-                pass
-        return self._each(node, batch, keyed, fn)
-
-    def _each(
-        self,
-        node: Node,
-        batch: list[Any],
-        keyed: bool,
-        fn: Callable[[Any], Iterable[Any]],
-        fast: bool = True,
-    ) -> list[Any]:
-        """``fn`` over every value, flattened (keeping keys); a failing record is dead."""
-        if fast:
-            try:
-                if keyed:
-                    return [(k, out) for k, v in batch for out in fn(v)]
-                return list(chain.from_iterable(map(fn, batch)))
-            except Exception:  # noqa: BLE001 - find the failing records one by one
-                pass
-        result: list[Any] = []
-        for item in batch:
-            value = item[1] if keyed else item
-            try:
-                outs = list(fn(value))
-            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-                self._dead(node, exc, value)
-                continue
-            if keyed:
-                result.extend((item[0], out) for out in outs)
-            else:
-                result.extend(outs)
-        return result
+        """``batch``, the output of ``node``, on to the operators of its children."""
+        self._ops[node].emit(batch, quiet)
 
     def _load(self, node: Node, text: str) -> Any:
         (raw,) = self._reader.get_many([_state_key(node, text)])

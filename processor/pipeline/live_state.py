@@ -33,14 +33,17 @@ def epoch_value(chain: StageChain, store_key: bytes) -> tuple[bool, bytes | None
         return NOT_HELD
     name, text = operator.decode(), raw_text.decode()
     held: Any = UNSET
-    for maps in (chain._dirty, chain._quiet, chain._process):
-        for node, values in list(maps.items()):
-            if node.name == name:
-                held = values.get(text, UNSET)
-                if held is not UNSET:
-                    break
-        if held is not UNSET:
-            break
+    # The operators own these maps (`processor.pipeline.operators.keyed`): an aggregation's
+    # dirty and quiet ones, a process's cache; then the windows'.
+    aggregates, processes = list(chain._aggregates), list(chain._processes.values())
+    maps: list[tuple[str, dict[str, Any]]] = [(op.node.name, op.dirty) for op in aggregates]
+    maps += [(op.node.name, op.set_quietly) for op in aggregates]
+    maps += [(op.node.name, op.cache) for op in processes]
+    for node_name, values in maps:
+        if node_name == name:
+            held = values.get(text, UNSET)
+            if held is not UNSET:
+                break
     if held is UNSET:
         for node, op in list(chain._windows.items()):
             if node.name == name:

@@ -4,16 +4,19 @@ Where a pipeline carries metadata (the planner's ``Node.meta``), items hold a `M
 a timed pipeline holds the event time (which the meta holds too): an unkeyed item is
 ``(meta, value)``, a keyed one ``((key text, meta), value)``. map, filter, flat_map and
 key_by run here on such items, calling their function with ``(value, meta)`` when given
-``meta=True``; `enter` also converts items between the two forms where a node takes
+``meta=True`` (`run_of`); items are converted between the two forms where a node takes
 another than its parent makes:
 
 - to a node that takes no metadata (an aggregation, a window, a sink, a branch that needs
-  none): the items its parent would make without metadata, event time kept in a timed one;
+  none): the items its parent would make without metadata, event time kept in a timed one
+  (`strip`);
 - to a node that takes it from one that makes new records (an aggregation, ``process``, a
-  window or join): a fresh meta with the key, and the event time if the records have one.
+  window or join): a fresh meta with the key, and the event time if the records have one
+  (`fresh`).
 
-Pipelines without metadata never come here: `StageChain._apply` tests ``meta``/``meta_in``
-once per batch.
+Pipelines without metadata never come here: the operators' compiler
+(`processor.pipeline.operators`) puts a `StripMeta` or `WithMeta` only on a node that takes or
+gets them.
 """
 
 from __future__ import annotations
@@ -29,7 +32,15 @@ from processor.pipeline.ops import event_time, key_of
 if TYPE_CHECKING:
     from processor.pipeline.chain import StageChain
 
-__all__ = ["enter", "from_shuffle", "into_merge", "key_and_headers", "source_values"]
+__all__ = [
+    "fresh",
+    "from_shuffle",
+    "into_merge",
+    "key_and_headers",
+    "run_of",
+    "source_values",
+    "strip",
+]
 
 
 def source_values(
@@ -81,38 +92,34 @@ def _source_items(
     return items
 
 
-def enter(chain: StageChain, node: Node, batch: list[Any], quiet: bool) -> list[Any] | None:
-    """``batch`` from ``node``'s parent, where one of them has metadata: run ``node`` here
-    (None), or the batch in the form ``node`` takes without metadata, for the caller to run
-    as if the parent had none."""
-    parent = node.parent
-    assert parent is not None
-    if not parent.meta:
-        batch = _fresh(batch, parent.timed)
-        keyed = True  # only records made by a keyed operator have no metadata
-    elif not node.meta_in:
-        return _strip(batch, parent.keyed, parent.timed)
-    else:
-        keyed = parent.keyed
+# What a node that takes items with metadata does with a batch of them (``keyed``: items
+# ``((key text, meta), value)``): its output, None for a key_by (into its shuffle).
+MetaRun = Callable[["StageChain", Node, list[Any], bool, bool], "list[Any] | None"]
+
+
+def run_of(node: Node) -> MetaRun:
+    """How ``node`` runs on items with metadata: chosen once, when its operator is built."""
     kind = node.kind
     if kind == "process":
-        chain._push(node, process_op.process_batch(chain, node, batch), quiet)
-    elif kind == "key_by":
-        _key_by(chain, node, batch, keyed, quiet)
-    else:
-        chain._push(node, _each(chain, node, batch, keyed), quiet)
-    return None
+        return _process
+    if kind == "key_by":
+        return _key_by
+    if kind == "map":
+        return _map
+    if kind == "filter":
+        return _filter
+    return _flat_map
 
 
 def into_merge(sender: Node, merge: Node, batch: list[Any]) -> list[Any]:
     """``sender``'s items in the form of ``merge``'s, where one carries metadata and the other
     not (an input that makes new records, an aggregation, has none)."""
     if sender.meta:
-        return _strip(batch, sender.keyed, sender.timed)
-    return _fresh(batch, sender.timed)
+        return strip(batch, sender.keyed, sender.timed)
+    return fresh(batch, sender.timed)
 
 
-def _strip(batch: list[Any], keyed: bool, timed: bool) -> list[Any]:
+def strip(batch: list[Any], keyed: bool, timed: bool) -> list[Any]:
     if keyed:
         if timed:
             return [((k[0], k[1].timestamp), v) for k, v in batch]
@@ -122,7 +129,7 @@ def _strip(batch: list[Any], keyed: bool, timed: bool) -> list[Any]:
     return [v for _, v in batch]
 
 
-def _fresh(batch: list[Any], timed: bool) -> list[Any]:
+def fresh(batch: list[Any], timed: bool) -> list[Any]:
     """Keyed items of an operator that made them: with a meta of their key (and time)."""
     if timed:
         return [((k[0], Meta(key_of(k[0]), k[1])), v) for k, v in batch]
@@ -137,22 +144,48 @@ def _call(node: Node) -> Callable[[Any, Meta], Any]:
     return lambda value, _meta: fn(value)
 
 
-def _each(chain: StageChain, node: Node, batch: list[Any], keyed: bool) -> list[Any]:
-    """map, filter or flat_map over items with metadata; each output keeps its record's."""
+def _process(
+    chain: StageChain, node: Node, batch: list[Any], keyed: bool, quiet: bool
+) -> list[Any]:
+    return process_op.process_batch(chain, node, batch)
+
+
+def _map(chain: StageChain, node: Node, batch: list[Any], keyed: bool, quiet: bool) -> list[Any]:
+    """map over items with metadata; each output keeps its record's."""
     fn = _call(node)
-    kind = node.kind
     out: list[Any] = []
     append = out.append
     for first, value in batch:
-        meta = first[1] if keyed else first
         try:
-            if kind == "map":
-                append((first, fn(value, meta)))
-            elif kind == "filter":
-                if fn(value, meta):
-                    append((first, value))
-            else:
-                out.extend([(first, o) for o in fn(value, meta)])
+            append((first, fn(value, first[1] if keyed else first)))
+        except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+            chain._dead(node, exc, value)
+    return out
+
+
+def _filter(chain: StageChain, node: Node, batch: list[Any], keyed: bool, quiet: bool) -> list[Any]:
+    """filter over items with metadata."""
+    fn = _call(node)
+    out: list[Any] = []
+    append = out.append
+    for first, value in batch:
+        try:
+            if fn(value, first[1] if keyed else first):
+                append((first, value))
+        except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+            chain._dead(node, exc, value)
+    return out
+
+
+def _flat_map(
+    chain: StageChain, node: Node, batch: list[Any], keyed: bool, quiet: bool
+) -> list[Any]:
+    """flat_map over items with metadata; each output keeps its record's."""
+    fn = _call(node)
+    out: list[Any] = []
+    for first, value in batch:
+        try:
+            out.extend([(first, o) for o in fn(value, first[1] if keyed else first)])
         except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
             chain._dead(node, exc, value)
     return out

@@ -1,16 +1,17 @@
 """``process`` in a stage's chain: the state handle a user function gets (`KeyState`), a
 batch of records through it (`process_batch`) and a round of its timers (`fire_timers`).
 
-`StageChain` keeps the operator's epoch cache (key text -> value, `DELETED` for a deleted
-key) and its timers (`processor.pipeline.timers`); these functions act on them for it, so
-that the chain's module holds the dataflow and this one what ``process`` is.
+Its operator (`processor.pipeline.operators.keyed.Process`) owns the epoch cache (key text ->
+value, `DELETED` for a deleted key) and the timers (`processor.pipeline.timers`); these
+functions act on them, so that the operator's module holds the dataflow and this one what
+``process`` is. The operator owns its keys' TTL deadlines too (``expiry``), which the handle
+touches on ``set`` (`processor.pipeline.ttl`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from processor.pipeline.api import Node
@@ -133,15 +134,12 @@ def process_batch(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]:
         return _process_plain(chain, node, batch)
     fn = node.fn
     assert fn is not None
-    cache = chain._process[node]
-    timers = chain._timers.get(node)
+    op = chain._processes[node]
+    cache, timers, load = op.cache, op.timers, op.load
     out: list[Any] = []
     append = out.append
-    load = partial(chain._load, node)
     timed = node.timed
-    handle = KeyState(
-        cache, "", load, None, timers, chain._expiry.get(node)
-    )  # bound to each record's key in turn
+    handle = KeyState(cache, "", load, None, timers, op.expiry)  # bound to each key in turn
     for first, value in batch:
         text, meta = first
         handle._text, handle.timestamp, handle._headers = text, meta.timestamp, meta.headers
@@ -160,15 +158,14 @@ def _process_plain(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]
     """`process_batch` of items without metadata."""
     fn = node.fn
     assert fn is not None
-    cache = chain._process[node]
-    timers = chain._timers.get(node)
+    op = chain._processes[node]
+    cache, timers, load = op.cache, op.timers, op.load
     out: list[Any] = []
     append = out.append
-    load = partial(chain._load, node)
     timed = node.timed
     # One handle, bound to each record's key in turn (as Flink's keyed state is to the
     # current key): a handle per record cost more than the user's function in a first sight.
-    handle = KeyState(cache, "", load, None, timers, chain._expiry.get(node))
+    handle = KeyState(cache, "", load, None, timers, op.expiry)
     for first, value in batch:
         if timed:
             handle._text, handle.timestamp = first
@@ -197,19 +194,19 @@ def fire_timers(
     (``low`` not None): the timer's time, at least ``low`` (the watermark before this
     round), so that none is behind a watermark forwarded already; a processing-time
     timer's output has ``low``."""
-    timers = chain._timers[node]
-    on_timer = node.on_timer
-    assert on_timer is not None
+    op = chain._processes[node]
+    timers, on_timer = op.timers, node.on_timer
+    assert timers is not None and on_timer is not None
     due = timers.due(through)
     if not due:
         return
-    cache, load = chain._process[node], partial(chain._load, node)
+    cache, load = op.cache, op.load
     out: list[Any] = []
     for at, text in due:
         if not timers.take(at, text):
             continue  # deleted, or fired already this round
         state = KeyState if event_time else _ClockTimerState
-        handle = state(cache, text, load, at, timers, chain._expiry.get(node))
+        handle = state(cache, text, load, at, timers, op.expiry)
         handle._headers = []  # a timer has no record
         try:
             emitted = list(on_timer(at, handle))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from processor.pipeline import aggregation, metachain, sink_batch
+from processor.pipeline import metachain
 from processor.pipeline.api import Node
 from processor.pipeline.windows import Item
 
@@ -35,22 +35,15 @@ def into_stage(
         return
     if chain.stage.timed and not isinstance(body, dict):
         items: list[Item] = [((t, ts), v) for t, v, ts in body]
-        join = chain._join
-        if join is None:
+        if chain._joins:
+            chain._joins[0].add(side, items, quiet)
+        else:
             chain._push(head, items, quiet)
-            return
-        late: list[Item] = []
-        out = join.add(side, items, chain.watermark, late)
-        sink_batch.late(chain, join.node, late, quiet)
-        if not quiet:
-            chain._push(head, out, quiet)
         return
     if isinstance(body, dict):
-        assert chain._merge is not None, "combined records for a stage that has no combiner"
-        node, merge = chain._merge
-        # Partial counts and sums merge by addition, like a sum's values.
-        add = "sum" if node in chain._adds else None
-        aggregation.fold(chain, node, list(body.items()), quiet, merge, add, unique=True)
+        assert chain._combiner is not None, "combined records for a stage that has no combiner"
+        aggregate, merge = chain._combiner
+        aggregate.combine(body, quiet, merge)
     else:
         # [key text, value] lists, as decoded: they unpack like the (key, value) items.
         chain._push(head, body, quiet)

@@ -1,6 +1,6 @@
 """Event time in a stage's chain: the watermark each window and event-time timer process
-sees (`mark_into`), what a rise of the task's watermark fires (`advance`), and what the wall
-clock fires (`tick`).
+sees (`mark_into`), what a rise of the task's watermark fires (`advance`: each such operator's
+own ``advance``, in graph order), and what the wall clock fires (`tick`).
 
 A window's results come after the watermark that passes their event time, so what a window
 feeds, in the stage or through a shuffle, sees a watermark held back to what the window may
@@ -49,17 +49,12 @@ def advance(chain: StageChain, watermark: int, quiet: bool) -> None:
         chain.inherit(None)  # passed: every key's lateness is the task's own again
     if chain._join is not None:
         chain._join.fire(watermark, quiet)
-    for node in chain._fired:
+    for op in chain._fired:
         # Only now: the results of the windows before it came under its old watermark.
+        node = op.node
         before, mark = chain._marks[node], mark_into(chain, node)
         chain._marks[node] = mark
-        op = chain._windows.get(node)
-        if op is None:  # a process's event-time timers: those the watermark passed
-            process_op.fire_timers(chain, node, mark - 1, before, quiet)
-            continue
-        out = op.fire(mark, quiet)
-        if out:
-            chain._push(node, out, quiet)
+        op.advance(mark, before, quiet)
     if quiet:
         del chain.dead[dead:]  # dead-lettered already, when the watermark first came
 

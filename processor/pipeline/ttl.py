@@ -1,6 +1,8 @@
-"""State TTL in a stage's chain: which operators have deadlines (`expiries`), the state
-reads that must not see a key expired this epoch (`ExpiredFilter`), expiry by the watermark
-(`by_watermark`, from `StageChain.advance`) and at the epoch's end (`at_flush`).
+"""State TTL in a stage's chain: which operators have deadlines (`of`, when an operator is
+compiled: each owns its `Expiry`, touches it as it updates keys and drops what expires from
+its memory, its ``expire``), the state reads that must not see a key expired this epoch
+(`ExpiredFilter`), expiry by the watermark (`by_watermark`, from `StageChain.advance`) and
+at the epoch's end (`at_flush`).
 
 A key that expires is gone at once: its value of the epoch leaves the operator's memory
 (an ``emit="checkpoint"`` aggregation's pending update is emitted first, the last value of
@@ -12,12 +14,11 @@ cleans up after the key.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from processor.pipeline.api import Node
 from processor.pipeline.expiry import Expiry, ttl_prefix
-from processor.pipeline.ops import UNSET
-from processor.pipeline.plan import Stage
 from processor.pipeline.state_keys import state_prefix
 from processor.pipeline.time import NO_WATERMARK
 from processor.serde.codec import sink_value
@@ -30,14 +31,29 @@ class StateReader(Protocol):
     def get_many(self, keys: list[bytes]) -> list[bytes | None]: ...
 
 
-def expiries(stage: Stage) -> dict[Node, Expiry]:
-    """Per operator of ``stage`` that may expire keys: the aggregations with ``ttl_ms`` and
-    every ``process`` on a keyed stream (``state.set(value, ttl_ms=...)`` may come)."""
-    return {
-        n: Expiry(n, stage.timed)
-        for n in stage.nodes
-        if not n.windowed and ((n.aggregated and n.ttl_ms) or n.kind == "process")
-    }
+class Expiring(Protocol):
+    """An operator that may expire keys (`processor.pipeline.operators.keyed`)."""
+
+    node: Node
+    expiry: Expiry | None
+
+    def expire(self, texts: list[str], quiet: bool) -> None:
+        """Expired keys out of its epoch's memory (an ``emit="checkpoint"`` aggregation's
+        pending update on first, unless ``quiet``)."""
+
+
+def of(chain: StageChain, node: Node) -> Expiry | None:
+    """The deadlines of ``node``'s operator, if it may expire keys: an aggregation with
+    ``ttl_ms`` and every ``process`` on a keyed stream (``state.set(value, ttl_ms=...)`` may
+    come); not one per window."""
+    if not node.windowed and ((node.aggregated and node.ttl_ms) or node.kind == "process"):
+        return Expiry(node, chain.stage.timed)
+    return None
+
+
+def expiring(ops: Iterable[Any]) -> dict[Node, Expiring]:
+    """The operators among ``ops`` (in graph order) that may expire keys, by node."""
+    return {op.node: op for op in ops if getattr(op, "expiry", None) is not None}
 
 
 class ExpiredFilter:
@@ -55,9 +71,9 @@ class ExpiredFilter:
         return [None if k in expired else raw for k, raw in zip(keys, raws, strict=True)]
 
 
-def reader(chain: StageChain, node: Node) -> StateReader:
-    """The state reads of ``node``'s operator: filtered if it has a TTL."""
-    if node in chain._expiry:
+def reader(chain: StageChain, expiry: Expiry | None) -> StateReader:
+    """The state reads of an operator with deadlines ``expiry``: filtered if it has any."""
+    if expiry is not None:
         return ExpiredFilter(chain._state, chain._expired)
     return chain._state
 
@@ -67,16 +83,12 @@ def by_clock(chain: StageChain) -> bool:
     return not chain.stage.timed and any(e.active for e in chain._expiry.values())
 
 
-def touch_timed(chain: StageChain, node: Node, batch: list[Any]) -> None:
-    """``((key text, event time), value)`` items into an aggregation with a TTL."""
-    chain._expiry[node].touch_timed(first for first, _ in batch)
-
-
-def untimed(chain: StageChain, node: Node) -> Expiry | None:
+def untimed(node: Node, expiry: Expiry | None) -> Expiry | None:
     """The TTL of an aggregation whose records come without their event time: touched as
-    they fold (those with it are touched in `StageChain._apply`, by `touch_timed`)."""
+    they fold (those with it are touched by the operator's input adapter,
+    `processor.pipeline.operators.stateless.StripTimeTouch`)."""
     assert node.parent is not None
-    return None if node.parent.timed else chain._expiry.get(node)
+    return None if node.parent.timed else expiry
 
 
 def by_watermark(chain: StageChain, before: int, watermark: int, quiet: bool) -> None:
@@ -115,26 +127,9 @@ def at_flush(chain: StageChain, writes: dict[bytes, bytes | None]) -> None:
 
 
 def _drop(chain: StageChain, node: Node, texts: list[str], quiet: bool) -> None:
-    """Expired keys of ``node`` out of its epoch's memory; their deletions pending."""
+    """Expired keys of ``node`` out of its operator's epoch memory; their deletions pending."""
     prefix = state_prefix(node)
     chain._expired.update(prefix + t.encode() for t in texts)
     if not isinstance(chain._reader, ExpiredFilter):  # no filter until a key expires
         chain._reader = ExpiredFilter(chain._state, chain._expired)
-    if node.kind == "process":
-        cache = chain._process[node]
-        for text in texts:
-            cache.pop(text, None)
-    elif node.per_record:
-        latest = chain._per_record[node].latest
-        for text in texts:
-            latest.pop(text, None)
-    else:
-        dirty, quiet_map = chain._dirty[node], chain._quiet[node]
-        last: list[Any] = []
-        for text in texts:
-            quiet_map.pop(text, None)
-            value = dirty.pop(text, UNSET)
-            if value is not UNSET:
-                last.append((text, value))
-        if last and not quiet:  # the pending update of the changelog, before the key goes
-            chain._push(node, last, quiet=False)
+    chain._expiring[node].expire(texts, quiet)
