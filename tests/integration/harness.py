@@ -226,11 +226,11 @@ class JobRun:
     def start_coordinator(
         self, exit_when_idle: bool = True, fault: str = "", metrics_port: int = 0
     ) -> None:
-        """``fault`` arms a crash point (processor/faults.py) in this process only."""
+        """``fault`` arms a crash point (processor/faults.py) in this process only;
+        ``metrics_port`` (0: as the run's environment says) serves its HTTP side."""
         args = ["coordinator", *(["--exit-when-idle"] if exit_when_idle else [])]
-        self.coordinator = self._spawn(
-            "coordinator", *args, PROCESSOR_FAULT=fault, PROCESSOR_METRICS_PORT=str(metrics_port)
-        )
+        port = {"PROCESSOR_METRICS_PORT": str(metrics_port)} if metrics_port else {}
+        self.coordinator = self._spawn("coordinator", *args, PROCESSOR_FAULT=fault, **port)
 
     def start_worker(self, index: int, metrics_port: int = 0, fault: str = "") -> None:
         self.workers[index] = self._spawn(
