@@ -15,7 +15,7 @@ fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[test,s3]'
+  .venv/bin/python -m pip install --quiet -e '.[test,s3,postgres]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

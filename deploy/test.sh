@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite on a fresh machine: installs into .venv, lints, type-checks, then runs pytest.
 # The pytest session starts its own real Kafka broker (port 19092) and, for the S3 checkpoint
-# tests, a real S3 API server (S3Proxy, ports 18333-18334), both fetched with mvn.
+# tests, a real S3 API server (S3Proxy, ports 18333-18334), both fetched with mvn; for the
+# PostgreSQL tests, a real PostgreSQL server (port 15432) from Debian's package.
 # Extra arguments go to pytest, e.g.  bash deploy/test.sh tests/unit -q  (the 40 slowest tests
 # are listed at the end: where CI time goes)
 set -euo pipefail
@@ -12,6 +13,21 @@ if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id 
   { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; } \
     >/tmp/processor-apt-chromium.log 2>&1 ||
     echo "test: could not install chromium (see /tmp/processor-apt-chromium.log)" >&2
+fi
+# The PostgreSQL tests start their own server from Debian's binaries (tests/conftest.py, port
+# 15432; under CI a missing PostgreSQL fails them): Debian's postgresql, installed here when
+# missing (as root). Told first not to create the package's own cluster, which its postinst
+# would start on 5432: nothing of the package runs, only our test server does.
+if ! python -m processor.postgres_server bindir >/dev/null && command -v apt-get >/dev/null &&
+  [ "$(id -u)" = 0 ]; then
+  (export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq &&
+    apt-get install -y -qq --no-install-recommends postgresql-common &&
+    sed -ri 's/^#?[[:space:]]*create_main_cluster[[:space:]]*=.*/create_main_cluster = false/' \
+      /etc/postgresql-common/createcluster.conf &&
+    apt-get install -y -qq --no-install-recommends postgresql) \
+    >/tmp/processor-apt-postgresql.log 2>&1 ||
+    echo "test: could not install postgresql (see /tmp/processor-apt-postgresql.log)" >&2
 fi
 ruff check processor tests bench examples
 ruff format --check processor tests bench examples

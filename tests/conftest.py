@@ -1,22 +1,29 @@
 """Shared fixtures: one real Kafka broker per test session, an admin client, fresh topics;
-one real S3 API server per session (started on first use), a fresh prefix in its bucket."""
+one real S3 API server per session (started on first use), a fresh prefix in its bucket;
+one real PostgreSQL server per session (started on first use), a fresh database in it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 # The documented import path; the package's stubs just omit NewTopic from __all__.
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from psycopg import conninfo, sql
 from pydantic import SecretStr
 
+from processor import postgres_server
 from processor.config import S3Location
 from processor.kafka.broker import LocalBroker
 from processor.state.s3 import S3Storage
@@ -34,6 +41,10 @@ TEST_CONTROLLER_PORT = 19093
 TEST_S3_PORT = int(os.environ.get("PROCESSOR_TEST_S3_PORT", "18333"))
 TEST_BUCKET = "processor-test"
 TEST_REGION = "us-east-1"
+
+# PostgreSQL on 15432 rather than 5432, away from a system cluster (and below the ephemeral
+# range, see above). PROCESSOR_TEST_PG_DSN names a running server to use instead.
+TEST_PG_PORT = int(os.environ.get("PROCESSOR_TEST_PG_PORT", "15432"))
 
 NewTopicFactory = Callable[..., str]
 
@@ -146,3 +157,75 @@ def s3_location(s3_server: S3Server) -> S3Location:
 @pytest.fixture
 def s3_storage(s3_server: S3Server, s3_location: S3Location) -> S3Storage:
     return s3_storage_for(s3_server, s3_location)
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The DSN of a real PostgreSQL server, as a superuser, database ``postgres``.
+
+    PROCESSOR_TEST_PG_DSN when set; otherwise a server this session starts on TEST_PG_PORT
+    (processor/postgres_server.py) and stops at its end. Without PostgreSQL on the machine
+    the tests that need it are skipped, except under CI, where that is a failure: CI must
+    not pass by running none of them.
+    """
+    if external := os.environ.get("PROCESSOR_TEST_PG_DSN"):
+        yield external
+        return
+    if postgres_server.find_bindir() is None:
+        message = (
+            "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres, no "
+            "pg_config --bindir): apt-get install postgresql, or set PROCESSOR_TEST_PG_DSN"
+        )
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail(message)
+        pytest.skip(message)
+    with _postgres_base(tmp_path_factory) as base:
+        data_dir = base / "data"
+        dsn = postgres_server.start(data_dir, TEST_PG_PORT)
+        try:
+            yield dsn
+        finally:
+            postgres_server.stop(data_dir)
+
+
+@contextlib.contextmanager
+def _postgres_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    # As root the server runs as the 'postgres' user, who cannot enter pytest's temp area
+    # (mode 0700, root's): a directory of its own under /tmp then, removed afterwards.
+    if os.geteuid() != 0:
+        yield tmp_path_factory.mktemp("postgres")
+        return
+    base = Path(tempfile.mkdtemp(prefix="processor-test-pg-"))
+    try:
+        base.chmod(0o755)
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_database(postgres_dsn: str) -> Iterator[str]:
+    """A fresh, empty database for one test: its DSN (libpq key=value form), for any driver.
+
+    Dropped afterwards, with whatever the test left: open sessions, and prepared (two-phase)
+    transactions, which would otherwise outlive the test and block the drop.
+    """
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin_conn:
+        admin_conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn = conninfo.make_conninfo(postgres_dsn, dbname=name)
+    try:
+        yield dsn
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin_conn:
+            gids = admin_conn.execute(
+                "SELECT gid FROM pg_prepared_xacts WHERE database = %s", (name,)
+            ).fetchall()
+            if gids:
+                # ROLLBACK PREPARED works only from a session in the transaction's database.
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    for (gid,) in gids:
+                        conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+            admin_conn.execute(
+                sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
+            )
