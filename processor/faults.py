@@ -26,6 +26,8 @@ POINTS = {
     "snapshot_durable": "the snapshot is durable, the transaction is not committed",
     "offsets_sent": "send_offsets_to_transaction done, commit_transaction not",
     "committed": "the transaction is committed, the acknowledgement not sent",
+    "postgres_prepared": "a PostgreSQL sink's transaction is prepared, Kafka's not committed",
+    "postgres_committing": "Kafka's transaction is committed, the PostgreSQL one still prepared",
     "coordinator_recorded": "the coordinator recorded a completed checkpoint, told nobody",
     "restoring": "a task is copying its snapshot back from checkpoint storage",
 }

@@ -139,6 +139,10 @@ class Driver:
             n.topic: n.sink_spec.serde for n in pipeline.sinks if n.sink_spec is not None
         }
         self._dead: list[DeadRecord] = []
+        # sink_postgres: each sink's table as its upserts leave it, by the key columns' values.
+        self._tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {
+            n.name: {} for n in pipeline.nodes if n.kind == "sink_postgres"
+        }
         self._offsets: Counter[tuple[str, int]] = Counter()  # next offset per topic partition
         self.now_ms = 0  # the wall clock of processing-time timers (`advance_clock`)
         self.checkpoints = 0
@@ -297,6 +301,10 @@ class Driver:
         for topic, headed in chain.take_headed().items():
             self._sinks[topic].extend((k, v) for k, v, _ in headed)
             self._headers.setdefault(topic, []).extend(h for _, _, h in headed)
+        for name, rows in chain.take_rows().items():
+            table = self._tables[name]
+            for ident, (row, _) in rows.items():  # an upsert: given columns replace theirs
+                table[ident] = {**table.get(ident, {}), **row}
         for name, target, channel in task.outputs:
             readers = self._tasks[target.name]
             for partition, value in chain.shuffles[name].take(channel):
@@ -359,6 +367,17 @@ class Driver:
         Example: ``assert d.outputs() == {"counts": [("a", 2)]}``.
         """
         return {topic: self.output(topic) for topic in self._sinks}
+
+    def table(self, sink: str) -> list[dict[str, Any]]:
+        """The rows PostgreSQL sink ``sink`` (its operator name) has upserted so far, one per
+        key, in the order they were first written.
+
+        Example: ``assert d.table("counts.sink_postgres") == [{"word": "a", "n": 2}]``.
+        """
+        if sink not in self._tables:
+            known = ", ".join(sorted(self._tables)) or "none"
+            raise ValueError(f"{sink!r} is not a PostgreSQL sink of the pipeline ({known})")
+        return list(self._tables[sink].values())
 
     def dead_records(self) -> list[DeadRecord]:
         """The records that went to the dead-letter topic so far: ``operator`` (the source's

@@ -11,7 +11,7 @@ operators.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 from processor.errors import PipelineError as PipelineError  # re-exported, for users
@@ -274,6 +274,35 @@ class Stream:
             if key is None and headers is None and spec.serde is JSON:
                 spec = None  # value=processor.serde.JSON: the defaults, and their fast path
         self._then("sink", name, topic=topic).sink_spec = spec
+
+    def sink_postgres(
+        self,
+        dsn: str,
+        table: str,
+        key_columns: list[str],
+        columns: Callable[[Any, Any], Mapping[str, Any]],
+        name: str | None = None,
+    ) -> None:
+        """Upsert a row per record into ``table``, an existing PostgreSQL table, exactly once.
+
+        ``columns(key, value)`` gives the row as ``{column: value}`` (``key`` is None on an
+        unkeyed stream); it must hold ``key_columns``, the columns of the table's primary key
+        or of a unique index: a row whose key is in the table already replaces its other
+        columns. Values go through psycopg (a dict as ``jsonb``). Rows are written at each
+        checkpoint, in a transaction prepared before the task's Kafka transaction commits and
+        committed after (docs/postgres.md); a row the database refuses is a dead record.
+        Needs ``pip install 'processor[postgres]'`` and a server with
+        ``max_prepared_transactions`` above 0::
+
+            counts.sink_postgres(
+                "postgresql://app@db/app", "word_counts", key_columns=["word"],
+                columns=lambda word, n: {"word": word, "n": n},
+            )
+        """
+        from processor.pipeline.sink_postgres import PostgresTarget
+
+        target = PostgresTarget.of(dsn, table, key_columns, columns)
+        self._then("sink_postgres", name).postgres = target
 
 
 class KeyedStream(Aggregations, Stream):

@@ -83,6 +83,7 @@ from processor.pipeline.operators.keyed import (
 from processor.pipeline.ops import UNSET, load_value, merger
 from processor.pipeline.plan import Plan, Stage
 from processor.pipeline.shuffle_out import ShuffleOut
+from processor.pipeline.sink_postgres import Rows
 from processor.pipeline.sinks import Headed
 from processor.pipeline.state_keys import state_key as _state_key
 from processor.pipeline.time import NO_WATERMARK
@@ -132,6 +133,8 @@ class StageChain:
         # Records with headers (sinks with a headers function: `processor.pipeline.sinks`).
         self.headed: dict[str, list[Headed]] = {}
         self.dead: list[DeadRecord] = []
+        # sink_postgres: the epoch's rows per sink, taken at checkpoints (`sink_postgres`).
+        self.rows: dict[str, Rows] = {}
         self.shuffles = {
             n.name: ShuffleOut(
                 n,
@@ -338,6 +341,11 @@ class StageChain:
         """Sink records with headers: ``(key, value, headers)`` per topic."""
         headed, self.headed = self.headed, {}
         return headed
+
+    def take_rows(self) -> dict[str, Rows]:
+        """The epoch's rows of each PostgreSQL sink (`processor.pipeline.sink_postgres`)."""
+        rows, self.rows = self.rows, {}
+        return rows
 
     @property
     def has_dead(self) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from processor.pipeline.sink_postgres import PostgresTarget
     from processor.pipeline.sinks import SinkSpec
     from processor.serde import Serde
 
@@ -48,6 +49,7 @@ class Node:
     topic: str = ""  # source and sink
     value_format: ValueFormat | Serde = "text"  # source: a built-in's name, or a serde
     sink_spec: SinkSpec | None = None  # sink: its key, value and headers unless the defaults
+    postgres: PostgresTarget | None = None  # sink_postgres: its server, table and columns
     # flat_map: the same function over a whole batch (a list of values -> a list of outputs),
     # for functions that are much faster once per batch than once per value (a regex).
     batch_fn: Callable[[list[Any]], Iterable[Any]] | None = None

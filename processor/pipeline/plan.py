@@ -58,6 +58,11 @@ class Stage:
         return [n for n in self.nodes if n.kind == "sink"]
 
     @property
+    def postgres_sinks(self) -> list[Node]:
+        """Its sinks into PostgreSQL tables (`processor.runtime.postgres_sink`)."""
+        return [n for n in self.nodes if n.kind == "sink_postgres"]
+
+    @property
     def pair_widths(self) -> tuple[int, ...]:
         """Items of an uncombined shuffle record into this stage: [key, value], with the
         event time in a timed stage, and the headers too in a stage that takes metadata
@@ -202,7 +207,7 @@ def plan(pipeline: Pipeline) -> Plan:
         raise PipelineError(f"expected a processor.Pipeline, got {type(pipeline).__name__}")
     if not pipeline.sources:
         raise PipelineError("the pipeline has no source")
-    if not pipeline.sinks:
+    if not pipeline.sinks and not any(n.kind == "sink_postgres" for n in pipeline.nodes):
         raise PipelineError("the pipeline has no sink: nothing would ever be written")
     _check_time(pipeline)
     _check_merges(pipeline)

@@ -128,6 +128,8 @@ class KeyedTask(KeyedCheckpoints):
             # Started first: the child's start-up overlaps the fencing below.
             task_id = self.ctx.task_id
             self._snapshots = SnapshotProcess(s, f"{s.job_name}/{task_id}", task_id)
+            if self.postgres is not None:  # before the producer fences its predecessors
+                self.postgres.read_fences()
             out.init()
             inputs = [TopicPartition(self.topic, self.partition)]
             out.abort_leftovers(output_partitions(consumer, self.output_topics()), consumer, inputs)
@@ -156,12 +158,16 @@ class KeyedTask(KeyedCheckpoints):
                 self.ctx.query.close()  # no request reads the store from here on
             if store is not None:
                 store.close()
+            if self.postgres is not None:
+                self.postgres.close()
             shutil.rmtree(workdir, ignore_errors=True)
 
     def _restore(self, consumer: Consumer) -> RocksDBStore:
         tp = committed_after_fencing(self.settings, [TopicPartition(self.topic, self.partition)])[0]
         meta = commit_metadata(tp)
         self.last_checkpoint = int(meta.get("checkpoint", 0))
+        if self.postgres is not None:  # its prepared transactions: what Kafka decided
+            self.postgres.recover(self.last_checkpoint)
         committed: SnapshotRef | None = None
         if self.last_checkpoint:
             owner = meta.get("snapshot")
@@ -450,6 +456,16 @@ class KeyedTask(KeyedCheckpoints):
         self._records_out += shipped
         self._m_out.inc(shipped)
         self._in_txn.extend(segments)
+
+    def _prepare_rows(self, checkpoint_id: int, out: TransactionalOutput) -> None:
+        """The epoch's PostgreSQL rows, prepared before Kafka transaction n commits; the rows
+        the database refused into the DLQ, in that transaction."""
+        assert self.postgres is not None and self.chain is not None
+        written = self.postgres.prepare(checkpoint_id, self.chain, self.ctx.task_id)
+        if self.chain.has_dead:
+            self._dead_letter(out)
+        self._records_out += written
+        self._m_out.inc(written)
 
     def _tick(self, triggered_at_ms: int, quiet: bool = False) -> None:
         """Processing-time timers fire at each checkpoint, by the time it was triggered at:

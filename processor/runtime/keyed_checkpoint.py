@@ -136,6 +136,9 @@ class KeyedCheckpoints(Task):
     def _layout(self) -> list[list[Any]]:
         raise NotImplementedError
 
+    def _prepare_rows(self, checkpoint_id: int, out: TransactionalOutput) -> None:
+        raise NotImplementedError
+
     def _on_barrier(
         self, msg: Message, out: TransactionalOutput, consumer: Consumer
     ) -> BarrierOutcome:
@@ -247,6 +250,8 @@ class KeyedCheckpoints(Task):
         flush_started_cpu = time.thread_time()
         self._tick(triggered_at_ms)
         self._flush(out, checkpoint=True)
+        if self.postgres is not None:
+            self._prepare_rows(checkpoint_id, out)
         self._dlq.tick()
         sent_before = self._time.sent
         if self.stage.timed:
@@ -317,6 +322,8 @@ class KeyedCheckpoints(Task):
         self._pending = None
         info = pending.info
         faults.reach("committed", self.ctx.task_id)
+        if self.postgres is not None:
+            self.postgres.commit(pending.epoch.checkpoint_id, self.ctx.task_id)
         self._in_txn.clear()
         self._dead_in_txn.clear()
         self._snapshot_failures = 0
@@ -428,6 +435,9 @@ class KeyedCheckpoints(Task):
                 f"(PROCESSOR_TOLERABLE_CHECKPOINT_FAILURES={tolerated}): {reason}"
             ) from exc
         out.abort()
+        if self.postgres is not None:  # its rows go again, in the next epoch's transaction
+            assert self.chain is not None
+            self.postgres.decline(checkpoint_id, self.chain)
         if out.transactional:  # else they are out already
             self._resend = self._in_txn + self._resend
             self._dead_resend = self._dead_in_txn + self._dead_resend

@@ -115,6 +115,8 @@ class SourceTask(Task):
         out = open_output(s, self.transactional_id)
         consumer = clients.task_consumer(s)
         try:
+            if self.postgres is not None:  # before the producer fences its predecessors
+                self.postgres.read_fences()
             out.init()
             inputs = [TopicPartition(self.topic, p) for p in self.partitions]
             out.abort_leftovers(output_partitions(consumer, self.output_topics()), consumer, inputs)
@@ -141,6 +143,8 @@ class SourceTask(Task):
         finally:
             out.close()
             consumer.close()
+            if self.postgres is not None:
+                self.postgres.close()
 
     def _restore(self, consumer: Consumer) -> None:
         topic = self.topic
@@ -160,6 +164,8 @@ class SourceTask(Task):
                     topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
                 )
             )
+        if self.postgres is not None:  # its prepared transactions: what Kafka decided
+            self.postgres.recover(self.last_checkpoint)
         consumer.assign(start)
         log.info(
             "%s: resuming %s at %s (checkpoint %d)",
@@ -323,6 +329,8 @@ class SourceTask(Task):
             )
         flush_started_cpu = time.thread_time()
         self._flush(out)
+        if self.postgres is not None:
+            self._prepare_rows(checkpoint_id, out)
         flush_cpu_s = time.thread_time() - flush_started_cpu
         if self._timed:
             self._send_watermark(out)
@@ -344,6 +352,16 @@ class SourceTask(Task):
             lag,
             {str(p): o for p, o in self._positions.items()},
         )
+
+    def _prepare_rows(self, checkpoint_id: int, out: TransactionalOutput) -> None:
+        """The epoch's PostgreSQL rows, prepared before Kafka transaction n commits; the rows
+        the database refused into the DLQ, in that transaction."""
+        assert self.postgres is not None
+        written = self.postgres.prepare(checkpoint_id, self.chain, self.ctx.task_id)
+        if self.chain.has_dead:
+            self._dead_letter(out)
+        self._records_out += written
+        self._m_out.inc(written)
 
     def _send_watermark(self, out: TransactionalOutput) -> None:
         """This task's watermark (or idle mark) into every downstream shuffle partition, if
@@ -384,6 +402,8 @@ class SourceTask(Task):
             return
         self._committing = None
         faults.reach("committed", self.ctx.task_id)
+        if self.postgres is not None:
+            self.postgres.commit(pending.checkpoint_id, self.ctx.task_id)
         metrics.transaction_commit_seconds.labels(**self.labels).observe(commit_s)
         self.last_checkpoint = pending.checkpoint_id
         watermark = self._sent_mark[0] if self._sent_mark and not self._sent_mark[1] else None

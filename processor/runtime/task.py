@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import (
     Consumer,
@@ -32,6 +32,9 @@ from processor.pipeline.plan import Stage
 from processor.processes import pid_alive
 from processor.state.dirs import private_dir
 from processor.state.query_gate import TaskGate
+
+if TYPE_CHECKING:
+    from processor.runtime.postgres_sink import PostgresSinks
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,8 @@ class Task:
         self._records_in = 0  # in the current epoch
         self._cpu_mark: float | None = None  # the task thread's CPU time at the last barrier
         self._records_out = 0
+        # Its sinks into PostgreSQL tables, if any: prepared at checkpoints, committed after.
+        self.postgres = postgres_sinks(ctx)
 
     def output_topics(self) -> list[str]:
         """Every topic the task writes to: downstream shuffles, sinks, the DLQ."""
@@ -182,6 +187,15 @@ class Task:
         )
         self._records_in = self._records_out = 0
         return epoch
+
+
+def postgres_sinks(ctx: TaskContext) -> PostgresSinks | None:
+    """The task's PostgreSQL sinks; None, and psycopg never imported, for a stage without."""
+    if not ctx.stage.postgres_sinks:
+        return None
+    from processor.runtime.postgres_sink import PostgresSinks
+
+    return PostgresSinks.of(ctx.settings, ctx.task_id, ctx.stage)
 
 
 def check(msg: Message) -> bool:

@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
         "backoff",
         "processes",
         "maven",
+        "postgres_server",
         "http_server",
         "endpoints",
         "metrics",

@@ -28,7 +28,7 @@ from processor.pipeline.operators.keyed import (
     Process,
     Window,
 )
-from processor.pipeline.operators.sink import Sink
+from processor.pipeline.operators.sink import PostgresRows, Sink
 from processor.pipeline.operators.stateless import (
     Filter,
     FlatMap,
@@ -154,4 +154,6 @@ def _of_kind(chain: StageChain, node: Node, keyed: bool) -> Operator:
         return Process(chain, node)
     if kind == "sink":
         return Sink(chain, node, keyed)
+    if kind == "sink_postgres":
+        return PostgresRows(chain, node, keyed)
     return Unknown(chain, node)

@@ -1,14 +1,18 @@
 """``sink``: a batch into the chain's sink records, taken by the task at flush; nothing in a
 replay (its records are committed already). With the defaults through
-`processor.pipeline.sink_batch.sink`, with options through its `sink_spec`."""
+`processor.pipeline.sink_batch.sink`, with options through its `sink_spec`.
+``sink_postgres``: a batch into the epoch's rows of its table (`processor.pipeline.sink_postgres`),
+taken by the task at the checkpoint."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from processor.pipeline import sink_batch
 from processor.pipeline.api import Node
 from processor.pipeline.operators.base import Operator
+from processor.pipeline.sink_postgres import add_rows
 
 if TYPE_CHECKING:
     from processor.pipeline.chain import StageChain
@@ -31,3 +35,22 @@ class Sink(Operator):
             sink_batch.sink(self.chain, self.node, batch, self.keyed)
         else:
             sink_batch.sink_spec(self.chain, self.node, spec, batch, self.keyed)
+
+
+class PostgresRows(Operator):
+    """A PostgreSQL sink: the batch's rows into ``chain.rows`` under its name."""
+
+    __slots__ = ("dead", "keyed")
+
+    def __init__(self, chain: StageChain, node: Node, keyed: bool) -> None:
+        super().__init__(chain, node)
+        self.keyed = keyed
+        self.dead = partial(chain._dead, node)
+
+    def apply(self, batch: list[Any], quiet: bool) -> None:
+        if quiet:
+            return
+        target = self.node.postgres
+        assert target is not None
+        rows = self.chain.rows.setdefault(self.node.name, {})
+        add_rows(target, rows, batch, self.keyed, self.dead)

@@ -1,0 +1,329 @@
+"""Exactly-once rows in PostgreSQL: a task's epoch prepared at its checkpoint, committed
+after its Kafka transaction.
+
+At checkpoint n a task with ``sink_postgres`` writes the epoch's rows (`PostgresSinks.prepare`)
+in one database transaction per sink and prepares it (``PREPARE TRANSACTION``), before its
+Kafka transaction n commits; once that has, it commits the prepared one (`commit`). A declined
+checkpoint rolls it back and its rows go again into the next (`decline`). On restart the
+committed Kafka offsets decide (`recover`). Why this is exactly once, zombies included, is
+in `processor.checkpointing.prepared`, which holds the decision; this module is its I/O.
+
+A row the database refuses (a wrong type, a NUL in text, a constraint) is a dead record with
+the value it came from: the epoch is written again row by row, each in a savepoint, to find
+which. A table that is missing, or not writable, fails the task (it retries), never a row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import errors, sql
+from psycopg.types.json import Jsonb
+
+from processor import faults
+from processor.checkpointing import prepared
+from processor.pipeline.sink_postgres import PostgresTarget, Rows
+
+if TYPE_CHECKING:
+    from processor.config import Settings
+    from processor.pipeline.chain import StageChain
+    from processor.pipeline.plan import Stage
+
+log = logging.getLogger(__name__)
+
+# One row per writer (job, task, sink): the fence each incarnation raises at its restore.
+FENCES = "processor_sink_fences"
+_CREATE_FENCES = sql.SQL(
+    "CREATE TABLE IF NOT EXISTS {} (writer text PRIMARY KEY, fence bigint NOT NULL,"
+    " checkpoint bigint NOT NULL DEFAULT 0)"
+).format(sql.Identifier(FENCES))
+_ADD_FENCE = sql.SQL("INSERT INTO {} (writer, fence) VALUES (%s, 0) ON CONFLICT DO NOTHING").format(
+    sql.Identifier(FENCES)
+)
+_READ_FENCE = sql.SQL("SELECT fence FROM {} WHERE writer = %s").format(sql.Identifier(FENCES))
+_RAISE_FENCE = sql.SQL(
+    "UPDATE {} SET fence = fence + 1 WHERE writer = %s AND fence = %s RETURNING fence"
+).format(sql.Identifier(FENCES))
+_CHECK_FENCE = sql.SQL("UPDATE {} SET checkpoint = %s WHERE writer = %s AND fence = %s").format(
+    sql.Identifier(FENCES)
+)
+_PREPARED = (
+    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)"
+)
+
+# Errors that are a row's fault: the row is dead, the others are written.
+_ROW_ERRORS: tuple[type[Exception], ...] = (
+    errors.DataError,
+    errors.IntegrityError,
+    errors.UndefinedColumn,
+    errors.DatatypeMismatch,
+    psycopg.ProgrammingError,  # client-side: a value psycopg cannot adapt
+)
+# Errors of the table, not of a row: the task fails and retries (an operator must act).
+_TABLE_ERRORS: tuple[type[Exception], ...] = (
+    errors.UndefinedTable,
+    errors.InsufficientPrivilege,
+    errors.InvalidColumnReference,  # no unique index on the key columns
+    errors.InvalidSchemaName,
+)
+
+Dead = Callable[[Exception, Any], None]
+
+
+class Fenced(RuntimeError):
+    """A newer incarnation of this task raised the fence: this one is a zombie."""
+
+
+class PostgresWriter:
+    """One task's writes into one sink's table, with its prepared transactions."""
+
+    def __init__(self, writer: str, target: PostgresTarget) -> None:
+        self.writer = writer
+        self.target = target
+        self._conn: psycopg.Connection[Any] | None = None
+        self._seen = 0  # the fence before this incarnation's producer started
+        self._fence = 0  # this incarnation's
+        # Prepared, not yet committed: checkpoint -> its rows (written again if declined).
+        self.outstanding: dict[int, Rows] = {}
+        self._statements: dict[tuple[str, ...], sql.Composed] = {}
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None:
+            self._conn = psycopg.connect(
+                self.target.dsn,
+                autocommit=True,  # transactions are explicit: BEGIN ... PREPARE TRANSACTION
+                connect_timeout=10,
+                application_name=f"processor {self.writer}"[:63],
+                # Nothing waits forever: a lock held elsewhere (an application's transaction
+                # on the table) fails the task after a minute, and it retries.
+                options="-c lock_timeout=60s",
+            )
+        return self._conn
+
+    def read_fence(self) -> None:
+        """Step (1) of the restore (`processor.checkpointing.prepared`), before the task's
+        producer starts: the fence as its predecessors left it."""
+        conn = self._connection()
+        with contextlib.suppress(errors.UniqueViolation):  # another task made it just now
+            conn.execute(_CREATE_FENCES)
+        # A plain read: the row may be locked by a transaction a predecessor prepared.
+        row = conn.execute(_READ_FENCE, (self.writer,)).fetchone()
+        if row is None:  # the writer's first start
+            conn.execute(_ADD_FENCE, (self.writer,))
+            row = conn.execute(_READ_FENCE, (self.writer,)).fetchone()
+            assert row is not None
+        self._seen = int(row[0])
+
+    def recover(self, committed: int) -> None:
+        """Steps (4) and (5), with the predecessors fenced in Kafka and ``committed`` the
+        checkpoint the task's committed offsets name: resolve the prepared transactions of
+        older incarnations, then raise the fence."""
+        conn = self._connection()
+        for _ in range(120):
+            self._resolve(conn, committed)
+            try:
+                with conn.transaction():
+                    # A transaction prepared meanwhile holds the row: resolve it, try again.
+                    conn.execute("SET LOCAL lock_timeout = '1s'")
+                    row = conn.execute(_RAISE_FENCE, (self.writer, self._seen)).fetchone()
+            except errors.LockNotAvailable:
+                continue
+            if row is None:
+                raise Fenced(f"{self.writer}: a newer incarnation raised its fence meanwhile")
+            self._fence = int(row[0])
+            return
+        raise RuntimeError(f"{self.writer}: could not raise its fence in {FENCES}")
+
+    def _resolve(self, conn: psycopg.Connection[Any], committed: int) -> None:
+        found = [r[0] for r in conn.execute(_PREPARED, (self.writer + ".",)).fetchall()]
+        decision = prepared.resolve(self.writer, found, committed, self._seen)
+        for verb, names in (("COMMIT", decision.commit), ("ROLLBACK", decision.rollback)):
+            for name in names:
+                try:
+                    conn.execute(sql.SQL(verb + " PREPARED {}").format(sql.Literal(name)))
+                except errors.UndefinedObject:
+                    continue  # resolved meanwhile (by the incarnation that prepared it)
+                log.info("%s: %s PREPARED %s (checkpoint %d)", self.writer, verb, name, committed)
+
+    def prepare(self, checkpoint_id: int, rows: Rows, dead: Dead) -> int:
+        """Write ``rows`` and prepare them as checkpoint ``checkpoint_id``'s transaction;
+        returns how many rows it holds (those refused went to ``dead``)."""
+        if not rows:
+            return 0
+        conn = self._connection()
+        try:
+            written = self._write(conn, checkpoint_id, rows, None)
+        except BaseException as exc:
+            _abort(conn)
+            if not isinstance(exc, _ROW_ERRORS) or isinstance(exc, _TABLE_ERRORS):
+                raise
+            try:  # which rows? each in a savepoint
+                written = self._write(conn, checkpoint_id, rows, dead)
+            except BaseException:
+                _abort(conn)
+                raise
+        self.outstanding[checkpoint_id] = rows
+        return written
+
+    def _write(
+        self, conn: psycopg.Connection[Any], checkpoint_id: int, rows: Rows, dead: Dead | None
+    ) -> int:
+        """One transaction: the fence, the rows (all at once, or with ``dead`` one by one in
+        savepoints), PREPARE TRANSACTION."""
+        conn.execute("BEGIN")
+        if conn.execute(_CHECK_FENCE, (checkpoint_id, self.writer, self._fence)).rowcount != 1:
+            conn.execute("ROLLBACK")
+            raise Fenced(f"{self.writer}: a newer incarnation raised its fence in {FENCES}")
+        groups: dict[tuple[str, ...], list[tuple[list[Any], Any]]] = {}
+        for row, value in rows.values():
+            groups.setdefault(tuple(row), []).append(([_param(v) for v in row.values()], value))
+        written = 0
+        with conn.cursor() as cur:
+            for columns, items in groups.items():
+                statement = self._statement(columns)
+                if dead is None:
+                    cur.executemany(statement, [params for params, _ in items])
+                    written += len(items)
+                    continue
+                for params, value in items:
+                    cur.execute("SAVEPOINT row")
+                    try:
+                        cur.execute(statement, params)
+                    except _TABLE_ERRORS:
+                        raise
+                    except _ROW_ERRORS as exc:
+                        cur.execute("ROLLBACK TO SAVEPOINT row")
+                        dead(exc, value)
+                        continue
+                    cur.execute("RELEASE SAVEPOINT row")
+                    written += 1
+        name = prepared.gid(self.writer, self._fence, checkpoint_id)
+        conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(name)))
+        return written
+
+    def _statement(self, columns: tuple[str, ...]) -> sql.Composed:
+        """The upsert of a row with ``columns`` (a row that exists gets the other columns)."""
+        statement = self._statements.get(columns)
+        if statement is None:
+            keys = self.target.key_columns
+            others = [c for c in columns if c not in keys]
+            action = (
+                sql.SQL("DO UPDATE SET {}").format(
+                    sql.SQL(", ").join(
+                        sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in others
+                    )
+                )
+                if others
+                else sql.SQL("DO NOTHING")
+            )
+            upsert = sql.SQL("INSERT INTO {t} ({cols}) VALUES ({vals}) ON CONFLICT ({keys}) {a}")
+            statement = upsert.format(
+                t=sql.Identifier(*self.target.table),
+                cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
+                vals=sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+                keys=sql.SQL(", ").join(map(sql.Identifier, keys)),
+                a=action,
+            )
+            self._statements[columns] = statement
+        return statement
+
+    def commit(self, checkpoint_id: int) -> None:
+        """Kafka committed checkpoint ``checkpoint_id``: commit what was prepared up to it."""
+        if not self.outstanding:
+            return
+        conn = self._connection()
+        for n in sorted(n for n in self.outstanding if n <= checkpoint_id):
+            name = prepared.gid(self.writer, self._fence, n)
+            conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(name)))
+            del self.outstanding[n]
+
+    def decline(self, checkpoint_id: int) -> Rows | None:
+        """Checkpoint ``checkpoint_id`` is declined: roll back its prepared transaction and
+        return its rows, for the next epoch."""
+        rows = self.outstanding.pop(checkpoint_id, None)
+        if rows is not None:
+            name = prepared.gid(self.writer, self._fence, checkpoint_id)
+            self._connection().execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(name)))
+        return rows
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _abort(conn: psycopg.Connection[Any]) -> None:
+    """Roll back the transaction under way, if the connection still has one."""
+    status = conn.info.transaction_status
+    if status in (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR):
+        conn.execute("ROLLBACK")
+
+
+def _param(value: Any) -> Any:
+    """A row's value as psycopg takes it: a dict as jsonb (lists are arrays already)."""
+    return Jsonb(value) if type(value) is dict else value
+
+
+class PostgresSinks:
+    """The PostgreSQL sinks of one task: what its checkpoints do with them."""
+
+    def __init__(self, writers: dict[str, PostgresWriter]) -> None:
+        self.writers = writers
+
+    @staticmethod
+    def of(settings: Settings, task_id: str, stage: Stage) -> PostgresSinks | None:
+        """The task's, or None if its stage writes into no PostgreSQL table (no cost)."""
+        writers = {}
+        for node in stage.postgres_sinks:
+            assert node.postgres is not None
+            writer = prepared.owner(settings.job_name, task_id, node.name)
+            writers[node.name] = PostgresWriter(writer, node.postgres)
+        return PostgresSinks(writers) if writers else None
+
+    def read_fences(self) -> None:
+        """Before the task's producer starts (`PostgresWriter.read_fence`)."""
+        for writer in self.writers.values():
+            writer.read_fence()
+
+    def recover(self, committed: int) -> None:
+        for writer in self.writers.values():
+            writer.recover(committed)
+
+    def prepare(self, checkpoint_id: int, chain: StageChain, task_id: str) -> int:
+        """The epoch's rows of every sink, prepared; refused rows into the chain's dead
+        records. Returns the rows written."""
+        written = 0
+        rows_of = chain.take_rows()
+        for name, rows in rows_of.items():
+            node = next(n for n in chain.stage.postgres_sinks if n.name == name)
+            written += self.writers[name].prepare(checkpoint_id, rows, partial(chain._dead, node))
+        if any(checkpoint_id in w.outstanding for w in self.writers.values()):
+            faults.reach("postgres_prepared", task_id)
+        return written
+
+    def commit(self, checkpoint_id: int, task_id: str) -> None:
+        """Kafka committed checkpoint ``checkpoint_id``: COMMIT PREPARED."""
+        if any(w.outstanding for w in self.writers.values()):
+            faults.reach("postgres_committing", task_id)
+        for writer in self.writers.values():
+            writer.commit(checkpoint_id)
+
+    def decline(self, checkpoint_id: int, chain: StageChain) -> None:
+        """Roll back the declined checkpoint's transactions; their rows go first into the
+        next epoch's (a newer row of the same key replaces its own)."""
+        for name, writer in self.writers.items():
+            rows = writer.decline(checkpoint_id)
+            if rows:
+                for ident, row in chain.rows.get(name, {}).items():
+                    rows.pop(ident, None)
+                    rows[ident] = row
+                chain.rows[name] = rows
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()

@@ -1,0 +1,179 @@
+"""The exactly-once PostgreSQL sink against a real server (`processor.runtime.postgres_sink`).
+
+- The writer alone: rows the database refuses are dead, the others written; a prepared
+  transaction left by a crash is committed or rolled back as Kafka decided; a zombie whose
+  successor raised the fence cannot write.
+- Word count into PostgreSQL as real processes, a worker SIGKILLed between PREPARE and
+  Kafka's commit, the other between Kafka's commit and COMMIT PREPARED, then one more kill
+  mid-stream: the table equals the direct count, a first sight per word (order-sensitive)
+  equals the reference's, every committed write (a trigger logs them) is exactly the
+  sequence of counts the same operator committed to Kafka, and no prepared transaction is
+  left behind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from processor.commands import corpus
+from processor.pipeline.plan import plan
+from processor.pipeline.sink_postgres import PostgresTarget
+from processor.runtime.postgres_sink import Fenced, PostgresWriter
+from tests.integration.harness import wait_until
+from tests.integration.pipeline_run import PipelineRun, read_committed, updates_per_key
+from tests.integration.postgres_pipeline import TABLES
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+PIPELINE = Path(__file__).resolve().parent / "postgres_pipeline.py"
+
+
+def _target(dsn: str) -> PostgresTarget:
+    return PostgresTarget.of(dsn, "t", ["k"], lambda k, v: {"k": k, "v": v})
+
+
+def _rows(*pairs: tuple[str, Any]) -> dict[tuple[Any, ...], tuple[dict[str, Any], Any]]:
+    return {(k,): ({"k": k, "v": v}, v) for k, v in pairs}
+
+
+def _table(dsn: str, query: str = "SELECT k, v FROM t ORDER BY k") -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(query).fetchall()
+
+
+def _prepared(dsn: str) -> list[str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _writer(dsn: str, committed: int = 0) -> PostgresWriter:
+    writer = PostgresWriter("j.t-0.s", _target(dsn))
+    writer.read_fence()
+    writer.recover(committed)
+    return writer
+
+
+def test_refused_rows_are_dead_and_the_others_written(pg_database: str) -> None:
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (k text PRIMARY KEY, v integer CHECK (v >= 0))")
+    writer = _writer(pg_database)
+    dead: list[tuple[Exception, Any]] = []
+    rows = _rows(("a", 1), ("nul\x00", 2), ("b", -1), ("c", "x"), ("d", 2**40), ("e", 3))
+    assert writer.prepare(1, rows, lambda exc, value: dead.append((exc, value))) == 2
+    assert sorted((value for _, value in dead), key=str) == sorted([2, -1, "x", 2**40], key=str)
+    assert _table(pg_database) == []  # prepared, not committed
+    writer.commit(1)
+    assert _table(pg_database) == [("a", 1), ("e", 3)]
+    assert _prepared(pg_database) == []
+    writer.close()
+
+
+def test_a_missing_table_fails_the_task_not_the_rows(pg_database: str) -> None:
+    writer = _writer(pg_database)
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        writer.prepare(1, _rows(("a", 1)), lambda exc, value: pytest.fail(f"dead {value}"))
+    assert _prepared(pg_database) == []
+    writer.close()
+
+
+@pytest.mark.parametrize(("committed", "kept"), [(7, [("a", 1)]), (6, [])])
+def test_a_restart_does_what_kafka_decided(
+    pg_database: str, committed: int, kept: list[tuple[str, int]]
+) -> None:
+    """Prepared as checkpoint 7, then the process dies: its successor commits it if Kafka's
+    committed offsets name checkpoint 7, and rolls it back if they name 6."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (k text PRIMARY KEY, v integer)")
+    first = _writer(pg_database)
+    first.prepare(7, _rows(("a", 1)), lambda exc, value: pytest.fail(str(exc)))
+    first.close()  # a crash: the prepared transaction survives its session
+    assert len(_prepared(pg_database)) == 1
+    second = _writer(pg_database, committed)
+    assert _table(pg_database) == kept
+    assert _prepared(pg_database) == []
+    second.close()
+
+
+def test_a_zombie_cannot_write_once_its_successor_raised_the_fence(pg_database: str) -> None:
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (k text PRIMARY KEY, v integer)")
+    zombie = _writer(pg_database)
+    successor = _writer(pg_database)
+    with pytest.raises(Fenced):
+        zombie.prepare(3, _rows(("z", 1)), lambda exc, value: None)
+    successor.prepare(3, _rows(("s", 1)), lambda exc, value: None)
+    successor.commit(3)
+    assert _table(pg_database) == [("s", 1)]
+    # A stale restorer (its fence read before the successor's) fails rather than raise.
+    stale = PostgresWriter("j.t-0.s", _target(pg_database))
+    stale.read_fence()
+    newer = _writer(pg_database)
+    with pytest.raises(Fenced):
+        stale.recover(0)
+    for writer in (zombie, successor, stale, newer):
+        writer.close()
+
+
+def _lines(count: int) -> list[dict[str, Any]]:
+    text = list(corpus.lines(count * 12, seed=5, vocab=5_000))[:count]
+    return [{"i": i, "text": line} for i, line in enumerate(text)]
+
+
+def test_word_count_into_postgres_with_kills_between_prepare_and_commit(
+    kafka_bootstrap: str, pg_database: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute(TABLES)
+    run_ = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        PIPELINE,
+        {"lines": "lines", "counts": "counts"},
+        source_partitions=1,  # one order of the lines: the first sight of a word is defined
+        shuffle_partitions="2",
+        expected_workers="2",
+    )
+    run_.env["PROCESSOR_TEST_PG_SINK_DSN"] = pg_database
+    (keyed,) = [s for s in plan(run_.pipeline).stages if s.postgres_sinks]
+    lines = _lines(6_000)
+    words = Counter(w for line in lines for w in line["text"].split())
+    first: dict[str, int] = {}
+    for line in lines:
+        for w in line["text"].split():
+            first.setdefault(w, line["i"])
+
+    run_.start_coordinator()
+    # SIGKILLed at its task's 3rd commit of rows: Kafka's transaction committed, the prepared
+    # PostgreSQL one not; the other worker after its 5th prepared transaction, before Kafka's.
+    run_.start_worker(0, fault=f"postgres_committing@{keyed.name}-0#3")
+    run_.start_worker(1, fault="postgres_prepared#5")
+    run_.feed_topic("lines", [json.dumps(line).encode() for line in lines], 16)
+    wait_until(lambda: len(run_.dead_workers()) == 2, 120, "both fault points reached")
+    for index in (0, 1):
+        assert "fault point" in run_.log(f"worker-{index}"), run_.log(f"worker-{index}")[-2000:]
+        run_.start_worker(index)
+    run_.kill_mid_stream(1)
+    run_.drain()
+
+    got = dict(_table(pg_database, "SELECT word, n FROM word_counts"))
+    assert got == dict(words), f"{len(set(got.items()) ^ set(words.items()))} rows differ"
+    seen = _table(pg_database, "SELECT word, line, detail FROM first_seen")
+    assert {w: line for w, line, _ in seen} == first
+    assert all(detail == {"line": line} for _, line, detail in seen)
+    # Every committed write, in order, against the same operator's output committed to Kafka.
+    log: dict[bytes | None, list[bytes]] = {}
+    for word, n in _table(pg_database, "SELECT word, n FROM count_log ORDER BY id"):
+        log.setdefault(word.encode(), []).append(str(n).encode())
+    kafka = updates_per_key(read_committed(kafka_bootstrap, run_.topics["counts"]))
+    assert log == kafka, f"{sum(log.get(k) != v for k, v in kafka.items())} words differ"
+    assert _prepared(pg_database) == []
+    run_.stop()
