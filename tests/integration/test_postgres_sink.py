@@ -28,10 +28,12 @@ from processor.runtime.postgres_sink import Fenced, PostgresWriter
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed, updates_per_key
 from tests.integration.postgres_pipeline import TABLES
+from tests.integration.postgres_rows_pipeline import TABLES as ROWS_TABLES
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 PIPELINE = Path(__file__).resolve().parent / "postgres_pipeline.py"
+ROWS_PIPELINE = Path(__file__).resolve().parent / "postgres_rows_pipeline.py"
 
 
 def _target(dsn: str) -> PostgresTarget:
@@ -123,13 +125,27 @@ def test_a_zombie_cannot_write_once_its_successor_raised_the_fence(pg_database: 
         writer.close()
 
 
+def _feed(run_: PipelineRun, param: str, values: list[bytes], seconds: float) -> None:
+    """``values`` into build()'s topic ``param``, spread over ``seconds``, in the background."""
+    topic = run_.topics[param]
+    run_.feed_values(values, seconds, lambda chunk: run_.send(topic, chunk))
+
+
+def _kill_mid_stream(run_: PipelineRun, index: int) -> None:
+    """SIGKILL worker ``index`` while the feed still runs, once the job committed more."""
+    run_.wait_for_checkpoints(2)
+    assert run_.feeding, "the feed ended before the kill: make it longer"
+    run_.kill_worker(index)
+    run_.start_worker(index)
+
+
 def _lines(count: int) -> list[dict[str, Any]]:
     text = list(corpus.lines(count * 12, seed=5, vocab=5_000))[:count]
     return [{"i": i, "text": line} for i, line in enumerate(text)]
 
 
 def test_word_count_into_postgres_with_kills_between_prepare_and_commit(
-    kafka_bootstrap: str, pg_database: str, tmp_path: Path
+    kafka_bootstrap: str, pg_database: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     with psycopg.connect(pg_database, autocommit=True) as conn:
         conn.execute(TABLES)
@@ -143,6 +159,7 @@ def test_word_count_into_postgres_with_kills_between_prepare_and_commit(
         expected_workers="2",
     )
     run_.env["PROCESSOR_TEST_PG_SINK_DSN"] = pg_database
+    request.addfinalizer(run_.stop)
     (keyed,) = [s for s in plan(run_.pipeline).stages if s.postgres_sinks]
     lines = _lines(6_000)
     words = Counter(w for line in lines for w in line["text"].split())
@@ -151,18 +168,20 @@ def test_word_count_into_postgres_with_kills_between_prepare_and_commit(
         for w in line["text"].split():
             first.setdefault(w, line["i"])
 
-    run_.start_coordinator()
-    # SIGKILLed at its task's 3rd commit of rows: Kafka's transaction committed, the prepared
-    # PostgreSQL one not; the other worker after its 5th prepared transaction, before Kafka's.
-    run_.start_worker(0, fault=f"postgres_committing@{keyed.name}-0#3")
-    run_.start_worker(1, fault="postgres_prepared#5")
-    run_.feed_topic("lines", [json.dumps(line).encode() for line in lines], 16)
+    _feed(run_, "lines", [json.dumps(line).encode() for line in lines], 20)
+    run_.start_coordinator(exit_when_idle=False)
+    # SIGKILLed at its task's 2nd commit of rows: Kafka's transaction committed, the prepared
+    # PostgreSQL one not; the other worker after its 3rd prepared transaction, before Kafka's.
+    run_.start_worker(0, fault=f"postgres_committing@{keyed.name}-0#2")
+    run_.start_worker(1, fault="postgres_prepared#3")
     wait_until(lambda: len(run_.dead_workers()) == 2, 120, "both fault points reached")
     for index in (0, 1):
         assert "fault point" in run_.log(f"worker-{index}"), run_.log(f"worker-{index}")[-2000:]
         run_.start_worker(index)
-    run_.kill_mid_stream(1)
-    run_.drain()
+    _kill_mid_stream(run_, 1)
+    count = "SELECT word, n FROM word_counts"
+    wait_until(lambda: dict(_table(pg_database, count)) == words, 180, "every count in the table")
+    run_.wait_for_checkpoints(3)  # a write too many would be committed by now
 
     got = dict(_table(pg_database, "SELECT word, n FROM word_counts"))
     assert got == dict(words), f"{len(set(got.items()) ^ set(words.items()))} rows differ"
@@ -176,4 +195,40 @@ def test_word_count_into_postgres_with_kills_between_prepare_and_commit(
     kafka = updates_per_key(read_committed(kafka_bootstrap, run_.topics["counts"]))
     assert log == kafka, f"{sum(log.get(k) != v for k, v in kafka.items())} words differ"
     assert _prepared(pg_database) == []
-    run_.stop()
+
+
+def test_a_stateless_stage_writes_each_row_once_through_kills(
+    kafka_bootstrap: str, pg_database: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The source tasks write the rows themselves: one killed between Kafka's commit and
+    COMMIT PREPARED, then a worker mid-stream. Every row is written once (a trigger logs each
+    write that commits), none is missing, nothing is left prepared."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute(ROWS_TABLES)
+    run_ = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        ROWS_PIPELINE,
+        {"events": "events"},
+        source_partitions=2,
+        expected_workers="2",
+    )
+    run_.env["PROCESSOR_TEST_PG_SINK_DSN"] = pg_database
+    request.addfinalizer(run_.stop)
+    events = [{"id": i, "n": i * 3} for i in range(20_000)]
+    _feed(run_, "events", [json.dumps(e).encode() for e in events], 16)
+    run_.start_coordinator(exit_when_idle=False)
+    run_.start_worker(0, fault="postgres_committing#2")
+    run_.start_worker(1)
+    wait_until(lambda: run_.dead_workers() == [0], 120, "the fault point reached")
+    run_.start_worker(0)
+    _kill_mid_stream(run_, 1)
+    want = [e["id"] for e in events if e["id"] % 7 != 3]
+    counted = "SELECT count(*) FROM events"
+    wait_until(lambda: _table(pg_database, counted) == [(len(want),)], 180, "every row")
+    run_.wait_for_checkpoints(3)  # a write too many would be committed by now
+    log = [r[0] for r in _table(pg_database, "SELECT id FROM event_log ORDER BY seq")]
+    assert sorted(log) == want, f"{len(log) - len(set(log))} written twice"
+    rows = _table(pg_database, "SELECT id, body FROM events ORDER BY id")
+    assert rows == [(e["id"], e) for e in events if e["id"] % 7 != 3]
+    assert _prepared(pg_database) == []
