@@ -6,6 +6,7 @@
     python -m tests.chaos --clicks --events 100000 --faults 40 --seed 1     # event time
     python -m tests.chaos --chained --events 200000 --faults 100 --seed 1   # timed stages
     python -m tests.chaos --loops --events 20000 --faults 40 --seed 1       # two loops
+    python -m tests.chaos --postgres --words 300000 --faults 30 --seed 1    # into PostgreSQL
     (tests/integration/test_chaos.py runs a short version in CI)
 
 Faults: SIGKILL of a worker (restarted after a random pause), SIGKILL of the coordinator
@@ -56,6 +57,10 @@ restart: while the broker is down no
 partition has records, every one may go idle by design, and which records are late after
 depends on which source reads first.
 
+With ``--postgres`` the job is word count into a Kafka topic and a PostgreSQL table
+(tests/chaos_postgres.py), on a server of its own: the table's counts, every write that
+committed and the prepared transactions left are checked too.
+
 With ``--loops`` the job runs two loops (tests/loopcheck.py): connected components of
 ``--events`` random edges, checked per vertex against a union-find (components strictly
 decreasing from the vertex itself to its component's smallest id), and retry jobs whose tries
@@ -102,6 +107,8 @@ from processor.topics import INTERNAL_SUFFIXES, job_topic
 from tests import anomalies, broker_faults, network_faults, reference
 from tests.anomalies import Anomalies
 from tests.chaos_feeds import SOURCE_PARTITIONS, ChainedFeed, ClicksFeed, LoopsFeed
+from tests.chaos_postgres import ENV as PG_ENV
+from tests.chaos_postgres import PostgresChaos
 from tests.chaos_summary import Summary
 from tests.conftest import TEST_REGION, create_bucket
 from tests.integration.harness import JobRun, control_messages, recovery_times
@@ -140,6 +147,7 @@ def run_chaos(
     brokers: int = 1,
     broker_kinds: list[str] | None = None,
     network: TestNetwork | None = None,
+    postgres: bool = False,
 ) -> Summary:
     """``pipeline``: ``file.py:attribute`` to run instead of the built-in word count;
     ``clicks``: run examples/clicks.py on that many clicks instead (``words`` is unused);
@@ -150,8 +158,12 @@ def run_chaos(
     ``broker_kinds`` (names in tests/broker_faults.py's or tests/network_faults.py's FAULTS;
     default: all those of brokers, and the network partitions with ``network``);
     ``network``: a test network of `network_faults.chaos_network` for the brokers and
-    workers to run in (a cluster only)."""
+    workers to run in (a cluster only);
+    ``postgres``: word count into Kafka and PostgreSQL (tests/chaos_postgres.py)."""
     rng = random.Random(seed)
+    pg = PostgresChaos(port + 50) if postgres else None
+    if pg is not None:
+        pipeline = pg.spec
     timed = clicks or chained
     summary = Summary(words=0 if timed else words)
     job_settings: dict[str, str] = {}
@@ -221,6 +233,8 @@ def run_chaos(
     )
     if network is not None:
         network_faults.place_workers(network, run, WORKERS)
+    if pg is not None:
+        run.env[PG_ENV] = pg.dsn
     feed: ClicksFeed | ChainedFeed | LoopsFeed | None = None
     if loops:
         feed = LoopsFeed(run, loops, seed)
@@ -313,6 +327,8 @@ def run_chaos(
             _verify(run, summary)
         else:
             _verify_pipeline(run, graph, corpus.lines(words, seed=seed), summary)
+        if pg is not None:
+            pg.verify(run, corpus.lines(words, seed=seed), summary)
         if feed is None:
             summary.anomalies = _anomalies(run, broker, graph)
         messages = control_messages(run)
@@ -328,6 +344,8 @@ def run_chaos(
         broker.stop()
         if s3_server is not None:
             s3_server.stop()
+        if pg is not None:
+            pg.stop()
     return summary
 
 
@@ -468,6 +486,11 @@ def main() -> int:
         help="with --brokers 3: brokers and workers in network namespaces of their own, and "
         "network partitions (a worker or a broker cut off 20-60 s) among the faults (root)",
     )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="word count into a Kafka topic and a PostgreSQL table (tests/chaos_postgres.py)",
+    )
     parser.add_argument("--s3-port", type=int, default=S3_PORT)
     parser.add_argument("--keep", default="", help="a directory for the logs, kept afterwards")
     args = parser.parse_args()
@@ -500,6 +523,7 @@ def main() -> int:
             # for longer than the chained run's idle_ms (see above).
             broker_kinds=[] if args.chained else None,
             network=network,
+            postgres=args.postgres,
         )
     report = summary.to_json()
     print(json.dumps(report, indent=1))

@@ -363,7 +363,8 @@ def test_lock_pins_every_dependency_with_hashes() -> None:
         assert name in build_lock, f"{name} is a build requirement missing in the build lock"
         assert requirement.specifier.contains(build_lock[name][0]), name
     project = document["project"]
-    for spec in [*project["dependencies"], *project["optional-dependencies"]["s3"]]:
+    extras = project["optional-dependencies"]
+    for spec in [*project["dependencies"], *extras["s3"], *extras["postgres"]]:
         requirement = Requirement(spec)
         name = canonicalize_name(requirement.name)
         assert name in lock, f"{name} is in pyproject.toml but not in requirements.lock"
