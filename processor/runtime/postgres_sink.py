@@ -132,6 +132,11 @@ class PostgresWriter:
                     conn.execute("SET LOCAL lock_timeout = '1s'")
                     row = conn.execute(_RAISE_FENCE, (self.writer, self._seen)).fetchone()
             except errors.LockNotAvailable:
+                row = conn.execute(_READ_FENCE, (self.writer,)).fetchone()
+                if row is not None and int(row[0]) != self._seen:
+                    raise Fenced(
+                        f"{self.writer}: a newer incarnation raised its fence meanwhile"
+                    ) from None
                 continue
             if row is None:
                 raise Fenced(f"{self.writer}: a newer incarnation raised its fence meanwhile")
