@@ -139,6 +139,34 @@ def _kill_mid_stream(run_: PipelineRun, index: int) -> None:
     run_.start_worker(index)
 
 
+def _job(
+    where: tuple[str, str, Path, pytest.FixtureRequest],
+    tables: str,
+    module: Path,
+    topics: dict[str, str],
+    source_partitions: int,
+    shuffle_partitions: str = "2",
+) -> PipelineRun:
+    """The tables created, and a run of ``module``'s pipeline writing into them (stopped at
+    the test's end, passed or not); ``where``: the broker, the database, the test's
+    directory and request."""
+    bootstrap, database, workdir, request = where
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(tables)
+    run_ = PipelineRun(
+        bootstrap,
+        workdir,
+        module,
+        topics,
+        source_partitions=source_partitions,
+        expected_workers="2",
+        shuffle_partitions=shuffle_partitions,
+    )
+    run_.env["PROCESSOR_TEST_PG_SINK_DSN"] = database
+    request.addfinalizer(run_.stop)
+    return run_
+
+
 def _lines(count: int) -> list[dict[str, Any]]:
     text = list(corpus.lines(count * 12, seed=5, vocab=5_000))[:count]
     return [{"i": i, "text": line} for i, line in enumerate(text)]
@@ -147,19 +175,14 @@ def _lines(count: int) -> list[dict[str, Any]]:
 def test_word_count_into_postgres_with_kills_between_prepare_and_commit(
     kafka_bootstrap: str, pg_database: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    with psycopg.connect(pg_database, autocommit=True) as conn:
-        conn.execute(TABLES)
-    run_ = PipelineRun(
-        kafka_bootstrap,
-        tmp_path,
+    run_ = _job(
+        (kafka_bootstrap, pg_database, tmp_path, request),
+        TABLES,
         PIPELINE,
         {"lines": "lines", "counts": "counts"},
         source_partitions=1,  # one order of the lines: the first sight of a word is defined
         shuffle_partitions="2",
-        expected_workers="2",
     )
-    run_.env["PROCESSOR_TEST_PG_SINK_DSN"] = pg_database
-    request.addfinalizer(run_.stop)
     (keyed,) = [s for s in plan(run_.pipeline).stages if s.postgres_sinks]
     lines = _lines(6_000)
     words = Counter(w for line in lines for w in line["text"].split())
@@ -203,18 +226,13 @@ def test_a_stateless_stage_writes_each_row_once_through_kills(
     """The source tasks write the rows themselves: one killed between Kafka's commit and
     COMMIT PREPARED, then a worker mid-stream. Every row is written once (a trigger logs each
     write that commits), none is missing, nothing is left prepared."""
-    with psycopg.connect(pg_database, autocommit=True) as conn:
-        conn.execute(ROWS_TABLES)
-    run_ = PipelineRun(
-        kafka_bootstrap,
-        tmp_path,
+    run_ = _job(
+        (kafka_bootstrap, pg_database, tmp_path, request),
+        ROWS_TABLES,
         ROWS_PIPELINE,
         {"events": "events"},
         source_partitions=2,
-        expected_workers="2",
     )
-    run_.env["PROCESSOR_TEST_PG_SINK_DSN"] = pg_database
-    request.addfinalizer(run_.stop)
     events = [{"id": i, "n": i * 3} for i in range(20_000)]
     _feed(run_, "events", [json.dumps(e).encode() for e in events], 16)
     run_.start_coordinator(exit_when_idle=False)
