@@ -33,6 +33,9 @@ def _died_at(run: JobRun, point: str, timeout: float = 60) -> list[int]:
 
 def test_every_fault_point_has_a_test() -> None:
     tested = {p for p, _ in TASK_POINTS} | {"restoring", "coordinator_recorded"}
+    # The PostgreSQL sink's, armed by its own kill tests.
+    postgres = (Path(__file__).parent / "test_postgres_sink.py").read_text()
+    tested |= {p for p in ("postgres_prepared", "postgres_committing") if f'"{p}' in postgres}
     assert tested == POINTS.keys()
 
 
