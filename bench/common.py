@@ -22,3 +22,8 @@ def own_cpu_s() -> float:
 def ms(seconds: float | None) -> float | None:
     """Seconds as milliseconds to 0.1 ms, None as None (a percentile of nothing)."""
     return None if seconds is None else round(1000 * seconds, 1)
+
+
+def cores() -> int:
+    """The machine's cores: what "share of the machine" is a share of."""
+    return os.cpu_count() or 1

@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import capacity, loadgen  # noqa: E402
 from bench.common import own_cpu_s as _own_cpu_s  # noqa: E402
 from bench.common import say  # noqa: E402
 from bench.measure import (  # noqa: E402
@@ -103,6 +104,7 @@ PEERS: dict[str, type[Peer]] = {
     "flink": FlinkPeer,
 }
 RESULTS = Path(__file__).resolve().parent / "results"
+EMIT_RECORD = Path(__file__).resolve().parent / "wordcount_emit_record.py"
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,24 @@ def steady_rows(names: Sequence[str]) -> list[Row]:
                 "PROCESSOR_COMBINE=false: every word through the shuffle, as in the peers",
             )
         )
+        rows.append(
+            Row(
+                "processor_emit_record",
+                ProcessorPeer(pipeline=f"{EMIT_RECORD}:pipeline"),
+                INTERVAL_MS,
+                'count(emit="record"): no combining, one output record per input word, '
+                "as the peers' per-word updates",
+            )
+        )
     rows.append(Row("ceiling", CeilingPeer(), INTERVAL_MS, "no state, no output"))
+    rows.append(
+        Row(
+            "ceiling_uncombined",
+            CeilingPeer(forward_every_word=True),
+            INTERVAL_MS,
+            "the ceiling's readers also produce every word to a shuffle topic, non-transactionally",
+        )
+    )
     return rows
 
 
@@ -612,6 +631,24 @@ def steady_state(
     return out
 
 
+def capacity_phase(
+    names: Sequence[str],
+    broker: LocalBroker,
+    reps: int,
+    workdir: Path,
+    run_id: str,
+    quick: bool,
+    seed: int,
+) -> dict[str, Any]:
+    """Every row with an output (bench/capacity.py), ``reps`` times; quick mode (CI) runs
+    only this project's row, two short steps, to show that the ladder and its check work."""
+    rows = [r for r in steady_rows(names) if r.peer.has_output]
+    if quick:
+        rows = [r for r in rows if r.key == "processor"]
+    loadgen.prepare()
+    return capacity.run_rows(rows, broker, reps, workdir, run_id, say, quick=quick, seed=seed)
+
+
 def _processor_steady_extra(job: Job, start: float, end: float) -> dict[str, Any]:
     """This project's checkpoints in the window: duration and per-phase p50 / p99."""
     history = completed_checkpoints(job.bootstrap, job.name)
@@ -633,9 +670,10 @@ def _summarize_steady(out: dict[str, Any]) -> None:
         row["ok_runs"] = len(good)
         row["words_per_s"] = spread([r["words_per_s"] for r in good])
         row["input_words_per_s"] = spread([r["input_words_per_s"] for r in good])
-        outputs = [r["output_words_per_s"] for r in good if r["output_words_per_s"] is not None]
-        row["output_words_per_s"] = spread(outputs)
+        outputs = [r["output_offsets_per_s"] for r in good if r["output_offsets_per_s"] is not None]
+        row["output_offsets_per_s"] = spread(outputs)
         row["bench_cpu_cores"] = _median([r["bench_cpu_cores"] for r in good])
+        row["bench_cpu_share"] = _median([r["bench_cpu_share"] for r in good])
         row["cpu_s_per_million_words"] = _median([r["cpu_s_per_million_words"] for r in good])
         row["broker_cpu_s_per_million_words"] = _median(
             [r["broker_cpu_s_per_million_words"] for r in good]
@@ -843,6 +881,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {_fmt(_rss(r))} "
             f"| {_fmt(r.get('verification', {}).get('output_records'))} | {latency_cell} |"
         )
+    out += _capacity_table(report)
     out += _steady_tables(report)
     ours = systems.get("processor", {})
     out += [
@@ -946,6 +985,41 @@ def _latency_sweep_table(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _capacity_table(report: dict[str, Any]) -> list[str]:
+    """The balanced live capacity per row (bench/capacity.py)."""
+    cap = report.get("capacity")
+    if not cap:
+        return []
+    kept = cap.get("mode", {}).get("kept_up_when", {})
+    out = [
+        "## Balanced live capacity (bench/capacity.py)",
+        "",
+        "The highest rate of a live producer (a JVM, bench/loadgen.py) at which the lag of "
+        "every stage (input, repartition/shuffle) stayed flat over the window (growth <= "
+        f"{kept.get('lag_growth_max_s_per_s')} s per s, median <= "
+        f"{kept.get('lag_median_max_s')} s), with the output exact (read after the job "
+        "stopped). Costs at that rate; checkpoints/min = transaction markers per producer on "
+        "the output's partition 0.",
+        "",
+        "| row | runs ok | words/s median | range | CPU s / M words | broker CPU s / M words "
+        "| bench share | load generator share | checkpoints/min | producer-limited |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for key, row in cap["rows"].items():
+        s = row.get("summary", {})
+        rng = s.get("words_per_s_range")
+        out.append(
+            f"| {key} | {s.get('ok_runs')}/{s.get('runs')} | {_fmt(s.get('words_per_s'))} "
+            f"| {_fmt(rng[0]) if rng else '-'} - {_fmt(rng[1]) if rng else '-'} "
+            f"| {_fmt(s.get('cpu_s_per_m_words'), 3)} "
+            f"| {_fmt(s.get('broker_cpu_s_per_m_words'), 3)} "
+            f"| {_fmt(s.get('bench_cpu_share'), 4)} | {_fmt(s.get('loadgen_cpu_share'), 4)} "
+            f"| {_fmt(s.get('checkpoints_per_min'), 1)} "
+            f"| {'yes' if s.get('producer_limited') else 'no'} |"
+        )
+    return [*out, ""]
+
+
 def _steady_tables(report: dict[str, Any]) -> list[str]:
     """The steady-state phase: throughput per row (median, range, share of the ceiling), the
     ceiling and kafka-consumer-perf-test, the work each system does per input word, and each
@@ -960,19 +1034,19 @@ def _steady_tables(report: dict[str, Any]) -> list[str]:
         f"## Steady state ({m['reps']} run(s) per row in random order; warm-up "
         f"{m['warmup_s']:.0f} s from the first committed input, window {m['window_s']:.0f} s)",
         "",
-        "words/s = the sustained rate: the smaller of two least-squares slopes over the "
-        "window, the input words before the consumer group's committed offsets of the shared "
+        "words/s = a backlog's rate: the least-squares slope over the window of the input "
+        "words before the consumer group's committed offsets of the shared "
         f"input topic ({src['words']:,} words, {src['lines']:,} lines, "
-        f"{src['distinct_words']:,} distinct words; one sample a second) and the words whose "
-        "counts became visible in the committed output (read_committed; the ceiling has no "
-        "output). "
+        f"{src['distinct_words']:,} distinct words; one sample a second). No reader of the "
+        "output competes with the row in the window: output offsets/s are the output topic's "
+        "end offsets (records and transaction markers). "
         "'kept up': the group's lag on its shuffle/repartition topics did not grow over the "
         "window in any run (- where there is none; kept up 'x/5': in x runs). 'machine "
         "busy': all processes' CPU over the window against its 2 cores; the results give "
         "each run's CPU of processes other than the row's, the broker and the bench.",
         "",
         "| row | runs ok | words/s median | range | % of ceiling (words/s; CPU per word) "
-        "| input / output words/s "
+        "| output offsets/s "
         "| CPU s / M words | broker CPU s / M words | machine busy % | window s | kept up "
         "| interval ms |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
@@ -990,8 +1064,7 @@ def _steady_tables(report: dict[str, Any]) -> list[str]:
             f"| {key} | {row['ok_runs']}/{len(row['runs'])} | {_fmt(wps['median'])} "
             f"| {_fmt(rng[0]) if rng else '-'} - {_fmt(rng[1]) if rng else '-'} "
             f"| {_fmt(row.get('ceiling_pct'), 1)}; {_fmt(row.get('ceiling_cpu_pct'), 1)} "
-            f"| {_fmt(row['input_words_per_s']['median'])} / "
-            f"{_fmt(row['output_words_per_s']['median'])} "
+            f"| {_fmt(row['output_offsets_per_s']['median'])} "
             f"| {_fmt(row['cpu_s_per_million_words'], 3)} "
             f"| {_fmt(row['broker_cpu_s_per_million_words'], 3)} "
             f"| {_fmt(row['machine_busy_pct'], 1)} | {_fmt(row['window_s'], 1)} | {kept} "
@@ -1182,6 +1255,9 @@ def main(argv: list[str] | None = None) -> int:
         "--scaling-keys", help="state sizes (distinct keys) of the scaling phase, comma-separated"
     )
     parser.add_argument("--no-steady", action="store_true", help="no steady-state phase")
+    parser.add_argument(
+        "--no-capacity", action="store_true", help="no balanced live capacity phase"
+    )
     parser.add_argument("--reps", type=int, help="steady state: runs per row (full 5, quick 1)")
     parser.add_argument(
         "--steady-words", type=int, help="steady state: words in the shared input topic"
@@ -1324,6 +1400,15 @@ def main(argv: list[str] | None = None) -> int:
                     for row in report["steady"]["rows"].values()
                     for r in row["runs"]
                 )
+            if not args.no_capacity:
+                report["capacity"] = capacity_phase(
+                    names, broker, steady.reps, tmp, run_id, args.quick, args.seed
+                )
+                failed |= any(
+                    not r.get("ok")
+                    for row in report["capacity"]["rows"].values()
+                    for r in row["runs"]
+                )
             if not args.no_latency:
                 sweep = latency_phase(peers, broker, mode, report, tmp, run_id)
                 report["latency_by_interval"] = sweep
@@ -1370,23 +1455,42 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _headline(report: dict[str, Any]) -> dict[str, Any]:
-    """words_per_s per system: the steady-state median (the slope of committed input
-    offsets) when that phase ran, else the backlog figure (time to the exact output)."""
+    """Per system and row: ``words_per_s`` is the balanced live capacity (bench/capacity.py:
+    the highest rate at which every stage kept up, median of the runs) when that phase ran,
+    else the steady-state backlog median (else the first phase's backlog figure);
+    ``backlog_words_per_s`` is the steady-state backlog median beside it."""
     systems = report["systems"]
     rates = report["mode"]["latency_rates"]
     lat = report["latency"].get(str(rates[0]), {}) if rates else {}
     steady = report.get("steady") or {}
     rows = steady.get("rows", {})
+    live = (report.get("capacity") or {}).get("rows", {})
+    ceiling_row = rows.get("ceiling", {})
+    ceiling = ceiling_row.get("words_per_s", {}).get("median")
+    ceiling_cpu = ceiling_row.get("cpu_s_per_million_words")
 
     def figures(name: str) -> dict[str, Any]:
         row = rows.get(name)
-        if row is None:
+        cap = live.get(name, {}).get("summary")
+        if row is None and cap is None:
             return {"words_per_s": systems.get(name, {}).get("words_per_s")}
+        backlog = row["words_per_s"] if row else {}
+        words = cap["words_per_s"] if cap else backlog.get("median")
+        cpu = (cap or {}).get("cpu_s_per_m_words") or (row or {}).get("cpu_s_per_million_words")
         return {
-            "words_per_s": row["words_per_s"]["median"],
-            "words_per_s_range": row["words_per_s"]["range"],
-            "ceiling_pct": row.get("ceiling_pct"),
-            "ceiling_cpu_pct": row.get("ceiling_cpu_pct"),
+            "words_per_s": words,
+            "words_per_s_range": cap["words_per_s_range"] if cap else backlog.get("range"),
+            "measured_as": "balanced live capacity" if cap else "backlog",
+            "backlog_words_per_s": backlog.get("median"),
+            "cpu_s_per_m_words": cpu,
+            "bench_cpu_share": (cap or {}).get("bench_cpu_share")
+            if cap
+            else (row or {}).get("bench_cpu_share"),
+            "loadgen_cpu_share": (cap or {}).get("loadgen_cpu_share"),
+            "checkpoints_per_min": (cap or {}).get("checkpoints_per_min"),
+            "runs": (cap or {}).get("ok_runs") if cap else (row or {}).get("ok_runs"),
+            "ceiling_pct": round(100 * words / ceiling, 1) if words and ceiling else None,
+            "ceiling_cpu_pct": round(100 * ceiling_cpu / cpu, 1) if cpu and ceiling_cpu else None,
         }
 
     ours = systems.get("processor", {})
@@ -1402,20 +1506,24 @@ def _headline(report: dict[str, Any]) -> dict[str, Any]:
     for name in PEERS:
         if name != "processor":
             head[name] = figures(name)
-    for variant in (
-        "kafka_streams_commit_100ms",
-        "processor_at_least_once",
-        "processor_no_combiner",
-    ):
-        if variant in rows:
-            head[variant] = figures(variant)
-    ceiling = rows.get("ceiling", {}).get("words_per_s", {})
+    for key in [*rows, *live]:
+        if key not in head and not key.startswith("ceiling"):
+            head[key] = figures(key)
     perf = steady.get("consumer_perf_test", {})
+    uncombined = rows.get("ceiling_uncombined", {})
     head["ceiling"] = {
-        "words_per_s": ceiling.get("median"),
-        "words_per_s_range": ceiling.get("range"),
+        "words_per_s": ceiling,
+        "words_per_s_range": ceiling_row.get("words_per_s", {}).get("range"),
+        "cpu_s_per_m_words": ceiling_cpu,
+        "machine_busy_pct": ceiling_row.get("machine_busy_pct"),
         "consumer_perf_test_records_per_s": perf.get("records_per_s", {}).get("median"),
         "consumer_perf_test_words_per_s": perf.get("words_per_s", {}).get("median"),
+    }
+    head["ceiling_uncombined"] = {
+        "words_per_s": uncombined.get("words_per_s", {}).get("median"),
+        "words_per_s_range": uncombined.get("words_per_s", {}).get("range"),
+        "cpu_s_per_m_words": uncombined.get("cpu_s_per_million_words"),
+        "machine_busy_pct": uncombined.get("machine_busy_pct"),
     }
     head["eos_overhead_pct"] = steady.get("eos_overhead_pct")
     head["checkpoint_overhead_pct"] = ours.get("checkpoint_blocking", {}).get("cpu_pct")

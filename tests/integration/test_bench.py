@@ -61,13 +61,33 @@ def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
     assert lines, f"no output on stdout:\n{tail}"
     headline = json.loads(lines[-1])
     assert isinstance(headline, dict)
-    required = {"mode", "runs", "ceiling", "eos_overhead_pct", "checkpoint_overhead_pct"}
+    required = {
+        "mode",
+        "runs",
+        "ceiling",
+        "ceiling_uncombined",
+        "eos_overhead_pct",
+        "checkpoint_overhead_pct",
+    }
     assert required | set(SYSTEMS) <= set(headline)
     assert headline["mode"] == "quick"
     assert headline["runs"] >= 1
     assert {"words_per_s", "p99_latency_ms", "recovery_s"} <= set(headline["processor"])
+    row_keys = {
+        "words_per_s",
+        "words_per_s_range",
+        "backlog_words_per_s",
+        "cpu_s_per_m_words",
+        "bench_cpu_share",
+        "checkpoints_per_min",
+        "runs",
+        "ceiling_pct",
+    }
     for name in SYSTEMS:
-        assert {"words_per_s", "words_per_s_range", "ceiling_pct"} <= set(headline[name])
+        assert row_keys <= set(headline[name])
+    # Quick mode measures this project's balanced live capacity (two short steps of a live
+    # load generator), the others' backlog only.
+    assert headline["processor"]["measured_as"] == "balanced live capacity"
     assert isinstance(headline["ceiling"]["words_per_s"], int)
     assert isinstance(headline["ceiling"]["consumer_perf_test_records_per_s"], int)
 
@@ -88,11 +108,17 @@ def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
     # measured a slope in each run (a slow system's output may show nothing in quick mode's
     # short window, so only the type is asserted).
     rows = report["steady"]["rows"]
-    assert set(SYSTEMS) | {"ceiling"} <= set(rows)
+    assert set(SYSTEMS) | {"ceiling", "ceiling_uncombined"} <= set(rows)
     for key, row in rows.items():
         for run in row["runs"]:
             assert run["ok"], f"steady state, {key}: {run.get('error')}"
             assert isinstance(run["words_per_s"], int)
+    # The capacity phase's run stepped the rate up and read back an exact output after it.
+    for key, row in report["capacity"]["rows"].items():
+        for run in row["runs"]:
+            assert run["ok"], f"capacity, {key}: {run.get('error')}"
+            assert run["verify"]["exact"], f"capacity, {key}: {run['verify']}"
+            assert run["steps"], f"capacity, {key}: no step"
     # Every latency run that was measured read back an exact output.
     for by_system in report["latency"].values():
         for name, run in by_system.items():

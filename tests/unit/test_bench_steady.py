@@ -45,6 +45,10 @@ def test_topic_kinds_and_work_per_million_words() -> None:
     assert topic_kind("app-words-repartition", "out") == "shuffle"
     assert topic_kind("repartition__group--x", "out") == "shuffle"
     assert topic_kind("app-counts-changelog", "out") == "changelog"
+    # Quix's changelog of the store behind its repartition topic mentions both.
+    assert topic_kind("changelog__group--repartition__group--x--count--default", "o") == (
+        "changelog"
+    )
     assert topic_kind("out", "out") == "output"
     assert topic_kind("job.control", "out") == "other"
     footprint = {

@@ -1,0 +1,710 @@
+"""Balanced live capacity: the highest input rate at which every stage of a system keeps up.
+
+A backlog measures the first stage: with the whole input waiting, a system's source can run
+ahead of a later stage that starves (Kafka Streams' count stage did 243 k words/s while its
+input stage read 525 k and the repartition lag grew by 17 M records). What a user can run is
+the rate at which every stage keeps pace, so this module finds it live:
+
+* **Input**: ``bench/loadgen.py``, a JVM producer whose rate changes while it runs (lines
+  drawn, seeded, from a pool of ``corpus.lines``; line k into partition k % 4). It costs the
+  machine a fraction of a core and reports how far it lagged its rate: a step at which the
+  producer could not keep the rate is reported as the producer's limit, never as the
+  system's.
+* **One job per run, the rate stepped up** (``factor`` apart from ``start``): each step holds
+  its rate for ``settle_s`` then a ``window_s`` window. A step is **kept up** when, over the
+  window, the group's lag on the input and on every internal topic (repartition, shuffle),
+  each in seconds of its own input, did not grow by more than ``MAX_GROWTH`` s per s (the
+  least-squares slope) and its median is at most ``MAX_LAG_S`` (a standing backlog is not
+  keeping up either). After the first step that is not kept up, the input drains at half the
+  last good rate, then ``bisections`` steps between the two (geometric means).
+* **Exact**: then the producer stops, the job drains, stops, and only then the bench reads
+  the committed output (read_committed, the last count per word) and compares it with the
+  counts of what the producer sent: nothing reads the output while the system runs.
+* **Costs at the highest kept-up step**: the system's CPU per million words, the broker's,
+  the load generator's and the bench's own share of the machine, checkpoints/commits per
+  minute (transaction markers on the output topic, per producer).
+
+The lag is sampled once a second by the bench's process from the group's committed offsets
+and the topics' end offsets (a few requests, no records read).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.common import cores, own_cpu_s
+from bench.loadgen import LoadGenerator
+from bench.markers import commit_markers
+from bench.measure import (
+    ProcessSampler,
+    create_topic,
+    machine_busy_s,
+    process_cpu_s,
+    slope,
+    words_of,
+)
+from bench.peers.base import Job, Peer
+from bench.steady import delete_topics, list_topics, topic_footprint, work_summary
+from processor.kafka.broker import LocalBroker
+
+# Lag gained per second of the window, at most (in seconds of input): a system short of the
+# rate by x % of its capacity gains about x / 100 s per s.
+MAX_GROWTH = 0.03
+# A standing backlog: a median lag above this is not keeping up, even if flat.
+MAX_LAG_S = 5.0
+# The producer kept the rate: never more than this behind, at least this share acknowledged.
+MAX_BEHIND_MS = 500
+MIN_ACHIEVED = 0.95
+MIN_RATE = 1_000  # the ladder goes no lower
+
+
+@dataclass(frozen=True)
+class CapacityMode:
+    start: int  # words/s of the first step
+    factor: float = 1.25
+    bisections: int = 2
+    warmup_s: float = 20.0  # at the start rate, from the first committed input
+    settle_s: float = 5.0
+    window_s: float = 25.0
+    drain_timeout_s: float = 120.0
+    max_steps: int = 14
+
+
+# ------------------------------------------------------------------------------ lag
+
+
+@dataclass(frozen=True)
+class LagSample:
+    at: float
+    input_end: int  # the input's end offsets, summed
+    input_lag: int  # records between the group's committed offsets and the end
+    internal_end: int  # end offsets of the internal topics the group commits on
+    internal_lag: int
+    output_end: int
+
+
+class LagProbe(threading.Thread):
+    """Once a second: the group's lag on its input and internal topics, and the output's end
+    offsets. Offsets only: it reads no record."""
+
+    def __init__(
+        self, bootstrap: str, group: str, input_topic: str, output_topic: str, partitions: int
+    ) -> None:
+        super().__init__(daemon=True, name=f"lag-{group}")
+        self.input_topic = input_topic
+        self.output_topic = output_topic
+        self.partitions = partitions
+        self.samples: list[LagSample] = []
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+        self._group = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        )
+        self._internal: list[TopicPartition] = []
+        self._discovered_at = 0.0
+
+    def _ends(self, parts: Sequence[TopicPartition]) -> list[int]:
+        return [
+            self._group.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), 10)[1]
+            for tp in parts
+        ]
+
+    def _discover(self) -> None:
+        """The internal partitions: those of the cluster's other topics that the group has
+        committed offsets on (the topics of a bench broker are few)."""
+        topics = self._group.list_topics(timeout=10).topics
+        candidates = [
+            TopicPartition(name, p)
+            for name, meta in topics.items()
+            if name not in (self.input_topic, self.output_topic) and not name.startswith("__")
+            for p in meta.partitions
+        ]
+        committed = self._group.committed(candidates, timeout=10) if candidates else []
+        self._internal = [
+            TopicPartition(tp.topic, tp.partition)
+            for tp in committed
+            if tp.error is None and tp.offset >= 0
+        ]
+        self._discovered_at = time.monotonic()
+
+    def sample(self) -> LagSample:
+        if time.monotonic() - self._discovered_at > 10:
+            self._discover()
+        inputs = [TopicPartition(self.input_topic, p) for p in range(self.partitions)]
+        committed = self._group.committed(inputs + self._internal, timeout=10)
+        offsets = [max(0, tp.offset) if tp.error is None else 0 for tp in committed]
+        ends = self._ends(inputs + self._internal)
+        n = len(inputs)
+        outputs = [TopicPartition(self.output_topic, p) for p in range(self.partitions)]
+        lags = [max(0, e - o) for e, o in zip(ends, offsets, strict=True)]
+        out = LagSample(
+            at=time.time(),
+            input_end=sum(ends[:n]),
+            input_lag=sum(lags[:n]),
+            internal_end=sum(ends[n:]),
+            internal_lag=sum(lags[n:]),
+            output_end=sum(self._ends(outputs)),
+        )
+        self.samples.append(out)
+        return out
+
+    def run(self) -> None:
+        next_at = time.monotonic()
+        while not self._halt.is_set():
+            try:
+                self.sample()
+            except Exception as exc:  # noqa: BLE001 - a transient admin error; keep sampling
+                self.error = exc
+            next_at += 1.0
+            self._halt.wait(max(0.0, next_at - time.monotonic()))
+
+    def committed_input(self) -> int:
+        """Records of the input before the group's committed offsets."""
+        return self.samples[-1].input_end - self.samples[-1].input_lag if self.samples else 0
+
+    def drained(self) -> bool:
+        """Nothing left to read: the input's lag is 0, and each internal partition's at most
+        its trailing transaction markers (a consumer commits the offset after its last
+        record, and a marker may follow it)."""
+        last = self.samples[-1] if self.samples else None
+        markers = 2 * len(self._internal)
+        return last is not None and last.input_lag == 0 and last.internal_lag <= markers
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(30)
+        self._group.close()
+
+
+# ------------------------------------------------------------------------------ judging
+
+
+def lag_seconds(lags: Sequence[tuple[float, float]], rate: float) -> list[tuple[float, float]]:
+    """Records behind as seconds of input at ``rate`` records/s."""
+    return [(t, lag / rate) for t, lag in lags] if rate > 0 else []
+
+
+def judge_stage(lags: Sequence[tuple[float, float]], rate: float) -> dict[str, Any]:
+    """One stage over a window: its lag (records) against the records/s it is fed."""
+    seconds = lag_seconds(lags, rate)
+    if len(seconds) < 3:
+        return {"kept_up": False, "why": f"only {len(seconds)} lag samples"}
+    growth = slope(seconds) or 0.0
+    median = statistics.median(s for _, s in seconds)
+    ok = growth <= MAX_GROWTH and median <= MAX_LAG_S
+    why = (
+        "kept up"
+        if ok
+        else (
+            f"lag grew {growth:.3f} s per s"
+            if growth > MAX_GROWTH
+            else f"a standing backlog of {median:.1f} s"
+        )
+    )
+    return {
+        "kept_up": ok,
+        "why": why,
+        "lag_growth_s_per_s": round(growth, 4),
+        "lag_median_s": round(median, 2),
+    }
+
+
+def judge(
+    samples: Sequence[LagSample], rate_words: float, words_per_record: float
+) -> dict[str, Any]:
+    """Whether every stage kept up over the window's samples."""
+    if len(samples) < 3:
+        return {"kept_up": False, "why": f"only {len(samples)} samples"}
+    records = rate_words / words_per_record
+    out: dict[str, Any] = {"input": judge_stage([(s.at, s.input_lag) for s in samples], records)}
+    internal_rate = slope([(s.at, float(s.internal_end)) for s in samples]) or 0.0
+    if samples[-1].internal_end > 0 and internal_rate > 0:
+        out["internal"] = judge_stage([(s.at, s.internal_lag) for s in samples], internal_rate)
+        out["internal"]["records_per_s"] = round(internal_rate)
+    failed = [v for v in out.values() if not v["kept_up"]]
+    out["kept_up"] = not failed
+    out["why"] = (
+        "kept up"
+        if not failed
+        else "; ".join(
+            f"{k}: {v['why']}" for k, v in out.items() if isinstance(v, dict) and not v["kept_up"]
+        )
+    )
+    return out
+
+
+def next_rates(factor: float) -> Callable[[int], int]:
+    def up(rate: int) -> int:
+        step = 10_000 if rate >= 100_000 else 1_000
+        return round(rate * factor / step) * step
+
+    return up
+
+
+def down(rate: int, factor: float) -> int:
+    """The next rate down the ladder: two steps, so that it finds a rate kept up soon."""
+    step = 10_000 if rate >= 200_000 else 1_000
+    return round(rate / factor**2 / step) * step
+
+
+def geometric_middle(good: int, bad: int) -> int:
+    step = 10_000 if good >= 100_000 else 1_000
+    return round(math.sqrt(good * bad) / step) * step
+
+
+# ------------------------------------------------------------------------------ one run
+
+
+def capacity_run(
+    peer: Peer,
+    job: Job,
+    broker: LocalBroker,
+    pool: Sequence[str],
+    mode: CapacityMode,
+    say: Callable[[str], None],
+    seed: int = 7,
+    partitions: int = 4,
+) -> dict[str, Any]:
+    """One job, the rate stepped up until a stage falls behind; then the exact check."""
+    bootstrap = broker.bootstrap
+    before = list_topics(bootstrap)
+    create_topic(bootstrap, job.input_topic, partitions)
+    create_topic(bootstrap, job.output_topic, partitions)
+    broker_pid = int(broker.pid_file.read_text().strip())
+    gen = LoadGenerator(bootstrap, job.input_topic, partitions, pool, seed)
+    words_per_record = statistics.fmean(len(words_of(line)) for line in pool[:20_000])
+    result: dict[str, Any] = {"job": job.name, "interval_ms": job.interval_ms, "steps": []}
+    running = None
+    sampler = None
+    probe = LagProbe(bootstrap, peer.group_id(job), job.input_topic, job.output_topic, partitions)
+    error: str | None = None
+    try:
+        gen.start()
+        running = peer.start(job)
+        sampler = ProcessSampler(running.roots)
+        sampler.start()
+        probe.start()
+        gen.set_rate(mode.start)
+        deadline = time.time() + 180
+        while probe.committed_input() == 0:
+            if not running.alive():
+                raise RuntimeError("exited before committing any input")
+            if time.time() > deadline:
+                raise TimeoutError("no committed input progress within 180 s")
+            time.sleep(0.5)
+        result["first_commit_after_s"] = round(time.time() - running.started_at, 1)
+        time.sleep(mode.warmup_s)
+        good = bad = 0
+        rate = mode.start
+        up = next_rates(mode.factor)
+        bisections = 0
+        for _ in range(mode.max_steps):
+            step = _step(rate, gen, probe, sampler, broker_pid, mode, words_per_record, running)
+            result["steps"].append(step)
+            say(f"{job.name}: {rate:,} words/s: {step['why']}")
+            if step.get("producer_limited"):
+                result["producer_limited_at"] = rate
+                break
+            if step["kept_up"]:
+                good = rate
+            else:
+                bad = rate
+            if not bad:  # up the ladder
+                rate = up(rate)
+                continue
+            if not good:  # the start was too high: down the ladder, after draining
+                rate = down(rate, mode.factor)
+                if rate < MIN_RATE:
+                    break
+                _drain(gen, probe, rate // 2, mode.drain_timeout_s)
+                continue
+            middle = geometric_middle(good, bad)
+            if bisections >= mode.bisections or middle in (good, bad):
+                break
+            bisections += 1
+            _drain(gen, probe, good // 2, mode.drain_timeout_s)
+            rate = middle
+        result["capacity_words_per_s"] = good
+        result["first_not_kept_up"] = bad
+        top = next((s for s in result["steps"] if s["rate"] == good and s["kept_up"]), None)
+        if top is not None:
+            result["at_capacity"] = top["costs"]
+        gen.set_rate(0)
+        if not _wait(probe.drained, mode.drain_timeout_s):
+            result["drain"] = "not drained"
+    except (TimeoutError, RuntimeError) as exc:
+        error = str(exc)
+    finally:
+        expected: collections.Counter[str] = collections.Counter()
+        try:
+            expected = gen.stop()
+        except Exception as exc:  # noqa: BLE001 - the run's error
+            error = error or f"load generator: {exc}"
+        if running is not None:
+            running.stop()
+        if sampler is not None:
+            sampler.stop()
+        probe.stop()
+        gen.close()
+    result["ok"] = error is None
+    result["error"] = error
+    if error is None:
+        result["verify"] = verify_output(bootstrap, job.output_topic, expected)
+        if not result["verify"]["exact"]:
+            result["ok"] = False
+            result["error"] = "output not exact"
+        result["checkpoints_per_min"] = commits_per_minute(broker, job.output_topic, result)
+    created = sorted(list_topics(bootstrap) - before)
+    footprint = topic_footprint(broker, created)
+    result["work"] = work_summary(footprint, job.output_topic, sum(expected.values()))
+    delete_topics(bootstrap, created)
+    return result
+
+
+def _step(
+    rate: int,
+    gen: LoadGenerator,
+    probe: LagProbe,
+    sampler: ProcessSampler,
+    broker_pid: int,
+    mode: CapacityMode,
+    words_per_record: float,
+    running: Any,
+) -> dict[str, Any]:
+    gen.set_rate(rate)
+    time.sleep(mode.settle_s)
+    start = time.time()
+    cpu0 = (process_cpu_s(broker_pid), machine_busy_s(), own_cpu_s(), gen.cpu_s())
+    time.sleep(mode.window_s)
+    end = time.time()
+    cpu1 = (process_cpu_s(broker_pid), machine_busy_s(), own_cpu_s(), gen.cpu_s())
+    if not running.alive():
+        raise RuntimeError(f"exited during the run: {running.exit_codes()}")
+    inside = [s for s in probe.samples if start <= s.at <= end]
+    verdict = judge(inside, rate, words_per_record)
+    achieved = gen.acked_words_per_s(start, end) or 0.0
+    behind = gen.max_behind_ms(start, end)
+    seconds = end - start
+    words = achieved * seconds
+    system_cpu = sampler.cpu_at(end) - sampler.cpu_at(start)
+    n_cores = cores()
+    verdict["rate"] = rate
+    verdict["window"] = [round(start, 3), round(end, 3)]
+    verdict["achieved_words_per_s"] = round(achieved)
+    verdict["producer_max_behind_ms"] = behind
+    if behind > MAX_BEHIND_MS or achieved < MIN_ACHIEVED * rate:
+        verdict["producer_limited"] = True
+        verdict["kept_up"] = False
+        verdict["why"] = (
+            f"the load generator could not keep the rate ({round(achieved):,} words/s, "
+            f"{behind} ms behind): its limit, not the system's"
+        )
+    verdict["costs"] = {
+        "cpu_s_per_m_words": round(system_cpu / (words / 1e6), 3) if words else None,
+        "cpu_cores": round(system_cpu / seconds, 2),
+        "broker_cpu_s_per_m_words": round((cpu1[0] - cpu0[0]) / (words / 1e6), 3)
+        if words
+        else None,
+        "machine_busy_pct": round(100 * (cpu1[1] - cpu0[1]) / (n_cores * seconds), 1),
+        "bench_cpu_share": round((cpu1[2] - cpu0[2]) / (n_cores * seconds), 4),
+        "loadgen_cpu_share": round((cpu1[3] - cpu0[3]) / (n_cores * seconds), 4),
+        "window_s": round(seconds, 1),
+    }
+    return verdict
+
+
+def _drain(gen: LoadGenerator, probe: LagProbe, rate: int, timeout: float) -> None:
+    """Half the last good rate until the lag is back under a second of input."""
+    gen.set_rate(rate)
+
+    def small() -> bool:
+        last = probe.samples[-1] if probe.samples else None
+        return last is not None and last.input_lag <= rate / 10 and last.internal_lag <= rate / 10
+
+    _wait(small, timeout)
+
+
+def _wait(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+# ------------------------------------------------------------------------------ after the run
+
+
+def verify_output(bootstrap: str, topic: str, expected: dict[str, int]) -> dict[str, Any]:
+    """The committed output's last count per word against ``expected`` (the system stopped:
+    this read competes with nothing)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-verify-{topic}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    last: dict[str, bytes] = {}
+    records = 0
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        parts = [TopicPartition(topic, p, 0) for p in meta.partitions]
+        ends = {p.partition: consumer.get_watermark_offsets(p, 10)[1] for p in parts}
+        consumer.assign(parts)
+        done = {p for p, e in ends.items() if e == 0}
+        idle_until = time.monotonic() + 30
+        while len(done) < len(ends) and time.monotonic() < idle_until:
+            msgs = consumer.consume(10_000, 0.5)
+            if msgs:
+                idle_until = time.monotonic() + 30
+            for m in msgs:
+                if m.error() is not None:
+                    continue
+                records += 1
+                key = m.key()
+                if key is not None:
+                    last[key.decode()] = m.value() or b""
+            for p in list(ends):
+                if p in done:
+                    continue
+                position = consumer.position([TopicPartition(topic, p)])[0].offset
+                # Transaction markers take offsets: the position passes the last record.
+                if position >= ends[p] - 1 and not msgs:
+                    done.add(p)
+    finally:
+        consumer.close()
+    wrong = [w for w, n in expected.items() if last.get(w) != str(n).encode()]
+    extra = [w for w in last if w not in expected]
+    return {
+        "exact": not wrong and not extra,
+        "words": len(expected),
+        "records_read": records,
+        "wrong": len(wrong),
+        "unexpected": len(extra),
+        "examples": [(w, expected[w], (last.get(w) or b"").decode()) for w in wrong[:3]],
+    }
+
+
+def commits_per_minute(
+    broker: LocalBroker, output_topic: str, result: dict[str, Any]
+) -> float | None:
+    """Transactions committed per minute and producer over the capacity step's window, from
+    the COMMIT markers in the output's first partition (kafka-dump-log): the effective
+    checkpoint/commit interval, measured the same way for every system."""
+    top = next(
+        (
+            s
+            for s in result.get("steps", [])
+            if s["rate"] == result.get("capacity_words_per_s") and s["kept_up"]
+        ),
+        None,
+    )
+    if top is None:
+        return None
+    with contextlib.suppress(Exception):
+        return commit_markers(broker, output_topic, 0, top.get("window"))
+    return None
+
+
+def summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A row's runs: the median capacity and its range, and the costs at capacity."""
+    good = [r for r in runs if r.get("ok") and r.get("capacity_words_per_s")]
+    caps = [r["capacity_words_per_s"] for r in good]
+    costs = [r["at_capacity"] for r in good if "at_capacity" in r]
+
+    def med(key: str) -> float | None:
+        values = [c[key] for c in costs if c.get(key) is not None]
+        return round(statistics.median(values), 4) if values else None
+
+    cpm = [r["checkpoints_per_min"] for r in good if r.get("checkpoints_per_min")]
+    per_min = round(statistics.median(cpm), 1) if cpm else None
+    interval_ms = runs[0].get("interval_ms") if runs else None
+    effective_ms = round(60_000 / per_min) if per_min else None
+    return {
+        "runs": len(runs),
+        "ok_runs": len(good),
+        "words_per_s": round(statistics.median(caps)) if caps else None,
+        "words_per_s_range": [min(caps), max(caps)] if caps else None,
+        "cpu_s_per_m_words": med("cpu_s_per_m_words"),
+        "broker_cpu_s_per_m_words": med("broker_cpu_s_per_m_words"),
+        "bench_cpu_share": med("bench_cpu_share"),
+        "loadgen_cpu_share": med("loadgen_cpu_share"),
+        "machine_busy_pct": med("machine_busy_pct"),
+        "checkpoints_per_min": per_min,
+        "effective_interval_ms": effective_ms,
+        # Longer epochs combine more and commit less: a row whose checkpoints came more than
+        # 1.5x slower than configured did not do the same work per word.
+        "interval_flag": bool(effective_ms and interval_ms and effective_ms > 1.5 * interval_ms),
+        "producer_limited": any("producer_limited_at" in r for r in runs),
+    }
+
+
+def describe(mode: CapacityMode) -> dict[str, Any]:
+    return {
+        **asdict(mode),
+        "kept_up_when": {
+            "lag_growth_max_s_per_s": MAX_GROWTH,
+            "lag_median_max_s": MAX_LAG_S,
+            "producer_max_behind_ms": MAX_BEHIND_MS,
+            "producer_achieved_min": MIN_ACHIEVED,
+        },
+    }
+
+
+# ------------------------------------------------------------------------------ command line
+
+# Where each row's ladder starts (words/s): below what it keeps up with, a few steps up.
+START = {
+    "processor": 400_000,
+    "processor_no_combiner": 150_000,
+    "processor_at_least_once": 400_000,
+    "kafka_streams": 120_000,
+    "kafka_streams_commit_100ms": 80_000,
+    "kafka_streams_preagg": 200_000,
+    "flink": 120_000,
+    "flink_sql": 200_000,
+    "quix": 10_000,
+}
+
+
+def run_rows(
+    rows: Sequence[Any],
+    broker: LocalBroker,
+    runs: int,
+    workdir: Path,
+    run_id: str,
+    say: Callable[[str], None],
+    quick: bool = False,
+    seed: int = 1,
+    starts: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Every row ``runs`` times in a seeded random order; results per row and their summary."""
+    import random
+
+    from processor.commands import corpus
+
+    pool = list(corpus.lines(300_000 if not quick else 50_000, seed=2))
+    order = [(row, k) for k in range(runs) for row in rows]
+    random.Random(seed).shuffle(order)
+    starts = {**START, **(starts or {})}
+    out: dict[str, Any] = {
+        "method": "balanced live capacity (bench/capacity.py)",
+        "order": [f"{row.key}#{k}" for row, k in order],
+        "rows": {
+            row.key: {
+                "system": row.peer.title,
+                "note": row.note,
+                "settings": row.peer.settings(),
+                "runs": [],
+            }
+            for row in rows
+        },
+    }
+    for i, (row, k) in enumerate(order):
+        mode = QUICK if quick else CapacityMode(start=starts.get(row.key, 100_000))
+        out.setdefault("mode", describe(mode))
+        say(f"capacity {i + 1}/{len(order)}: {row.key} run {k + 1}/{runs}")
+        job = Job(
+            bootstrap=broker.bootstrap,
+            name=f"cap-{row.key}-{run_id}-{k}".replace("_", "-"),
+            input_topic=f"cap-{row.key}-{k}.input",
+            output_topic=f"cap-{row.key}-{k}.output",
+            workdir=workdir / f"cap-{row.key}-{k}",
+            interval_ms=row.interval_ms,
+            parallelism=2,
+        )
+        try:
+            result = capacity_run(row.peer, job, broker, pool, mode, say, seed=k + 1)
+        except Exception as exc:  # noqa: BLE001 - one run's crash is its result
+            result = {"job": job.name, "ok": False, "error": repr(exc)}
+        out["rows"][row.key]["runs"].append(result)
+        say(
+            f"{row.key}: capacity {result.get('capacity_words_per_s')} words/s, "
+            f"exact {result.get('verify', {}).get('exact')}, error {result.get('error')}"
+        )
+    for entry in out["rows"].values():
+        entry["summary"] = summary(entry["runs"])
+    return out
+
+
+# CI's smoke run: two short steps, only to show that the ladder and the check work.
+QUICK = CapacityMode(
+    start=20_000, factor=2.0, bisections=0, warmup_s=3.0, settle_s=2.0, window_s=6.0, max_steps=2
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python bench/capacity.py [--rows processor,kafka_streams] [--runs 5] [--port P]``:
+    the capacity phase alone, on a broker of its own; writes
+    ``bench/results/capacity-<timestamp>.json``."""
+    import argparse
+    import json
+    import shutil
+    import tempfile
+    from datetime import datetime
+
+    from bench import loadgen
+    from bench.common import say
+    from bench.run import PEERS, RESULTS, steady_rows
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--systems", default="processor,kafka_streams,flink")
+    parser.add_argument("--rows", default="", help="only these rows (default: every row)")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--port", type=int, default=29392)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--start", action="append", default=[], metavar="ROW=RATE")
+    args = parser.parse_args(argv)
+    names = [n for n in args.systems.split(",") if n]
+    rows = [r for r in steady_rows(names) if r.peer.has_output]
+    if args.rows:
+        wanted = set(args.rows.split(","))
+        rows = [r for r in rows if r.key in wanted]
+    unknown = set(names) - PEERS.keys()
+    if unknown:
+        parser.error(f"unknown systems {sorted(unknown)}")
+    starts = {k: int(v) for k, _, v in (s.partition("=") for s in args.start)}
+    loadgen.prepare()
+    for row in rows:
+        row.peer.prepare()
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-capacity-"))
+    broker = LocalBroker(port=args.port, controller_port=args.port + 1, data_dir=tmp / "kafka")
+    out = RESULTS / f"capacity-{stamp}.json"
+    try:
+        broker.start()
+        report = run_rows(
+            rows, broker, args.runs, tmp, stamp.replace("-", ""), say, args.quick, starts=starts
+        )
+        report["timestamp"] = stamp
+        out.write_text(json.dumps(report, indent=2) + "\n")
+    finally:
+        broker.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    for key, entry in report["rows"].items():
+        say(f"{key}: {entry['summary']}")
+    say(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

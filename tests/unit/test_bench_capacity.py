@@ -1,0 +1,101 @@
+"""bench/capacity.py's and bench/markers.py's pure parts: when a step kept up, the ladder's
+rates, the commits per minute, a row's summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.capacity import (
+    MAX_LAG_S,
+    LagSample,
+    down,
+    geometric_middle,
+    judge,
+    judge_stage,
+    next_rates,
+    summary,
+)
+from bench.markers import per_minute
+
+
+def test_a_flat_lag_keeps_up_and_a_growing_one_does_not() -> None:
+    flat = [(float(t), 5_000.0 + (1_000 if t % 2 else 0)) for t in range(25)]
+    assert judge_stage(flat, rate=10_000)["kept_up"]
+    # Short of the rate by 5 %: the lag grows 500 records (0.05 s of input) per second.
+    growing = [(float(t), 5_000.0 + 500 * t) for t in range(25)]
+    verdict = judge_stage(growing, rate=10_000)
+    assert not verdict["kept_up"]
+    assert "grew" in verdict["why"]
+
+
+def test_a_standing_backlog_is_not_keeping_up_even_when_flat() -> None:
+    standing = [(float(t), 10_000 * (MAX_LAG_S + 1)) for t in range(25)]
+    verdict = judge_stage(standing, rate=10_000)
+    assert not verdict["kept_up"]
+    assert "standing" in verdict["why"]
+
+
+def _samples(input_lag: list[int], internal_lag: list[int]) -> list[LagSample]:
+    return [
+        LagSample(
+            at=float(t),
+            input_end=10_000 * t,
+            input_lag=i,
+            internal_end=50_000 * t,
+            internal_lag=j,
+            output_end=0,
+        )
+        for t, (i, j) in enumerate(zip(input_lag, internal_lag, strict=True))
+    ]
+
+
+def test_judge_fails_when_a_later_stage_falls_behind_though_the_input_keeps_up() -> None:
+    # A starved second stage: the input's lag is flat, the repartition topic's grows.
+    samples = _samples([1_000] * 20, [10_000 * t for t in range(20)])
+    verdict = judge(samples, rate_words=125_000, words_per_record=12.5)
+    assert verdict["input"]["kept_up"]
+    assert not verdict["internal"]["kept_up"]
+    assert not verdict["kept_up"]
+    assert verdict["why"].startswith("internal:")
+    assert judge(_samples([1_000] * 20, [2_000] * 20), 125_000, 12.5)["kept_up"]
+
+
+def test_the_ladder_rates() -> None:
+    up = next_rates(1.25)
+    assert up(400_000) == 500_000
+    assert up(20_000) == 25_000
+    assert geometric_middle(500_000, 625_000) == 560_000
+    assert geometric_middle(8_000, 10_000) == 9_000
+
+
+def test_commits_per_minute_per_producer_inside_the_window() -> None:
+    # Producer 1 commits every second, producer 2 every two; one marker outside the window.
+    batches = [(1, float(t)) for t in range(60)] + [(2, float(t)) for t in range(0, 60, 2)]
+    batches.append((1, 100.0))
+    assert per_minute(batches, (0.0, 60.0)) == 45.0  # the median of 60 and 30 per minute
+    assert per_minute([], (0.0, 60.0)) is None
+
+
+def test_summary_flags_a_slow_effective_interval() -> None:
+    runs: list[dict[str, Any]] = [
+        {
+            "ok": True,
+            "interval_ms": 1000,
+            "capacity_words_per_s": cap,
+            "checkpoints_per_min": 20.0,
+            "at_capacity": {"cpu_s_per_m_words": 1.0, "bench_cpu_share": 0.01},
+        }
+        for cap in (100_000, 120_000, 110_000)
+    ]
+    runs.append({"ok": False, "interval_ms": 1000, "error": "x"})
+    s = summary(runs)
+    assert s["words_per_s"] == 110_000
+    assert s["words_per_s_range"] == [100_000, 120_000]
+    assert (s["runs"], s["ok_runs"]) == (4, 3)
+    assert s["effective_interval_ms"] == 3000
+    assert s["interval_flag"] is True
+
+
+def test_down_the_ladder_two_steps_at_a_time() -> None:
+    assert down(400_000, 1.25) == 260_000
+    assert down(20_000, 1.25) == 13_000
