@@ -47,3 +47,30 @@ class KafkaStreamsPeer(Peer):
             "jvm": f"java -Xms{HEAP} -Xmx{HEAP} -jar (default GC); JIT warm-up falls in the "
             "steady-state phase's warm-up, outside its window",
         }
+
+
+class KafkaStreamsPreAggPeer(KafkaStreamsPeer):
+    """The same program with a combiner before the repartition (bench.PreAggregate): each task
+    sums its words in a cached, logged in-memory store and forwards the partial sums at each
+    commit-interval punctuation; a reduce by addition after the repartition counts them. The
+    counterpart of processor's per-epoch combiner in its source tasks."""
+
+    name: ClassVar[str] = "kafka_streams_preagg"
+    title: ClassVar[str] = "Kafka Streams 4.4.0, pre-aggregating"
+
+    def start(self, job: Job) -> Running:
+        heap = (f"-Xms{HEAP}", f"-Xmx{HEAP}")
+        tuning = [f"{k}={v}" for k, v in TUNING.items()]
+        extra = [*tuning, "bench.preaggregate=true"]
+        return run_jar(JAR, heap, job, "kstreams-state", "kstreams.log", extra)
+
+    def settings(self) -> dict[str, object]:
+        return {
+            **super().settings(),
+            "topology": "lines -> PreAggregate (api.Processor via KStream#process: per-task "
+            "partial sums in a cached, logged in-memory KeyValueStore, forwarded and deleted "
+            "at a WALL_CLOCK_TIME punctuation every commit interval) -> repartition by word "
+            "-> reduce(Long::sum) in RocksDB",
+            "state": "RocksDB counts and an in-memory partial-sum store, both with changelog "
+            "topics",
+        }
