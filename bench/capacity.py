@@ -67,9 +67,10 @@ from processor.kafka.broker import LocalBroker
 MAX_GROWTH = 0.03
 # A standing backlog: a median lag above this is not keeping up, even if flat.
 MAX_LAG_S = 5.0
-# The producer kept the rate: never more than this behind, at least this share acknowledged.
-MAX_BEHIND_MS = 500
+# The producer kept the rate: at least this share of it acknowledged over the window (how far
+# it fell behind at worst is reported beside it).
 MIN_ACHIEVED = 0.95
+DRAINED_PER_PARTITION = 10
 MIN_RATE = 1_000  # the ladder goes no lower
 
 
@@ -179,11 +180,13 @@ class LagProbe(threading.Thread):
 
     def drained(self) -> bool:
         """Nothing left to read: the input's lag is 0, and each internal partition's at most
-        its trailing transaction markers (a consumer commits the offset after its last
-        record, and a marker may follow it)."""
+        a few offsets (a consumer commits the offset after its last record, and a transaction
+        marker may follow it)."""
         last = self.samples[-1] if self.samples else None
-        markers = 2 * len(self._internal)
-        return last is not None and last.input_lag == 0 and last.internal_lag <= markers
+        # Per internal partition: its trailing markers, and this project's barriers (control
+        # records in the shuffle, written every checkpoint even when no data moves).
+        settled = DRAINED_PER_PARTITION * len(self._internal)
+        return last is not None and last.input_lag == 0 and last.internal_lag <= settled
 
     def stop(self) -> None:
         self._halt.set()
@@ -407,12 +410,14 @@ def _step(
     verdict["window"] = [round(start, 3), round(end, 3)]
     verdict["achieved_words_per_s"] = round(achieved)
     verdict["producer_max_behind_ms"] = behind
-    if behind > MAX_BEHIND_MS or achieved < MIN_ACHIEVED * rate:
+    # Only the rate achieved over the window: on a saturated machine the load generator's
+    # thread can be descheduled for half a second, and it sends what it owes when it is back.
+    if achieved < MIN_ACHIEVED * rate:
         verdict["producer_limited"] = True
         verdict["kept_up"] = False
         verdict["why"] = (
-            f"the load generator could not keep the rate ({round(achieved):,} words/s, "
-            f"{behind} ms behind): its limit, not the system's"
+            f"the load generator could not keep the rate ({round(achieved):,} words/s): "
+            "its limit, not the system's"
         )
     verdict["costs"] = {
         "cpu_s_per_m_words": round(system_cpu / (words / 1e6), 3) if words else None,
@@ -564,7 +569,6 @@ def describe(mode: CapacityMode) -> dict[str, Any]:
         "kept_up_when": {
             "lag_growth_max_s_per_s": MAX_GROWTH,
             "lag_median_max_s": MAX_LAG_S,
-            "producer_max_behind_ms": MAX_BEHIND_MS,
             "producer_achieved_min": MIN_ACHIEVED,
         },
     }
