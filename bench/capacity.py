@@ -71,6 +71,8 @@ MAX_LAG_S = 5.0
 # it fell behind at worst is reported beside it).
 MIN_ACHIEVED = 0.95
 DRAINED_PER_PARTITION = 10
+# Between steps: drained once every stage is this close to its input (seconds of it).
+DRAINED_LAG_S = 3.0
 MIN_RATE = 1_000  # the ladder goes no lower
 
 
@@ -334,13 +336,13 @@ def capacity_run(
                 rate = down(rate, mode.factor)
                 if rate < MIN_RATE:
                     break
-                _drain(gen, probe, rate // 2, mode.drain_timeout_s)
+                _drain(gen, probe, rate // 2, words_per_record, mode.drain_timeout_s)
                 continue
             middle = geometric_middle(good, bad)
             if bisections >= mode.bisections or middle in (good, bad):
                 break
             bisections += 1
-            _drain(gen, probe, good // 2, mode.drain_timeout_s)
+            _drain(gen, probe, good // 2, words_per_record, mode.drain_timeout_s)
             rate = middle
         result["capacity_words_per_s"] = good
         result["first_not_kept_up"] = bad
@@ -433,14 +435,23 @@ def _step(
     return verdict
 
 
-def _drain(gen: LoadGenerator, probe: LagProbe, rate: int, timeout: float) -> None:
-    """Half the last good rate until the lag is back under a second of input."""
+def _drain(
+    gen: LoadGenerator, probe: LagProbe, rate: int, words_per_record: float, timeout: float
+) -> None:
+    """A lower rate until every stage's lag is back under DRAINED_LAG_S seconds of its input
+    (the last 5 samples), so that the next step starts from no backlog."""
     gen.set_rate(rate)
 
     def small() -> bool:
-        last = probe.samples[-1] if probe.samples else None
-        return last is not None and last.input_lag <= rate / 10 and last.internal_lag <= rate / 10
+        recent = probe.samples[-5:]
+        if len(recent) < 5 or recent[0].at < started:
+            return False
+        input_s = recent[-1].input_lag / max(1.0, rate / words_per_record)
+        internal_rate = slope([(s.at, float(s.internal_end)) for s in recent]) or 0.0
+        internal_s = recent[-1].internal_lag / internal_rate if internal_rate > 0 else 0.0
+        return input_s <= DRAINED_LAG_S and internal_s <= DRAINED_LAG_S
 
+    started = time.time()
     _wait(small, timeout)
 
 
@@ -580,13 +591,14 @@ def describe(mode: CapacityMode) -> dict[str, Any]:
 START = {
     "processor": 400_000,
     "processor_no_combiner": 150_000,
+    "processor_emit_record": 100_000,
     "processor_at_least_once": 400_000,
     "kafka_streams": 120_000,
     "kafka_streams_commit_100ms": 80_000,
-    "kafka_streams_preagg": 200_000,
-    "flink": 120_000,
-    "flink_sql": 200_000,
-    "quix": 10_000,
+    "kafka_streams_preagg": 300_000,
+    "flink": 100_000,
+    "flink_sql": 300_000,
+    "quix": 15_000,
 }
 
 

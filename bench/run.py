@@ -8,9 +8,12 @@ stream threads, processes). Its output is verified (read_committed, to the end: 
 per word is the exact count, nothing unknown; for this project also strictly increasing)
 before its figures count.
 
-Phases: throughput and resources (every system), latency at a fixed input rate (every system
-that sustains it), state-size scaling of this project's checkpoints (bench/scaling.py),
-recovery after SIGKILL (this project, full mode only: bench/recovery.py).
+Phases: throughput and resources (every system), the steady state on a backlog (every row:
+bench/steady.py), the balanced live capacity (every row with an output: bench/capacity.py;
+quick mode only this project's, two short steps), latency at a fixed input rate (every system
+that sustains it) and at half the balanced capacity (full mode), state-size scaling of this
+project's checkpoints (bench/scaling.py), recovery after SIGKILL (this project, full mode
+only: bench/recovery.py). The headline's words/s is the balanced live capacity where it ran.
 
     python bench/run.py --quick          # 300k words, 100k/1M keys, no recovery: ~4.5 minutes
     python bench/run.py                  # 4M words, 1M/10M keys, recovery: ~10-15 minutes
