@@ -79,12 +79,18 @@ MIN_RATE = 1_000  # the ladder goes no lower
 @dataclass(frozen=True)
 class CapacityMode:
     start: int  # words/s of the first step
-    factor: float = 1.25
-    bisections: int = 2
-    warmup_s: float = 20.0  # at the start rate, from the first committed input
-    settle_s: float = 5.0
-    window_s: float = 25.0
-    drain_timeout_s: float = 120.0
+    # Steps 1.2x apart and one bisection: the capacity to about 10 %, in some 3-4 minutes a
+    # run, so that 5 runs of every row fit in a sitting.
+    factor: float = 1.2
+    bisections: int = 1
+    warmup_s: float = 15.0  # at the start rate, from the first committed input
+    settle_s: float = 3.0
+    # A lag that saws by a commit interval (A s; this project's shuffle lag saws by an epoch)
+    # gives a least-squares slope over n one-second samples a spread of about
+    # 0.29 A / sqrt(n^3 / 12): 0.009 s per s for A = 1.5 s and n = 30, a third of MAX_GROWTH
+    # (at n = 20 it was half of it, and steps kept up failed by chance).
+    window_s: float = 30.0
+    drain_timeout_s: float = 60.0
     max_steps: int = 14
 
 
@@ -664,7 +670,7 @@ def run_rows(
 
 # CI's smoke run: two short steps, only to show that the ladder and the check work.
 QUICK = CapacityMode(
-    start=20_000, factor=2.0, bisections=0, warmup_s=3.0, settle_s=2.0, window_s=6.0, max_steps=2
+    start=20_000, factor=2.0, bisections=0, warmup_s=3.0, settle_s=2.0, window_s=10.0, max_steps=2
 )
 
 
@@ -680,10 +686,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench import loadgen
     from bench.common import say
-    from bench.run import PEERS, RESULTS, steady_rows
+    from bench.run import PEERS, RESULTS, _source_version, capacity_rows
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--systems", default="processor,kafka_streams,flink")
+    parser.add_argument("--systems", default="processor,kafka_streams,flink,quix")
     parser.add_argument("--rows", default="", help="only these rows (default: every row)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--port", type=int, default=29392)
@@ -691,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", action="append", default=[], metavar="ROW=RATE")
     args = parser.parse_args(argv)
     names = [n for n in args.systems.split(",") if n]
-    rows = [r for r in steady_rows(names) if r.peer.has_output]
+    rows = capacity_rows(names)
     if args.rows:
         wanted = set(args.rows.split(","))
         rows = [r for r in rows if r.key in wanted]
@@ -712,6 +718,8 @@ def main(argv: list[str] | None = None) -> int:
             rows, broker, args.runs, tmp, stamp.replace("-", ""), say, args.quick, starts=starts
         )
         report["timestamp"] = stamp
+        report["commit"] = _source_version()["commit"]
+        report["source"] = _source_version()
         out.write_text(json.dumps(report, indent=2) + "\n")
     finally:
         broker.stop()
