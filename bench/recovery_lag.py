@@ -439,6 +439,9 @@ class FlinkSystem(System):
     def restarts(self) -> int | None:
         return None if self.job_id is None else self.cluster.restarts(self.job_id)
 
+    def tasks_running(self) -> bool | None:
+        return None if self.job_id is None else self.cluster.tasks_running(self.job_id)
+
 
 SYSTEMS: dict[str, type[System]] = {
     s.name: s for s in (ProcessorSystem, KafkaStreamsSystem, FlinkSystem)
@@ -512,12 +515,20 @@ def measure(
             killed_at = system.kill_one()
             deadline = killed_at + args.recovery_timeout
             outcome = None
+            # Flink: when every task runs again (after the failover was seen), from its REST
+            # API: the job's own recovery, before it catches up with the lag.
+            failed_over, running_again = False, None
             while time.time() < deadline:
                 outcome = recovery(
                     lag.since(killed_at), killed_at, band, args.hold_s, args.observe_s
                 )
                 if outcome is not None:
                     break
+                if isinstance(system, FlinkSystem) and running_again is None:
+                    running = system.tasks_running()
+                    failed_over = failed_over or running is False
+                    if failed_over and running:
+                        running_again = round(time.time() - killed_at, 2)
                 time.sleep(POLL_S)
             after = [n for _, n in lag.since(killed_at)]
             entry = {
@@ -535,6 +546,7 @@ def measure(
                 "never_left_band": outcome is not None and outcome.never_left_band,
             }
             if isinstance(system, FlinkSystem):
+                entry["flink_tasks_running_again_s"] = running_again
                 entry["flink_restarts_so_far"] = system.restarts()
             result["kills"].append(entry)
             say(f"{system.name}: kill {k + 1}: {entry}")

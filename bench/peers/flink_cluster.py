@@ -49,7 +49,7 @@ RECOVERY_CONFIG: dict[str, str] = {
     # target that stops answering without refusing (a hung or partitioned JVM): 5 s instead
     # of 50 s, still far above this machine's GC pauses (512 MB heaps).
     # https://nightlies.apache.org/flink/flink-docs-release-2.2/docs/deployment/config/#advanced-fault-tolerance-options
-    # https://nightlies.apache.org/flink/flink-docs-release-2.2/release-notes/flink-1.14/#timeout-heartbeat-if-the-heartbeat-target-is-no-longer-reachable
+    # https://nightlies.apache.org/flink/flink-docs-release-1.14/release-notes/flink-1.14/#timeout-heartbeat-if-the-heartbeat-target-is-no-longer-reachable
     "heartbeat.interval": "1000",
     "heartbeat.timeout": "5000",
     "heartbeat.rpc-failure-threshold": "2",
@@ -84,10 +84,12 @@ class FlinkSessionCluster:
     """One JobManager and ``taskmanagers`` TaskManagers of one slot each, under ``workdir``.
 
     TaskManager ``i`` has the stable resource id ``tm-<i>`` (``taskmanager.resource-id``), as a
-    StatefulSet's pods keep their names: when its replacement registers, the JobManager sees
-    the same TaskManager come back with a new session and closes the old connection at once
-    ("re-registered with a new session id ... Closing the old connection"), without waiting
-    for a heartbeat verdict."""
+    StatefulSet's pods keep their names: should the replacement register before the heartbeat
+    verdict on the dead one, the JobMaster sees the same TaskManager back with a new session
+    and closes the old connection at once. In practice the verdict comes first: a dead
+    TaskManager's peers lose their data connections at once (the job fails over within
+    ~0.1 s) and the JobManager marks it unreachable ~1 s after the kill, while a new JVM
+    takes seconds to start."""
 
     def __init__(self, workdir: Path, taskmanagers: int = 2) -> None:
         self.workdir = workdir
@@ -259,6 +261,17 @@ class FlinkSessionCluster:
             return str(self.rest(f"/jobs/{job_id}").get("state"))
         except (urllib.error.URLError, OSError, ValueError):
             return "UNKNOWN"
+
+    def tasks_running(self, job_id: str) -> bool | None:
+        """Whether every task of the job runs (None: the REST call failed)."""
+        try:
+            vertices = self.rest(f"/jobs/{job_id}").get("vertices", [])
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+        # Per vertex, its subtasks counted by state ("tasks"): all of them RUNNING.
+        return bool(vertices) and all(
+            v.get("tasks", {}).get("RUNNING") == v.get("parallelism") for v in vertices
+        )
 
     def restarts(self, job_id: str) -> int | None:
         """How many times the job was restarted (the job's numRestarts metric)."""
