@@ -7,14 +7,14 @@ partitions of the end offset minus the offset the system committed to its consum
 polled every 150 ms (what an operator's lag alert watches).
 
 Per kill: a baseline window (``--baseline-s``) of lag samples; the band is twice the window's
-median lag, at least half a second of input (at 20,000 words/s, 500 lines: a median near 0,
-for a system that commits far more often than the 1 s interval, would otherwise make a band
-that ordinary jitter leaves); SIGKILL one process of the system and start it again at once (a
-supervisor); recovery is the time from the kill to the start of the first run of in-band
-samples that lasts ``--hold-s``, after the lag has left the band. A kill whose lag never leaves
-the band within ``--observe-s`` is reported as ``never_left_band`` and left out of the
-median (it is not a recovery of 0 s: nothing the lag shows was lost). Every system loses one
-of its two processing processes and keeps the rest (issue #29, like for like):
+median lag, at least half a second of input (500 lines at 20,000 words/s: a median near 0
+would make a band that ordinary jitter leaves); SIGKILL one process of the system and start it
+again at once (a supervisor); recovery is the time from the kill to the start of the first run
+of in-band samples that lasts ``--hold-s``, after the lag has left the band. A kill whose lag
+never leaves the band within ``--observe-s`` is reported as ``never_left_band`` and left out
+of the median: it is not a recovery of 0 s, the lag just cannot tell how long it took. Every
+system loses one of its two processing processes and keeps the rest (issue #29, like for
+like):
 
   processor       coordinator + 2 workers as processes; worker-0 is killed
   kafka_streams   2 instances (processes) of 1 stream thread each, tuned as in the

@@ -121,6 +121,11 @@ class FlinkSessionCluster:
             "taskmanager.memory.network.min": "64m",
             "taskmanager.memory.network.max": "64m",
             "io.tmp.dirs": str(self.workdir / "flink" / "tmp"),
+            # Observation only: the REST API answers from a cache of the job's execution graph
+            # that lives web.refresh-interval (3 s by default); the bench polls the subtasks'
+            # states to time the job's own recovery, so a 200 ms cache.
+            # https://nightlies.apache.org/flink/flink-docs-release-2.2/docs/deployment/config/#web-refresh-interval
+            "web.refresh-interval": "200",
             **RECOVERY_CONFIG,
         }
 
