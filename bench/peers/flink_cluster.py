@@ -17,6 +17,7 @@ https://nightlies.apache.org/flink/flink-docs-release-2.2/docs/deployment/config
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -68,10 +69,13 @@ RECOVERY_CONFIG: dict[str, str] = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports (all bound at once, so no two are the same)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 def yaml_scalar(value: str) -> str:
@@ -95,8 +99,7 @@ class FlinkSessionCluster:
         self.workdir = workdir
         self.taskmanagers = taskmanagers
         self.conf_dir = workdir / "flink-conf"
-        self.rpc_port = free_port()
-        self.rest_port = free_port()
+        self.rpc_port, self.rest_port = free_ports(2)
         self.java = shutil.which("java") or "java"
         self._params: dict[str, tuple[list[str], list[str]]] = {}
 
