@@ -505,9 +505,18 @@ def measure(
         result["caught_up_s"] = round(caught_up - started, 1)
         say(f"{system.name}: caught up after {caught_up - started:.1f}s; warm-up")
         time.sleep(args.warmup_s)
+        band = None
         for k in range(kills):
-            if k:
-                time.sleep(args.settle_s)  # the previous kill's tail out of the baseline
+            settled = None
+            if band is not None:
+                # The previous kill's tail out of the next baseline: the lag back in the
+                # previous band for --settle-s (a restarted instance may go on restoring, or
+                # catching up, after the lag first came back).
+                try:
+                    lag.wait(lambda n, b=band: n <= b, args.settle_s, 120, "settling")
+                    settled = True
+                except TimeoutError:
+                    settled = False
             window_start = time.time()
             time.sleep(args.baseline_s)
             window = [n for _, n in lag.since(window_start)]
@@ -539,6 +548,7 @@ def measure(
                 # that a kill's figure may include.
                 "baseline_share_above_band": round(sum(n > band for n in window) / len(window), 3),
                 "band": band,
+                "settled_before_baseline": settled,
                 "peak_lag": max(after, default=None),
                 "recovery_s": None
                 if outcome is None or outcome.seconds is None
@@ -615,7 +625,10 @@ def main() -> None:
     parser.add_argument("--baseline-s", type=float, default=10)
     parser.add_argument("--hold-s", type=float, default=1)
     parser.add_argument(
-        "--settle-s", type=float, default=5, help="pause after a recovery before the next baseline"
+        "--settle-s",
+        type=float,
+        default=5,
+        help="after a recovery, the lag in that kill's band this long before the next baseline",
     )
     parser.add_argument(
         "--observe-s",
