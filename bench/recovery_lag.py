@@ -6,18 +6,25 @@ input arrives at a fixed rate (``--rate`` words/s, 20 random existing keys to a 
 partitions of the end offset minus the offset the system committed to its consumer group,
 polled every 150 ms (what an operator's lag alert watches).
 
-Per kill: a baseline window (``--baseline-s``) of lag samples; the band is the window's maximum
-plus a margin (a quarter of it, at least half a second of input); SIGKILL one process and start
-it again at once (a supervisor); recovery is the time from the kill to the start of the first
-run of in-band samples that lasts ``--hold-s``, after the lag has left the band. A kill whose
-lag never leaves the band within 30 s counts 0.
+Per kill: a baseline window (``--baseline-s``) of lag samples; the band is twice the window's
+median lag, at least half a second of input (500 lines at 20,000 words/s: a median near 0
+would make a band that ordinary jitter leaves); SIGKILL one process of the system and start it
+again at once (a supervisor); recovery is the time from the kill to the start of the first run
+of in-band samples that lasts ``--hold-s``, after the lag has left the band. A kill whose lag
+never leaves the band within ``--observe-s`` is reported as ``never_left_band`` and left out
+of the median: it is not a recovery of 0 s, the lag just cannot tell how long it took. Every
+system loses one of its two processing processes and keeps the rest (issue #29, like for
+like):
 
   processor       coordinator + 2 workers as processes; worker-0 is killed
   kafka_streams   2 instances (processes) of 1 stream thread each, tuned as in the
                   throughput runs, with static membership (group.instance.id); instance 0
                   is killed
-  flink           the embedded MiniCluster JVM (the whole job), restarted from its latest
-                  retained checkpoint (chk-N); the source commits offsets on checkpoints
+  flink           a standalone session cluster (bench/peers/flink_cluster.py): a JobManager
+                  JVM and 2 TaskManager JVMs of 1 slot each; TaskManager tm-0 is killed and a
+                  replacement with the same resource id started; the JobManager restarts the
+                  job from its latest completed checkpoint by itself (fixed-delay restarts,
+                  1 s heartbeats); the source commits offsets on checkpoints
 
 After the kills the input stops; once the lag is 0 the committed output must hold the exact
 count of every key (bench/measure.py OutputWatcher, as bench/run.py judges it).
@@ -36,6 +43,7 @@ import argparse
 import collections
 import contextlib
 import json
+import math
 import os
 import random
 import shutil
@@ -48,6 +56,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -58,7 +67,7 @@ if __name__ == "__main__":
 
 from bench.common import say
 from bench.measure import OutputWatcher, create_topic, produce_all
-from bench.peers import flink_peer, kstreams_peer
+from bench.peers import flink_cluster, flink_peer, kstreams_peer
 from bench.peers.base import Running, spawn
 from bench.scaling import KEYS_PER_LINE, key_lines
 
@@ -208,24 +217,59 @@ def held_since(samples: list[tuple[float, int]], ok: Any, hold_s: float) -> floa
     return None
 
 
+def band_for(window: list[int], lines_per_s: float) -> int:
+    """The recovered band of a baseline window of lag samples: twice their median, at least
+    half a second of input (the floor for a median near 0)."""
+    return max(int(2 * statistics.median(window)), math.ceil(lines_per_s / 2))
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """A kill's verdict: ``seconds`` from the kill to the start of the held in-band run after
+    the lag left the band, or ``never_left_band`` (then ``seconds`` is None)."""
+
+    seconds: float | None
+    never_left_band: bool = False
+
+
 def recovery(
-    samples: list[tuple[float, int]], killed_at: float, band: int, hold_s: float
-) -> float | None:
-    """Seconds from the kill to the first in-band run lasting ``hold_s`` after the lag left
-    the band; 0 if it never left it; None if it has not recovered (yet)."""
+    samples: list[tuple[float, int]],
+    killed_at: float,
+    band: int,
+    hold_s: float,
+    observe_s: float = 30,
+) -> Recovery | None:
+    """The verdict on a kill from the lag samples so far; None while undecided (the lag is
+    out of the band, or has not left it yet and ``observe_s`` has not passed)."""
     after = [(t, lag) for t, lag in samples if t >= killed_at]
-    left = next((i for i, (_, lag) in enumerate(after) if lag > band), None)
+    left = next(
+        (i for i, (t, lag) in enumerate(after) if lag > band and t - killed_at <= observe_s),
+        None,
+    )
     if left is None:
-        return 0.0 if after and after[-1][0] - killed_at >= 30 else None
+        if after and after[-1][0] - killed_at >= observe_s:
+            return Recovery(None, never_left_band=True)
+        return None
     run_start = None
     for t, lag in after[left:]:
         if lag <= band:
             run_start = t if run_start is None else run_start
             if t - run_start >= hold_s:
-                return run_start - killed_at
+                return Recovery(run_start - killed_at)
         else:
             run_start = None
     return None
+
+
+def summarize(kills: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and max over the kills whose lag left the band; how many never did."""
+    times = [k["recovery_s"] for k in kills if k.get("recovery_s") is not None]
+    return {
+        "recovery_s_median": round(statistics.median(times), 2) if times else None,
+        "recovery_s_max": max(times) if times else None,
+        "kills_recovered": len(times),
+        "kills_never_left_band": sum(1 for k in kills if k.get("never_left_band")),
+    }
 
 
 # ------------------------------------------------------------------------------ systems
@@ -355,42 +399,48 @@ class KafkaStreamsSystem(System):
 
 
 class FlinkSystem(System):
-    name: ClassVar[str] = "flink"
+    """A session cluster: procs[0] the JobManager, procs[1 + i] TaskManager tm-<i>."""
 
-    def _cmd(self, restore: Path | None) -> list[str]:
-        java = shutil.which("java") or "java"
-        return [
-            java,
-            *flink_peer.HEAP,
-            "-jar",
-            str(flink_peer.JAR),
-            self.bootstrap,
-            self.input_topic,
-            self.output_topic,
-            self.job,
-            str(self.workdir / "flink"),
-            str(PARALLELISM),
-            str(INTERVAL_MS),
-            *([str(restore)] if restore is not None else []),
-        ]
+    name: ClassVar[str] = "flink"
+    CONFIG: ClassVar[dict[str, str]] = {
+        "deployment": "standalone session cluster: 1 JobManager JVM, 2 TaskManager JVMs of "
+        "1 slot each (taskmanager.resource-id tm-0, tm-1), JVM flags from Flink's "
+        "BashJavaUtils; the job submitted detached over REST, parallelism 2",
+        "job": "as bench/peers/flink_peer.py: RocksDB, incremental checkpoints, "
+        "EXACTLY_ONCE every 1000 ms, transactional KafkaSink",
+        "kill": "SIGKILL TaskManager tm-0, start a replacement tm-0 at once",
+        **flink_cluster.RECOVERY_CONFIG,
+    }
+
+    def __init__(self, bootstrap: str, job: str, workdir: Path) -> None:
+        super().__init__(bootstrap, job, workdir)
+        self.cluster = flink_cluster.FlinkSessionCluster(workdir, PARALLELISM)
+        self.job_id: str | None = None
 
     def start(self) -> None:
         flink_peer.FlinkPeer().prepare()
-        self._spawn(self._cmd(None), self.workdir / "flink.log")
-
-    def latest_checkpoint(self) -> Path:
-        """The newest complete retained checkpoint of any run of the job (a restart is a new
-        job id, so a new directory)."""
-        done = (self.workdir / "flink" / "checkpoints").glob("*/chk-*/_metadata")
-        newest = max(done, key=lambda p: p.stat().st_mtime, default=None)
-        if newest is None:
-            raise RuntimeError("no completed Flink checkpoint to restart from")
-        return newest.parent
+        self.cluster.write_config()
+        self.procs.append(self.cluster.start_jobmanager())
+        self.logs.append(self.workdir / "jobmanager.log")
+        for i in range(PARALLELISM):
+            self.procs.append(self.cluster.start_taskmanager(i))
+            self.logs.append(self.workdir / f"taskmanager-{i}.log")
+        self.cluster.wait_taskmanagers(PARALLELISM, self.procs)
+        args = [self.bootstrap, self.input_topic, self.output_topic, self.job]
+        args += [str(self.workdir / "flink"), str(PARALLELISM), str(INTERVAL_MS)]
+        self.job_id = self.cluster.submit(args, self.workdir / "submit.log")
+        say(f"flink: job {self.job_id} submitted to the session cluster")
 
     def kill_one(self) -> float:
-        killed_at = self._kill(0)
-        self.procs[0] = spawn(self._cmd(self.latest_checkpoint()), self.workdir / "flink.log")
+        killed_at = self._kill(1)  # TaskManager tm-0
+        self.procs[1] = self.cluster.start_taskmanager(0)
         return killed_at
+
+    def restarts(self) -> int | None:
+        return None if self.job_id is None else self.cluster.restarts(self.job_id)
+
+    def tasks_running(self) -> bool | None:
+        return None if self.job_id is None else self.cluster.tasks_running(self.job_id)
 
 
 SYSTEMS: dict[str, type[System]] = {
@@ -455,32 +505,62 @@ def measure(
         result["caught_up_s"] = round(caught_up - started, 1)
         say(f"{system.name}: caught up after {caught_up - started:.1f}s; warm-up")
         time.sleep(args.warmup_s)
+        band = None
         for k in range(kills):
+            settled = None
+            if band is not None:
+                # The previous kill's tail out of the next baseline: the lag back in the
+                # previous band for --settle-s (a restarted instance may go on restoring, or
+                # catching up, after the lag first came back).
+                try:
+                    lag.wait(lambda n, b=band: n <= b, args.settle_s, 120, "settling")
+                    settled = True
+                except TimeoutError:
+                    settled = False
             window_start = time.time()
             time.sleep(args.baseline_s)
             window = [n for _, n in lag.since(window_start)]
-            base_max = max(window)
-            band = base_max + max(base_max // 4, int(lines_per_s / 2))
+            band = band_for(window, lines_per_s)
             killed_at = system.kill_one()
             deadline = killed_at + args.recovery_timeout
-            took = None
+            outcome = None
+            # Flink: when every task runs again (after the failover was seen), from its REST
+            # API: the job's own recovery, before it catches up with the lag.
+            failed_over, running_again = False, None
             while time.time() < deadline:
-                took = recovery(lag.since(killed_at), killed_at, band, args.hold_s)
-                if took is not None:
+                outcome = recovery(
+                    lag.since(killed_at), killed_at, band, args.hold_s, args.observe_s
+                )
+                if outcome is not None:
                     break
+                if isinstance(system, FlinkSystem) and running_again is None:
+                    running = system.tasks_running()
+                    failed_over = failed_over or running is False
+                    if failed_over and running:
+                        running_again = round(time.time() - killed_at, 2)
                 time.sleep(POLL_S)
             after = [n for _, n in lag.since(killed_at)]
             entry = {
                 "kill": k + 1,
                 "baseline_median": int(statistics.median(window)),
-                "baseline_max": base_max,
+                "baseline_max": max(window),
+                # How often the lag was above the band with nothing killed: ordinary jitter
+                # that a kill's figure may include.
+                "baseline_share_above_band": round(sum(n > band for n in window) / len(window), 3),
                 "band": band,
+                "settled_before_baseline": settled,
                 "peak_lag": max(after, default=None),
-                "recovery_s": None if took is None else round(took, 2),
+                "recovery_s": None
+                if outcome is None or outcome.seconds is None
+                else round(outcome.seconds, 2),
+                "never_left_band": outcome is not None and outcome.never_left_band,
             }
+            if isinstance(system, FlinkSystem):
+                entry["flink_tasks_running_again_s"] = running_again
+                entry["flink_restarts_so_far"] = system.restarts()
             result["kills"].append(entry)
             say(f"{system.name}: kill {k + 1}: {entry}")
-            if took is None:
+            if outcome is None:
                 raise TimeoutError(f"lag not back in its band {args.recovery_timeout}s after kill")
         steady.stop()
         say(f"{system.name}: input stopped ({steady.sent} lines); waiting for lag 0")
@@ -513,20 +593,24 @@ def measure(
         result["examples"] = verdict.examples
     result["input_lines_at_rate"] = steady.sent
     result["killed_at_stop"] = len(killed)
-    times = [e["recovery_s"] for e in result["kills"] if e["recovery_s"] is not None]
-    result["recovery_s_median"] = round(statistics.median(times), 2) if times else None
-    result["recovery_s_max"] = max(times) if times else None
+    result.update(summarize(result["kills"]))
     result["lag_timeline"] = [(round(t - started, 2), n) for t, n in lag.samples]
     return result
 
 
 def table(report: dict[str, Any]) -> str:
-    rows = [f"{'system':<15}{'kills':>6}{'median s':>10}{'max s':>8}  exact"]
+    rows = [f"{'system':<15}{'kills':>6}{'never left':>11}{'median s':>10}{'max s':>8}  exact"]
     for name, r in report["systems"].items():
         rows.append(
-            f"{name:<15}{len(r['kills']):>6}{r['recovery_s_median'] or '-':>10}"
-            f"{r['recovery_s_max'] or '-':>8}  {r.get('exact', 'error: ' + r.get('error', ''))}"
+            f"{name:<15}{len(r['kills']):>6}{r.get('kills_never_left_band', 0):>11}"
+            f"{r['recovery_s_median'] or '-':>10}{r['recovery_s_max'] or '-':>8}"
+            f"  {r.get('exact', 'error: ' + r.get('error', ''))}"
         )
+        figures = [
+            "never left the band" if k["never_left_band"] else f"{k['recovery_s']} s"
+            for k in r["kills"]
+        ]
+        rows.append(f"{'':<15}per kill: {', '.join(figures) or '-'}")
     return "\n".join(rows)
 
 
@@ -540,6 +624,18 @@ def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=10)
     parser.add_argument("--baseline-s", type=float, default=10)
     parser.add_argument("--hold-s", type=float, default=1)
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=5,
+        help="after a recovery, the lag in that kill's band this long before the next baseline",
+    )
+    parser.add_argument(
+        "--observe-s",
+        type=float,
+        default=30,
+        help="a kill whose lag has not left the band this long after it never left it",
+    )
     parser.add_argument("--recovery-timeout", type=float, default=180)
     parser.add_argument("--catch-up-timeout", type=float, default=900)
     parser.add_argument("--drain-timeout", type=float, default=300)
@@ -553,8 +649,9 @@ def main() -> None:
         "partitions": PARTITIONS,
         "parallelism": PARALLELISM,
         "commit_interval_ms": INTERVAL_MS,
-        "band": "max of the baseline window + max(25%, 0.5 s of input), held "
-        f"{args.hold_s}s after the lag left it",
+        "band": "2 x the median lag of the baseline window, at least 0.5 s of input; "
+        f"recovered once back in it for {args.hold_s}s after the lag left it; a kill whose "
+        f"lag stayed in it for {args.observe_s}s is never_left_band, not counted",
         "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()} at the start "
         "(shared with other jobs)",
         "systems": {},
@@ -573,7 +670,14 @@ def main() -> None:
         say(f"written {out}")
     print(table(report), file=sys.stderr, flush=True)
     summary = {
-        name: {k: r.get(k) for k in ("recovery_s_median", "recovery_s_max", "exact", "error")}
+        name: {
+            "recovery_s_median": r.get("recovery_s_median"),
+            "recovery_s_max": r.get("recovery_s_max"),
+            "kills_never_left_band": r.get("kills_never_left_band"),
+            "recovery_s": [k["recovery_s"] for k in r["kills"]],
+            "exact": r.get("exact"),
+            "error": r.get("error"),
+        }
         for name, r in report["systems"].items()
     }
     print(json.dumps({"file": str(out), "keys": args.keys, "systems": summary}))

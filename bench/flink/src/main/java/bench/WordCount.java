@@ -55,6 +55,13 @@ import org.apache.kafka.clients.producer.ProducerRecord;
  * <p>Checkpoints are exactly-once, incremental, to {@code checkpoint.dir}; the sink commits its
  * Kafka transaction when a checkpoint completes. Prints {@code FIRST_RECORD <epoch ms>} when the
  * first input record is processed; SIGTERM cancels the job.
+ *
+ * <p>With the system property {@code bench.flink.remote=host:port} (a session cluster's REST
+ * endpoint) the same job is submitted to that cluster instead of a MiniCluster, detached: this
+ * JVM prints {@code JOB_ID <id>} and exits, the cluster runs the job and restarts it from its
+ * latest checkpoint by itself when a TaskManager dies (bench/recovery_lag.py). The cluster's
+ * JVMs run from this jar's classpath, so no user jar is shipped; the cluster's own settings
+ * (restart strategy, heartbeats, memory) come from its configuration, not from here.
  */
 public final class WordCount {
   // Python's \w is Unicode-aware; Java's is ASCII-only unless asked (as in bench/kstreams).
@@ -179,7 +186,20 @@ public final class WordCount {
     conf.set(RestOptions.BIND_ADDRESS, "127.0.0.1");
     conf.set(RestOptions.BIND_PORT, "0");
 
-    StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(conf);
+    String remote = System.getProperty("bench.flink.remote");
+    StreamExecutionEnvironment env;
+    if (remote == null) {
+      env = StreamExecutionEnvironment.createLocalEnvironment(conf);
+    } else {
+      // A session cluster's REST endpoint; no jar files: the classes of this job are on the
+      // cluster's classpath (its JVMs run from this jar), as with a job jar in Flink's lib/.
+      // https://nightlies.apache.org/flink/flink-docs-release-2.2/docs/dev/datastream/overview/#anatomy-of-a-flink-program
+      // https://nightlies.apache.org/flink/flink-docs-release-2.2/docs/deployment/resource-providers/standalone/overview/
+      int colon = remote.lastIndexOf(':');
+      env =
+          StreamExecutionEnvironment.createRemoteEnvironment(
+              remote.substring(0, colon), Integer.parseInt(remote.substring(colon + 1)), conf);
+    }
     // Chained operators (source -> tokenizer, counter -> sink) hand records over without a
     // deep copy: safe here, no function keeps or modifies its input (Strings are immutable,
     // Count returns a new Tuple2), which is the condition the execution config docs give.
@@ -219,6 +239,12 @@ public final class WordCount {
         .name("output");
 
     JobClient job = env.executeAsync(name);
+    if (remote != null) {
+      // Detached: the session cluster owns the job from here on.
+      System.out.println("JOB_ID " + job.getJobID());
+      System.out.flush();
+      System.exit(0);
+    }
     Runtime.getRuntime()
         .addShutdownHook(
             new Thread(
