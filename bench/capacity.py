@@ -379,7 +379,9 @@ def capacity_run(
         if not result["verify"]["exact"]:
             result["ok"] = False
             result["error"] = "output not exact"
-        result["checkpoints_per_min"] = commits_per_minute(broker, job.output_topic, result)
+        result["checkpoints_per_min"] = commits_per_minute(
+            broker, job.output_topic, partitions, peer.output_writers(job), result
+        )
     created = sorted(list_topics(bootstrap) - before)
     footprint = topic_footprint(broker, created)
     result["work"] = work_summary(footprint, job.output_topic, sum(expected.values()))
@@ -527,10 +529,14 @@ def verify_output(bootstrap: str, topic: str, expected: dict[str, int]) -> dict[
 
 
 def commits_per_minute(
-    broker: LocalBroker, output_topic: str, result: dict[str, Any]
+    broker: LocalBroker,
+    output_topic: str,
+    partitions: int,
+    writers: int,
+    result: dict[str, Any],
 ) -> float | None:
-    """Transactions committed per minute and producer over the capacity step's window, from
-    the COMMIT markers in the output's first partition (kafka-dump-log): the effective
+    """Transactions committed per minute and writer over the capacity step's window, from the
+    transaction markers in the output's log (bench/markers.py): the effective
     checkpoint/commit interval, measured the same way for every system."""
     top = next(
         (
@@ -543,7 +549,7 @@ def commits_per_minute(
     if top is None:
         return None
     with contextlib.suppress(Exception):
-        return commit_markers(broker, output_topic, 0, top.get("window"))
+        return commit_markers(broker, output_topic, partitions, writers, top.get("window"))
     return None
 
 

@@ -2,18 +2,20 @@
 
 Every system commits its output with Kafka transactions, and each commit writes a control
 batch (a transaction marker) into every partition the transaction wrote to. Counting those
-batches per producer id in the output's log segments, within a window, gives each
-transactional producer's commits per minute, the same way for every system and without
-reading a record while it runs (``kafka-dump-log``, ``org.apache.kafka.tools.DumpLogSegments``,
-batch headers only, after the run).
+batches in the output's log segments within a window, per partition and per transactional
+writer (``Peer.output_writers``: this project's keyed tasks, Kafka Streams' stream threads,
+Flink's sink subtasks, Quix's processes), gives each writer's commits per minute, the same
+way for every system and without reading a record while it runs (``kafka-dump-log``,
+``org.apache.kafka.tools.DumpLogSegments``, batch headers only, after the run).
+
+Per writer, not per producer id: Flink's sink takes a new transactional id (so a new producer
+id) for every checkpoint, so a producer id commits once.
 """
 
 from __future__ import annotations
 
-import collections
 import re
 import shutil
-import statistics
 import subprocess
 from collections.abc import Sequence
 
@@ -36,21 +38,34 @@ def control_batches(broker: LocalBroker, topic: str, partition: int) -> list[tup
     return [(int(m[1]), int(m[2]) / 1000) for m in _CONTROL.finditer(done.stdout)]
 
 
-def per_minute(batches: Sequence[tuple[int, float]], window: Sequence[float]) -> float | None:
-    """The median over producers of their markers per minute inside ``window`` (start, end)
-    (producers with none in it are not counted: an idle task is not a slow one)."""
+def per_minute(
+    batches: Sequence[tuple[int, float]], window: Sequence[float], writers: int
+) -> float | None:
+    """Markers inside ``window`` (start, end) per minute and writer, on one partition."""
     start, end = window
-    if end <= start:
+    if end <= start or writers < 1:
         return None
-    counts = collections.Counter(pid for pid, at in batches if start <= at <= end)
-    if not counts:
+    inside = sum(1 for _, at in batches if start <= at <= end)
+    if not inside:
         return None
-    return round(statistics.median(counts.values()) * 60 / (end - start), 1)
+    return round(inside * 60 / (end - start) / writers, 1)
 
 
 def commit_markers(
-    broker: LocalBroker, topic: str, partition: int, window: Sequence[float] | None
+    broker: LocalBroker,
+    topic: str,
+    partitions: int,
+    writers: int,
+    window: Sequence[float] | None,
 ) -> float | None:
+    """Commits per minute and writer over ``window``: the median over the topic's partitions
+    (a writer's transaction marks every partition it wrote to; at a capacity's rate each one
+    writes to every partition)."""
     if window is None:
         return None
-    return per_minute(control_batches(broker, topic, partition), window)
+    rates = [
+        r
+        for p in range(partitions)
+        if (r := per_minute(control_batches(broker, topic, p), window, writers)) is not None
+    ]
+    return sorted(rates)[len(rates) // 2] if rates else None

@@ -1044,8 +1044,8 @@ def _capacity_table(report: dict[str, Any]) -> list[str]:
         "every stage (input, repartition/shuffle) stayed flat over the window (growth <= "
         f"{kept.get('lag_growth_max_s_per_s')} s per s, median <= "
         f"{kept.get('lag_median_max_s')} s), with the output exact (read after the job "
-        "stopped). Costs at that rate; checkpoints/min = transaction markers per producer on "
-        "the output's partition 0.",
+        "stopped). Costs at that rate; checkpoints/min = transaction markers per output "
+        "partition and transactional writer.",
         "",
         "| row | runs ok | words/s median | range | CPU s / M words | broker CPU s / M words "
         "| bench share | load generator share | checkpoints/min | producer-limited |",

@@ -120,12 +120,20 @@ def build_jar(project: Path, jar: Path, what: str) -> None:
 
 
 def run_jar(
-    jar: Path, jvm: Sequence[str], job: Job, state: str, log_name: str, extra: Sequence[str] = ()
+    jar: Path,
+    jvm: Sequence[str],
+    job: Job,
+    state: str,
+    log_name: str,
+    extra: Sequence[str] = (),
+    main_class: str | None = None,
 ) -> Running:
     """A JVM peer's word count: ``java <jvm> -jar <jar> bootstrap input output name state
-    parallelism interval <extra>``, one process."""
+    parallelism interval <extra>`` (``-cp <jar> <main_class>`` for another program of the
+    jar), one process."""
     java = shutil.which("java") or "java"
-    cmd = [java, *jvm, "-jar", str(jar), job.bootstrap, job.input_topic, job.output_topic]
+    program = ["-cp", str(jar), main_class] if main_class else ["-jar", str(jar)]
+    cmd = [java, *jvm, *program, job.bootstrap, job.input_topic, job.output_topic]
     cmd += [job.name, str(job.workdir / state), str(job.parallelism), str(job.interval_ms)]
     log = job.workdir / log_name
     return Running([spawn([*cmd, *extra], log)], [log])
@@ -179,6 +187,12 @@ class Peer(ABC):
         progress (bench/steady.py measures throughput from them): for every peer so far the
         job's name (job name, application.id, consumer group)."""
         return job.name
+
+    def output_writers(self, job: Job) -> int:
+        """How many transactional writers commit the job's output (bench/markers.py counts
+        commits per writer): by default one per instance of the parallelism (Kafka Streams'
+        stream threads, Flink's sink subtasks, Quix's processes)."""
+        return job.parallelism
 
     @abstractmethod
     def settings(self) -> dict[str, object]:

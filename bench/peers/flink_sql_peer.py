@@ -1,5 +1,6 @@
-"""Apache Flink 2.2.1 SQL: the word count in bench/flink_sql/, an embedded MiniCluster in one
-JVM, the Table API planner with mini-batch and two-phase (local-global) aggregation.
+"""Apache Flink 2.2.1 SQL: ``bench.SqlWordCount`` in bench/flink/ (the DataStream peer's jar and
+runtime), an embedded MiniCluster in one JVM, the Table API planner with mini-batch and
+two-phase (local-global) aggregation.
 
 The counterpart of processor's combiner: the tokenizer (a table function, the same Java regex
 as the DataStream peer) feeds a local COUNT per mini-batch chained to the source; only the
@@ -12,13 +13,12 @@ completes).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar
 
 from bench.peers.base import Job, Peer, Running, build_jar, run_jar
+from bench.peers.flink_peer import JAR, PROJECT
 
-PROJECT = Path(__file__).resolve().parents[1] / "flink_sql"
-JAR = PROJECT / "target" / "flink-sql-wordcount.jar"
+MAIN = "bench.SqlWordCount"
 # As the DataStream peer: job manager, task manager and both slots in this JVM; RocksDB's
 # memory (Flink's managed memory, 256 MB here) is outside the heap.
 HEAP = ("-Xms512m", "-Xmx1g")
@@ -30,10 +30,10 @@ class FlinkSqlPeer(Peer):
     title: ClassVar[str] = "Apache Flink 2.2.1 SQL (mini-batch, two-phase)"
 
     def prepare(self) -> None:
-        build_jar(PROJECT, JAR, "Flink SQL")
+        build_jar(PROJECT, JAR, "Flink")
 
     def start(self, job: Job) -> Running:
-        return run_jar(JAR, HEAP, job, "flink", "flink-sql.log")
+        return run_jar(JAR, HEAP, job, "flink", "flink-sql.log", main_class=MAIN)
 
     def settings(self) -> dict[str, object]:
         return {

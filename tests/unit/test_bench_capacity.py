@@ -68,12 +68,14 @@ def test_the_ladder_rates() -> None:
     assert geometric_middle(8_000, 10_000) == 9_000
 
 
-def test_commits_per_minute_per_producer_inside_the_window() -> None:
-    # Producer 1 commits every second, producer 2 every two; one marker outside the window.
-    batches = [(1, float(t)) for t in range(60)] + [(2, float(t)) for t in range(0, 60, 2)]
-    batches.append((1, 100.0))
-    assert per_minute(batches, (0.0, 60.0)) == 45.0  # the median of 60 and 30 per minute
-    assert per_minute([], (0.0, 60.0)) is None
+def test_commits_per_minute_per_writer_inside_the_window() -> None:
+    # Two writers each commit every second (Flink-like: a new producer id per commit); one
+    # marker falls outside the window.
+    batches = [(1000 + t, float(t)) for t in range(60)] + [(2000 + t, t + 0.5) for t in range(60)]
+    batches.append((9, 100.0))
+    assert per_minute(batches, (0.0, 60.0), writers=2) == 60.0
+    assert per_minute(batches, (0.0, 60.0), writers=4) == 30.0
+    assert per_minute([], (0.0, 60.0), writers=2) is None
 
 
 def test_summary_flags_a_slow_effective_interval() -> None:

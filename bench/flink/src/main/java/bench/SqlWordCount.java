@@ -1,24 +1,7 @@
-package bench.sql;
+package bench;
 
-import java.time.Duration;
-import java.util.Locale;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
-import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
-import org.apache.flink.configuration.CoreOptions;
-import org.apache.flink.configuration.ExternalizedCheckpointRetention;
-import org.apache.flink.configuration.MemorySize;
-import org.apache.flink.configuration.PipelineOptions;
-import org.apache.flink.configuration.RestOptions;
-import org.apache.flink.configuration.StateBackendOptions;
-import org.apache.flink.configuration.StateRecoveryOptions;
-import org.apache.flink.configuration.TaskManagerOptions;
-import org.apache.flink.core.execution.CheckpointingMode;
 import org.apache.flink.core.execution.JobClient;
-import org.apache.flink.core.execution.RecoveryClaimMode;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.table.api.EnvironmentSettings;
 import org.apache.flink.table.api.TableConfig;
@@ -40,10 +23,8 @@ import org.apache.flink.table.functions.TableFunction;
  *   -> counts (upsert-kafka, exactly-once)    key = word, value = the count as decimal text
  * </pre>
  *
- * <p>Arguments: bootstrap input output job.name checkpoint.dir parallelism checkpoint.interval.ms
- * [restore.path]: as bench/flink's WordCount, including the optional retained {@code chk-N}
- * directory to restore from (a MiniCluster has no HA store: a restarted JVM finds its last
- * checkpoint only when told where it is).
+ * <p>Arguments and runtime as the DataStream {@link WordCount}'s ({@link JobRuntime}), including
+ * the optional retained {@code chk-N} directory to restore from.
  *
  * <p>Docs followed (Flink 2.2 / Kafka connector 5.0):
  *
@@ -63,8 +44,6 @@ import org.apache.flink.table.functions.TableFunction;
  * </ul>
  */
 public final class SqlWordCount {
-  // Below the broker's transaction.max.timeout.ms (15 minutes by default).
-  private static final String TRANSACTION_TIMEOUT_MS = "60000";
   // Records a mini-batch operator buffers before it fires regardless of the latency bound:
   // the docs' guard against an unbounded heap buffer. 100,000 input words per local batch
   // fold onto at most the vocabulary (the bench corpus has up to 50,000 distinct words), so
@@ -74,28 +53,20 @@ public final class SqlWordCount {
 
   private SqlWordCount() {}
 
-  /**
-   * The tokenizer of every JVM peer: words as Python's {@code re.findall(r"\w+", line.lower())}.
-   * The first line seen in this JVM prints the FIRST_RECORD marker.
-   */
+  /** The tokenizer of every JVM peer ({@link JobRuntime#words}) as a table function. */
   public static final class Words extends TableFunction<String> {
-    // Python's \w is Unicode-aware; Java's is ASCII-only unless asked.
-    private static final Pattern WORD = Pattern.compile("\\w+", Pattern.UNICODE_CHARACTER_CLASS);
-    private static final AtomicBoolean FIRST = new AtomicBoolean(true);
-
     public void eval(String line) {
-      if (FIRST.get() && FIRST.compareAndSet(true, false)) {
-        System.out.println("FIRST_RECORD " + System.currentTimeMillis());
-        System.out.flush();
-      }
-      if (line == null) {
-        return;
-      }
-      Matcher m = WORD.matcher(line.toLowerCase(Locale.ROOT));
-      while (m.find()) {
-        collect(m.group());
-      }
+      JobRuntime.words(line, this::collect);
     }
+  }
+
+  /** The sink's producer tuning ({@link JobRuntime#PRODUCER_TUNING}) as table options. */
+  private static String producerProperties() {
+    StringBuilder out = new StringBuilder();
+    for (String[] kv : JobRuntime.PRODUCER_TUNING) {
+      out.append(", 'properties.").append(kv[0]).append("' = ").append(quote(kv[1]));
+    }
+    return out.toString();
   }
 
   private static String quote(String value) {
@@ -103,51 +74,9 @@ public final class SqlWordCount {
   }
 
   public static void main(String[] args) throws Exception {
-    if (args.length != 7 && args.length != 8) {
-      System.err.println(
-          "usage: SqlWordCount bootstrap input output job.name checkpoint.dir parallelism"
-              + " checkpoint.interval.ms [restore.path]");
-      System.exit(2);
-    }
-    String bootstrap = args[0];
-    String input = args[1];
-    String output = args[2];
-    String name = args[3];
-    String dir = args[4];
-    int parallelism = Integer.parseInt(args[5]);
-    long intervalMs = Long.parseLong(args[6]);
-
-    // The runtime: the same as the DataStream peer's (bench/flink WordCount.java).
-    Configuration conf = new Configuration();
-    conf.set(CoreOptions.DEFAULT_PARALLELISM, parallelism);
-    conf.set(CheckpointingOptions.CHECKPOINTING_INTERVAL, Duration.ofMillis(intervalMs));
-    conf.set(CheckpointingOptions.CHECKPOINTING_CONSISTENCY_MODE, CheckpointingMode.EXACTLY_ONCE);
-    conf.set(StateBackendOptions.STATE_BACKEND, "rocksdb");
-    conf.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
-    conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "filesystem");
-    conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, "file://" + dir + "/checkpoints");
-    conf.set(
-        CheckpointingOptions.EXTERNALIZED_CHECKPOINT_RETENTION,
-        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION);
-    if (args.length == 8) {
-      conf.set(StateRecoveryOptions.SAVEPOINT_PATH, args[7]);
-      conf.set(StateRecoveryOptions.RESTORE_MODE, RecoveryClaimMode.CLAIM);
-    }
-    // Object reuse: records handed between chained operators (source, tokenizer, local
-    // aggregate) are not deep-copied. The execution config docs name it a performance switch
-    // for code that does not keep or modify its inputs; the tokenizer emits fresh Strings and
-    // the mini-batch aggregates merge into accumulators of their own (the exactness check of
-    // this peer runs with it on).
-    // https://nightlies.apache.org/flink/flink-docs-release-2.2/docs/dev/datastream/execution/execution_configuration/
-    conf.set(PipelineOptions.OBJECT_REUSE, true);
-    // RocksDB: managed memory is the first knob the large-state tuning guide names; the
-    // MiniCluster's default is 128 MB for all slots. 256 MB, split over the two slots.
-    // https://nightlies.apache.org/flink/flink-docs-release-2.2/docs/ops/state/large_state_tuning/#tuning-rocksdb-memory
-    conf.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.ofMebiBytes(256));
-    conf.setString("state.backend.rocksdb.localdir", dir + "/rocksdb");
-    conf.set(CoreOptions.TMP_DIRS, dir + "/tmp");
-    conf.set(RestOptions.BIND_ADDRESS, "127.0.0.1");
-    conf.set(RestOptions.BIND_PORT, "0");
+    JobRuntime.Args a = JobRuntime.Args.parse("SqlWordCount", args);
+    // The runtime: the same as the DataStream word count's.
+    Configuration conf = JobRuntime.configuration(a);
 
     StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(conf);
     StreamTableEnvironment tEnv =
@@ -161,7 +90,7 @@ public final class SqlWordCount {
     // bounded by the checkpoint interval anyway (the exactly-once sink publishes its records
     // only when a checkpoint completes), so a longer wait adds nothing visible and a shorter
     // one folds fewer words per batch.
-    table.set("table.exec.mini-batch.allow-latency", intervalMs + " ms");
+    table.set("table.exec.mini-batch.allow-latency", a.intervalMs() + " ms");
     table.set("table.exec.mini-batch.size", MINI_BATCH_SIZE);
     // Two-phase: a local COUNT per mini-batch before the shuffle, a global COUNT after it
     // (docs: "Local-Global Aggregation", the Combine + Reduce pattern): the shuffle carries
@@ -177,9 +106,9 @@ public final class SqlWordCount {
     tEnv.executeSql(
         "CREATE TABLE lines (line STRING) WITH ("
             + "'connector' = 'kafka', "
-            + "'topic' = " + quote(input) + ", "
-            + "'properties.bootstrap.servers' = " + quote(bootstrap) + ", "
-            + "'properties.group.id' = " + quote(name) + ", "
+            + "'topic' = " + quote(a.input()) + ", "
+            + "'properties.bootstrap.servers' = " + quote(a.bootstrap()) + ", "
+            + "'properties.group.id' = " + quote(a.name()) + ", "
             + "'properties.isolation.level' = 'read_committed', "
             + "'scan.startup.mode' = 'earliest-offset', "
             + "'format' = 'raw', "
@@ -191,19 +120,18 @@ public final class SqlWordCount {
     tEnv.executeSql(
         "CREATE TABLE counts (word STRING, cnt STRING, PRIMARY KEY (word) NOT ENFORCED) WITH ("
             + "'connector' = 'upsert-kafka', "
-            + "'topic' = " + quote(output) + ", "
-            + "'properties.bootstrap.servers' = " + quote(bootstrap) + ", "
+            + "'topic' = " + quote(a.output()) + ", "
+            + "'properties.bootstrap.servers' = " + quote(a.bootstrap()) + ", "
             + "'key.format' = 'raw', "
             + "'key.raw.charset' = 'UTF-8', "
             + "'value.format' = 'raw', "
             + "'value.raw.charset' = 'UTF-8', "
             + "'value.fields-include' = 'EXCEPT_KEY', "
             + "'sink.delivery-guarantee' = 'exactly-once', "
-            + "'sink.transactional-id-prefix' = " + quote(name) + ", "
-            + "'properties.transaction.timeout.ms' = '" + TRANSACTION_TIMEOUT_MS + "', "
-            + "'properties.compression.type' = 'lz4', "
-            + "'properties.linger.ms' = '20', "
-            + "'properties.batch.size' = '524288')");
+            + "'sink.transactional-id-prefix' = " + quote(a.name()) + ", "
+            + "'properties.transaction.timeout.ms' = '" + JobRuntime.TRANSACTION_TIMEOUT_MS + "'"
+            + producerProperties()
+            + ")");
 
     String insert =
         "INSERT INTO counts "
@@ -216,16 +144,6 @@ public final class SqlWordCount {
 
     TableResult result = tEnv.executeSql(insert);
     JobClient job = result.getJobClient().orElseThrow();
-    Runtime.getRuntime()
-        .addShutdownHook(
-            new Thread(
-                () -> {
-                  try {
-                    job.cancel().get(30, TimeUnit.SECONDS);
-                  } catch (Exception exc) {
-                    System.err.println("cancel: " + exc);
-                  }
-                }));
-    job.getJobExecutionResult().get();
+    JobRuntime.runUntilCancelled(job);
   }
 }
