@@ -47,7 +47,7 @@ if __name__ == "__main__":
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bench.common import cores, own_cpu_s
+from bench.common import cores, every, own_cpu_s
 from bench.loadgen import LoadGenerator
 from bench.markers import commit_markers
 from bench.measure import (
@@ -173,14 +173,10 @@ class LagProbe(threading.Thread):
         return out
 
     def run(self) -> None:
-        next_at = time.monotonic()
-        while not self._halt.is_set():
-            try:
-                self.sample()
-            except Exception as exc:  # noqa: BLE001 - a transient admin error; keep sampling
-                self.error = exc
-            next_at += 1.0
-            self._halt.wait(max(0.0, next_at - time.monotonic()))
+        every(1.0, self._halt, self.sample, self._failed)
+
+    def _failed(self, exc: BaseException) -> None:
+        self.error = exc
 
     def committed_input(self) -> int:
         """Records of the input before the group's committed offsets."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable
 
 
 def say(text: str) -> None:
@@ -27,3 +29,21 @@ def ms(seconds: float | None) -> float | None:
 def cores() -> int:
     """The machine's cores: what "share of the machine" is a share of."""
     return os.cpu_count() or 1
+
+
+def every(
+    interval: float,
+    halt: threading.Event,
+    step: Callable[[], object],
+    on_error: Callable[[BaseException], None],
+) -> None:
+    """``step()`` every ``interval`` s (on a fixed schedule) until ``halt`` is set; an error is
+    handed to ``on_error`` and sampling goes on (a transient admin error)."""
+    next_at = time.monotonic()
+    while not halt.is_set():
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - reported, and the next sample may work
+            on_error(exc)
+        next_at += interval
+        halt.wait(max(0.0, next_at - time.monotonic()))

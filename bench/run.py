@@ -15,7 +15,7 @@ that sustains it) and at half the balanced capacity (full mode), state-size scal
 project's checkpoints (bench/scaling.py), recovery after SIGKILL (this project, full mode
 only: bench/recovery.py). The headline's words/s is the balanced live capacity where it ran.
 
-    python bench/run.py --quick          # 300k words, 100k/1M keys, no recovery: ~4.5 minutes
+    python bench/run.py --quick          # 300k words, 100k/1M keys, no recovery: ~9 minutes
     python bench/run.py                  # 4M words, 1M/10M keys, recovery: ~10-15 minutes
     python bench/run.py --systems processor --words 1000000 --no-latency
     python bench/run.py --quick --results-dir /tmp/bench     # CI: leaves bench/results alone

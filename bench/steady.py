@@ -38,7 +38,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from bench.common import cores
+from bench.common import cores, every
 from bench.common import own_cpu_s as _own_cpu_s
 from bench.measure import (
     ProcessSampler,
@@ -252,14 +252,10 @@ class CommittedProgress(threading.Thread):
         return total
 
     def run(self) -> None:
-        next_at = time.monotonic()
-        while not self._halt.is_set():
-            try:
-                self.sample()
-            except Exception as exc:  # noqa: BLE001 - a transient admin error; keep sampling
-                self.error = exc
-            next_at += self.interval
-            self._halt.wait(max(0.0, next_at - time.monotonic()))
+        every(self.interval, self._halt, self.sample, self._failed)
+
+    def _failed(self, exc: BaseException) -> None:
+        self.error = exc
 
     def stop(self) -> None:
         self._halt.set()
