@@ -3,6 +3,8 @@ it never left the band (reported as such, not as 0 s)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from bench.recovery_lag import Recovery, band_for, held_since, recovery, summarize
 
 
@@ -50,7 +52,7 @@ def test_samples_before_the_kill_are_ignored() -> None:
 
 
 def test_summary_leaves_kills_that_never_left_the_band_out_of_the_median() -> None:
-    kills = [
+    kills: list[dict[str, Any]] = [
         {"recovery_s": 4.0, "never_left_band": False},
         {"recovery_s": None, "never_left_band": True},
         {"recovery_s": 6.0, "never_left_band": False},
