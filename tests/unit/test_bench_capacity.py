@@ -1,20 +1,12 @@
-"""bench/capacity.py's and bench/markers.py's pure parts: when a step kept up, the ladder's
-rates, the commits per minute, a row's summary."""
+"""The pure parts of bench/capacity.py, bench/lag.py and bench/markers.py: when a step kept
+up, the ladder's rates, the commits per minute, a row's summary."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bench.capacity import (
-    MAX_LAG_S,
-    LagSample,
-    down,
-    geometric_middle,
-    judge,
-    judge_stage,
-    next_rates,
-    summary,
-)
+from bench.capacity import down, geometric_middle, next_rates, summary
+from bench.lag import MAX_LAG_S, LagSample, judge, judge_stage
 from bench.markers import per_minute
 
 
