@@ -13,6 +13,14 @@ evidence that does not come from the consumer being checked:
 - **open transaction**: a transactional id of the job whose last logged state is
   Ongoing, PrepareCommit or PrepareAbort once the job is done.
 
+Not an anomaly of the job, but counted (``unmarked``): a transaction whose coordinator
+logged a decision and wrote no marker at all (on a single broker's graceful restart it can
+complete a commit while the partitions have no leader), so that its data stays open until
+the task's next incarnation aborts it (``TransactionalOutput.abort_leftovers``). In the log
+that data is followed by the next producer epoch's data before any marker, and the abort's
+marker closes both. It is torn only if another partition of the same decision shows it
+committed.
+
 Kafka's own ``kafka-dump-log`` (``DumpLogSegments``, fetched by processor/kafka/tools.py)
 reads the segment files of each partition's current leader: the batches with their producer
 ids and timestamps, the COMMIT/ABORT markers, and the coordinator's transaction log.
@@ -66,6 +74,7 @@ class Batch:
     control: bool
     max_ms: int
     marker: str | None = None  # a control batch's COMMIT or ABORT
+    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,7 @@ class Anomalies:
     aborted_reads: int = 0
     hidden_commits: int = 0
     torn: int = 0
+    unmarked: int = 0  # runs of a decision that got no marker, closed by a later abort
     open_transactions: list[str] = field(default_factory=list)
     examples: list[str] = field(default_factory=list)  # the first few, for the report
 
@@ -108,6 +118,7 @@ class Anomalies:
             "aborted_reads": self.aborted_reads,
             "hidden_commits": self.hidden_commits,
             "torn": self.torn,
+            "unmarked": self.unmarked,
             "open_transactions": len(self.open_transactions),
             **({"examples": self.examples[:5]} if self.examples else {}),
         }
@@ -142,9 +153,15 @@ def parse_segments(lines: Iterable[str]) -> dict[TopicPart, list[Batch]]:
             m = _BATCH.match(line)
             if m is None:
                 raise ValueError(f"unexpected batch line: {line[:200]}")
-            base, last, producer, _epoch, txn, control, max_ms = m.groups()
+            base, last, producer, epoch, txn, control, max_ms = m.groups()
             batch = Batch(
-                int(base), int(last), int(producer), txn == "true", control == "true", int(max_ms)
+                int(base),
+                int(last),
+                int(producer),
+                txn == "true",
+                control == "true",
+                int(max_ms),
+                epoch=int(epoch),
             )
             current.append(batch)
         elif batch is not None and batch.control and "endTxnMarker" in line:
@@ -200,7 +217,9 @@ class _Run:
     producer: int
     ranges: list[tuple[int, int]]
     max_ms: int
+    epoch: int
     marker: str | None = None
+    late: bool = False  # its own marker is missing: a later epoch's marker closed it
 
     @property
     def records(self) -> int:
@@ -208,20 +227,25 @@ class _Run:
 
 
 def _runs(batches: list[Batch]) -> list[_Run]:
-    open_runs: dict[int, _Run] = {}
+    open_runs: dict[int, list[_Run]] = {}  # producer -> its unmarked runs, one per epoch
     runs: list[_Run] = []
     for batch in batches:
         if not batch.transactional:
             continue
-        run = open_runs.get(batch.producer)
+        pending = open_runs.get(batch.producer)
         if batch.control:
-            if run is not None:
-                run.marker = batch.marker
+            if pending is not None:
+                for run in pending:
+                    run.marker = batch.marker
+                    run.late = run is not pending[-1]
                 del open_runs[batch.producer]
             continue  # a marker that closes no data here: nothing to attribute
-        if run is None:
-            run = open_runs[batch.producer] = _Run(batch.producer, [], batch.max_ms)
-            runs.append(run)
+        if pending is None:
+            pending = open_runs[batch.producer] = []
+        if not pending or batch.epoch != pending[-1].epoch:
+            pending.append(_Run(batch.producer, [], batch.max_ms, batch.epoch))
+            runs.append(pending[-1])
+        run = pending[-1]
         run.ranges.append((batch.base, batch.last))
         run.max_ms = max(run.max_ms, batch.max_ms)
     return runs
@@ -242,6 +266,8 @@ def find_anomalies(
         for txn_id, state in txn_log.last_state.items()
         if txn_id.startswith(txn_prefix) and state in OPEN_STATES
     )
+    late: dict[Decision, list[str]] = defaultdict(list)  # unmarked runs' notes
+    marked: set[Decision] = set()  # decisions some partition shows as decided
     for tp, batches in sorted(segments.items()):
         seen = visible.get(tp)
         nexts: dict[int, int] = defaultdict(int)  # producer -> next candidate decision
@@ -266,12 +292,24 @@ def find_anomalies(
                     )
                 continue
             found.transactions += 1
-            if run.marker != decision.outcome:
+            what = (
+                f"{tp}: {decision.txn_id} decided {decision.outcome} at "
+                f"{decision.at_ms}, marker here {run.marker} (offset {run.ranges[0][0]})"
+            )
+            if run.marker == decision.outcome:
+                marked.add(decision)
+            elif run.late and run.marker == "ABORT":
+                late[decision].append(f"{what}, closed by a later epoch's abort")
+            else:
                 found.torn += 1
-                found.note(
-                    f"{tp}: {decision.txn_id} decided {decision.outcome} at "
-                    f"{decision.at_ms}, marker here {run.marker} (offset {run.ranges[0][0]})"
-                )
+                found.note(what)
+    for decision, notes in late.items():
+        if decision in marked:  # committed elsewhere, aborted here: visible in part
+            found.torn += len(notes)
+            for what in notes:
+                found.note(what)
+        else:
+            found.unmarked += len(notes)
     return found
 
 

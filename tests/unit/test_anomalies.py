@@ -10,10 +10,10 @@ import pytest
 from tests.anomalies import Batch, find_anomalies, parse_segments, parse_txn_log
 
 
-def _batch(base: int, last: int, pid: int, ms: int, control: bool = False) -> str:
+def _batch(base: int, last: int, pid: int, ms: int, control: bool = False, epoch: int = 0) -> str:
     return (
         f"baseOffset: {base} lastOffset: {last} count: {last - base + 1} baseSequence: 0 "
-        f"lastSequence: 0 producerId: {pid} producerEpoch: 0 partitionLeaderEpoch: 0 "
+        f"lastSequence: 0 producerId: {pid} producerEpoch: {epoch} partitionLeaderEpoch: 0 "
         f"isTransactional: true isControl: {str(control).lower()} deleteHorizonMs: "
         f"OptionalLong.empty position: 0 CreateTime: {ms} size: 112 magic: 2 "
         "compresscodec: none crc: 1 isvalid: true"
@@ -162,3 +162,52 @@ def test_a_segment_dumped_twice_is_read_once() -> None:
     assert twice == parse_segments(SEGMENTS)
     found = find_anomalies(twice, parse_txn_log(TXN_LOG), VISIBLE, "job.")
     assert found.clean and found.records == 8
+
+
+def _unmarked_commit(markers_of_out_1: str) -> list[str]:
+    """Producer 7 commits at 120 but no marker is written; its next incarnation (epoch 1)
+    writes one record into each partition and aborts at 140 (``abort_leftovers``)."""
+    segments = []
+    for p in (0, 1):
+        segments += [
+            f"Dumping /k/data/out-{p}/00000000000000000000.log",
+            _batch(0, 1, 7, 100),
+            _batch(2, 2, 7, 130, epoch=1),
+            _batch(3, 3, 7, 141, control=True, epoch=1),
+            _marker(3, "ABORT"),
+        ]
+    if markers_of_out_1 == "COMMIT":  # out-1 got the commit's marker before the restart
+        segments[-5:] = [
+            "Dumping /k/data/out-1/00000000000000000000.log",
+            _batch(0, 1, 7, 100),
+            _batch(2, 2, 7, 121, control=True),
+            _marker(2, "COMMIT"),
+            _batch(3, 3, 7, 130, epoch=1),
+            _batch(4, 4, 7, 141, control=True, epoch=1),
+            _marker(4, "ABORT"),
+        ]
+    return segments
+
+
+UNMARKED_LOG = [
+    _txn("job.0-0", 7, "PrepareCommit", {"out": [0, 1]}, 120),
+    _txn("job.0-0", 7, "CompleteCommit", {}, 121),
+    _txn("job.0-0", 7, "PrepareAbort", {"out": [0, 1]}, 140),
+    _txn("job.0-0", 7, "CompleteAbort", {}, 141),
+]
+
+
+def test_a_decision_that_got_no_marker_and_was_aborted_later_is_unmarked_not_torn() -> None:
+    """The chaos run's broker restart: the whole commit stayed unmarked, and the next
+    incarnation's abort closed it in every partition: invisible everywhere, consistent."""
+    segments = parse_segments(_unmarked_commit("none"))
+    found = find_anomalies(segments, parse_txn_log(UNMARKED_LOG), {}, "job.")
+    assert found.clean, found.examples
+    assert (found.unmarked, found.transactions) == (2, 4)
+
+
+def test_a_decision_committed_in_one_partition_and_aborted_late_in_another_is_torn() -> None:
+    segments = parse_segments(_unmarked_commit("COMMIT"))
+    found = find_anomalies(segments, parse_txn_log(UNMARKED_LOG), {}, "job.")
+    assert (found.torn, found.unmarked) == (1, 0)
+    assert "closed by a later epoch's abort" in found.examples[0]
