@@ -387,18 +387,19 @@ def describe(mode: CapacityMode) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ command line
 
-# Where each row's ladder starts (words/s): below what it keeps up with, a few steps up.
+# Where each row's ladder starts (words/s): about 0.8x of what it kept up with in the trial
+# runs and the backlog's rates (bench/README.md), so that a ladder is a few steps long.
 START = {
-    "processor": 400_000,
+    "processor": 480_000,
     "processor_no_combiner": 150_000,
-    "processor_emit_record": 100_000,
-    "processor_at_least_once": 400_000,
-    "kafka_streams": 120_000,
-    "kafka_streams_commit_100ms": 80_000,
-    "kafka_streams_preagg": 300_000,
-    "flink": 100_000,
-    "flink_sql": 300_000,
-    "quix": 15_000,
+    "processor_emit_record": 250_000,
+    "processor_at_least_once": 480_000,
+    "kafka_streams": 80_000,
+    "kafka_streams_commit_100ms": 60_000,
+    "kafka_streams_preagg": 440_000,
+    "flink": 120_000,
+    "flink_sql": 400_000,
+    "quix": 30_000,
 }
 
 
@@ -460,6 +461,28 @@ def run_rows(
     for entry in out["rows"].values():
         entry["summary"] = summary(entry["runs"])
     return out
+
+
+def join_sittings(sittings: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One capacity phase from several sittings' reports: a row's runs from all of them, its
+    summary over them all; ``sittings`` keeps each one's timestamp, commit and order."""
+    if len(sittings) == 1:
+        return dict(sittings[0])
+    rows: dict[str, Any] = {}
+    for sitting in sittings:
+        for key, entry in sitting["rows"].items():
+            joined = rows.setdefault(key, {**entry, "runs": []})
+            joined["runs"] = joined["runs"] + entry["runs"]
+    for entry in rows.values():
+        entry["summary"] = summary(entry["runs"])
+    first = sittings[0]
+    return {
+        **{k: v for k, v in first.items() if k not in ("rows", "order")},
+        "rows": rows,
+        "sittings": [
+            {k: s.get(k) for k in ("timestamp", "commit", "order", "mode")} for s in sittings
+        ],
+    }
 
 
 # CI's smoke run: two short steps, only to show that the ladder and the check work.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.capacity import down, geometric_middle, next_rates, summary
+from bench.capacity import down, geometric_middle, join_sittings, next_rates, summary
 from bench.lag import MAX_LAG_S, LagSample, judge, judge_stage
 from bench.markers import per_minute
 
@@ -93,3 +93,35 @@ def test_summary_flags_a_slow_effective_interval() -> None:
 def test_down_the_ladder_two_steps_at_a_time() -> None:
     assert down(400_000, 1.25) == 260_000
     assert down(20_000, 1.25) == 13_000
+
+
+def _sitting(stamp: str, rows: dict[str, list[int]]) -> dict[str, Any]:
+    return {
+        "method": "m",
+        "timestamp": stamp,
+        "commit": stamp * 2,
+        "order": [f"{key}#{k}" for key, caps in rows.items() for k in range(len(caps))],
+        "rows": {
+            key: {
+                "system": key,
+                "runs": [
+                    {"ok": True, "interval_ms": 1000, "capacity_words_per_s": c} for c in caps
+                ],
+                "summary": {},
+            }
+            for key, caps in rows.items()
+        },
+    }
+
+
+def test_sittings_join_into_one_phase_with_each_rows_runs_from_all_of_them() -> None:
+    """A full capacity run in sittings: a row's runs from each, its summary over them all."""
+    first = _sitting("a", {"processor": [100, 200], "kafka_streams": [50]})
+    second = _sitting("b", {"processor": [300, 400, 500], "flink": [70]})
+    joined = join_sittings([first, second])
+    assert set(joined["rows"]) == {"processor", "kafka_streams", "flink"}
+    assert joined["rows"]["processor"]["summary"]["runs"] == 5
+    assert joined["rows"]["processor"]["summary"]["words_per_s"] == 300
+    assert joined["rows"]["flink"]["summary"]["words_per_s"] == 70
+    assert [s["timestamp"] for s in joined["sittings"]] == ["a", "b"]
+    assert len(first["rows"]["processor"]["runs"]) == 2  # the inputs are left as they were
