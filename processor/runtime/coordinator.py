@@ -41,7 +41,7 @@ from processor.runtime.job_savepoint import apply_savepoint
 from processor.runtime.job_status import job_status
 from processor.runtime.job_topics import create_job_topics
 from processor.runtime.layout import check_history
-from processor.runtime.lease import CoordinatorConflict, CoordinatorLease
+from processor.runtime.lease import CoordinatorConflict, CoordinatorLease, acquire_waiting
 from processor.runtime.query_forward import ForwardRoutes, WorkerDirectory
 from processor.runtime.status import StatusBoard
 from processor.runtime.status_history import StatusHistory
@@ -209,12 +209,7 @@ class CoordinatorService:
         if last_id is None:
             return False
         lease = CoordinatorLease(s, self.incarnation)
-        try:
-            acquired = lease.acquire(stop)
-        except KafkaException as exc:
-            clients.check_denied(s, exc)  # no ACL for <job>.coordinator: one line, not a trace
-            raise
-        if not acquired:
+        if not acquire_waiting(lease, s, stop):
             return False
         try:
             return self._loop(stop, exit_when_idle, exit_when_stopped, last_id, lease)

@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -236,3 +236,32 @@ class CoordinatorLease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(COMMIT_TIMEOUT_S + 5)
+
+
+class _Acquirable(Protocol):
+    def acquire(self, stop: threading.Event) -> bool: ...
+
+
+def acquire_waiting(
+    lease: _Acquirable, settings: Settings, stop: threading.Event, max_delay_s: float = 10.0
+) -> bool:
+    """``lease.acquire``, tried again with a backoff while Kafka is away (False: stopped).
+
+    A coordinator restarted while a broker is cut off used to exit here: reading the control
+    topic's end timed out before its leadership moved (seen in the 3-broker chaos run), and
+    no coordinator ran until someone restarted it. A fatal error (fenced, a missing ACL) and
+    a live coordinator of the job (``CoordinatorConflict``) still end it.
+    """
+    delay = min(0.5, max_delay_s)
+    while True:
+        try:
+            return lease.acquire(stop)
+        except (KafkaException, TimeoutError) as exc:
+            clients.check_denied(settings, exc)  # no ACL for <job>.coordinator: one line
+            err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+            if isinstance(err, KafkaError) and err.fatal():
+                raise
+            log.warning("taking the coordinator's lease: %s (next try in %.1fs)", exc, delay)
+        if stop.wait(delay):
+            return False
+        delay = min(max_delay_s, delay * 2)

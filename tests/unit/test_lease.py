@@ -13,8 +13,10 @@ from processor.config import Settings
 from processor.models.control import Lease, decode, encode
 from processor.runtime.lease import (
     EXPIRE_S,
+    CoordinatorConflict,
     CoordinatorLease,
     Seen,
+    acquire_waiting,
     conflict_line,
     decide,
 )
@@ -123,3 +125,49 @@ def test_a_commit_that_must_be_aborted_is_aborted_and_a_fence_ends_the_lease() -
     assert producer.calls[-1] == "abort" and not lease.lost.is_set()
     lease._renew()
     assert lease.lost.is_set() and "took over" in lease.reason
+
+
+class _Flaky:
+    """A lease whose ``acquire`` raises ``errors`` in turn, then takes the lease."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def acquire(self, stop: threading.Event) -> bool:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return True
+
+
+def _timed_out() -> KafkaException:
+    return KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get watermark offsets"))
+
+
+def test_the_lease_is_taken_once_kafka_answers_again() -> None:
+    """The 3-broker chaos run: a coordinator restarted while a broker was cut off timed out
+    reading the control topic's end and exited; it waits for Kafka instead."""
+    lease = _Flaky(_timed_out(), TimeoutError("no leader"), _timed_out())
+    assert acquire_waiting(lease, Settings(), threading.Event(), max_delay_s=0.01)
+    assert lease.calls == 4
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True)),
+        CoordinatorConflict("another coordinator of the job is alive"),
+    ],
+)
+def test_a_fatal_error_or_a_live_coordinator_still_ends_it(error: BaseException) -> None:
+    lease = _Flaky(error)
+    with pytest.raises(type(error)):
+        acquire_waiting(lease, Settings(), threading.Event(), max_delay_s=0.01)
+    assert lease.calls == 1
+
+
+def test_stopped_while_waiting_for_kafka_is_not_an_error() -> None:
+    stop = threading.Event()
+    stop.set()
+    assert not acquire_waiting(_Flaky(_timed_out()), Settings(), stop)
