@@ -1342,23 +1342,17 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         nargs="+",
         metavar="CAPACITY_JSON",
-        help="with --render: put bench/capacity.py results files (measuring the same code) into "
-        "the results file as its capacity phase, then render it (a full run in sittings)",
+        help="bench/capacity.py results files (measuring the same code) as the capacity "
+        "phase: with --render, put them into that results file and render it; in a run, "
+        "instead of measuring it (the latency at half the capacity needs it; a full run in "
+        "sittings)",
     )
     args = parser.parse_args(argv)
     results: Path = args.results_dir
     if args.render:
         rendered = json.loads(args.render.read_text())
         if args.with_capacity:
-            sittings = [json.loads(path.read_text()) for path in args.with_capacity]
-            ours = rendered["source"]["commit"]
-            for path, sitting in zip(args.with_capacity, sittings, strict=True):
-                if not same_measured_code(ours, sitting.get("commit")):
-                    parser.error(
-                        f"{path} measured {sitting.get('commit')}, the results file {ours}: "
-                        "the code measured differs between them"
-                    )
-            rendered["capacity"] = capacity.join_sittings(sittings)
+            rendered["capacity"] = _sittings(parser, args.with_capacity, rendered)
         if rendered.get("steady") or rendered.get("capacity"):
             # Summaries and the headline from the runs themselves, as this version computes
             # them.
@@ -1374,6 +1368,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copyfile(png, results / "latest.png")
         say(f"wrote {results / 'latest.md'}, {png} and {results / 'latest.png'}")
         return 0
+    sittings = None
+    if args.with_capacity:  # the capacity measured before: latency at half of it
+        sittings = _sittings(parser, args.with_capacity, {"source": _source_version()})
+        args.no_capacity = True
     mode = QUICK if args.quick else FULL
     if args.words:
         mode = Mode(**{**mode.__dict__, "words": args.words})
@@ -1475,7 +1473,9 @@ def main(argv: list[str] | None = None) -> int:
                     for row in report["steady"]["rows"].values()
                     for r in row["runs"]
                 )
-            if not args.no_capacity:
+            if sittings is not None:
+                report["capacity"] = sittings
+            elif not args.no_capacity:
                 report["capacity"] = capacity_phase(
                     names, broker, steady.reps, tmp, run_id, args.quick, args.seed
                 )
@@ -1603,6 +1603,22 @@ def _headline(report: dict[str, Any]) -> dict[str, Any]:
     head["eos_overhead_pct"] = steady.get("eos_overhead_pct")
     head["checkpoint_overhead_pct"] = ours.get("checkpoint_blocking", {}).get("cpu_pct")
     return head
+
+
+def _sittings(
+    parser: argparse.ArgumentParser, paths: list[Path], results: dict[str, Any]
+) -> dict[str, Any]:
+    """The capacity phase from bench/capacity.py's reports at ``paths``, each of which must
+    have measured the code ``results`` measured."""
+    sittings = [json.loads(path.read_text()) for path in paths]
+    ours = results["source"]["commit"]
+    for path, sitting in zip(paths, sittings, strict=True):
+        if not same_measured_code(ours, sitting.get("commit")):
+            parser.error(
+                f"{path} measured {sitting.get('commit')}, the results {ours}: the code "
+                "measured differs between them"
+            )
+    return capacity.join_sittings(sittings)
 
 
 # What a sitting measures: everything but the results, the docs and the tests.
