@@ -16,7 +16,9 @@ the rate at which every stage keeps pace, so this module finds it live:
   each in seconds of its own input, did not grow by more than ``MAX_GROWTH`` s per s (the
   least-squares slope) and its median is at most ``MAX_LAG_S`` (a standing backlog is not
   keeping up either). After the first step that is not kept up, the input drains at half the
-  last good rate, then ``bisections`` steps between the two (geometric means).
+  last good rate, then steps between the two (geometric means) until they are at most
+  ``resolution`` apart (``bisections`` at most): every row's figure to the same precision,
+  whether its ladder went up or, from a start too high, down.
 * **Exact**: then the producer stops, the job drains, stops, and only then the bench reads
   the committed output (read_committed, the last count per word) and compares it with the
   counts of what the producer sent: nothing reads the output while the system runs.
@@ -73,10 +75,12 @@ MIN_RATE = 1_000  # the ladder goes no lower
 @dataclass(frozen=True)
 class CapacityMode:
     start: int  # words/s of the first step
-    # Steps 1.2x apart and one bisection: the capacity to about 10 %, in some 3-4 minutes a
-    # run, so that 5 runs of every row fit in a sitting.
+    # Steps 1.2x apart, then bisections to 10 %, in some 3-4 minutes a run, so that 5 runs
+    # of every row fit in a sitting. A fixed count of one bisection left a ladder that came
+    # down from a start too high (two steps: 1.44x) at 1.2x, against 1.1x for one that went up.
     factor: float = 1.2
-    bisections: int = 1
+    resolution: float = 1.1
+    bisections: int = 3
     warmup_s: float = 15.0  # at the start rate, from the first committed input
     settle_s: float = 3.0
     # A lag that saws by a commit interval (A s; this project's shuffle lag saws by an epoch)
@@ -103,6 +107,15 @@ def down(rate: int, factor: float) -> int:
     """The next rate down the ladder: two steps, so that it finds a rate kept up soon."""
     step = 10_000 if rate >= 200_000 else 1_000
     return round(rate / factor**2 / step) * step
+
+
+def next_bisection(good: int, bad: int, done: int, mode: CapacityMode) -> int | None:
+    """The next rate between a kept-up ``good`` and a failed ``bad`` after ``done``
+    bisections, or None once they are within ``mode.resolution`` of each other."""
+    if bad / good <= mode.resolution or done >= mode.bisections:
+        return None
+    middle = geometric_middle(good, bad)
+    return None if middle in (good, bad) else middle
 
 
 def geometric_middle(good: int, bad: int) -> int:
@@ -176,8 +189,8 @@ def capacity_run(
                     break
                 _drain(gen, probe, rate // 2, words_per_record, mode.drain_timeout_s)
                 continue
-            middle = geometric_middle(good, bad)
-            if bisections >= mode.bisections or middle in (good, bad):
+            middle = next_bisection(good, bad, bisections, mode)
+            if middle is None:
                 break
             bisections += 1
             _drain(gen, probe, good // 2, words_per_record, mode.drain_timeout_s)

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.capacity import down, geometric_middle, join_sittings, next_rates, summary
+from bench.capacity import (
+    CapacityMode,
+    down,
+    geometric_middle,
+    join_sittings,
+    next_bisection,
+    next_rates,
+    summary,
+)
 from bench.lag import MAX_LAG_S, LagSample, judge, judge_stage
 from bench.markers import per_minute
 
@@ -125,3 +133,15 @@ def test_sittings_join_into_one_phase_with_each_rows_runs_from_all_of_them() -> 
     assert joined["rows"]["flink"]["summary"]["words_per_s"] == 70
     assert [s["timestamp"] for s in joined["sittings"]] == ["a", "b"]
     assert len(first["rows"]["processor"]["runs"]) == 2  # the inputs are left as they were
+
+
+def test_every_ladder_ends_with_its_figure_to_the_same_precision() -> None:
+    """Up the ladder (480 k kept up, 580 k not) one bisection brings the two within 10 %; down
+    from a start too high (440 k not, 310 k kept up) it takes two, not one."""
+    mode = CapacityMode(start=480_000)
+    assert next_bisection(480_000, 580_000, 0, mode) == 530_000
+    assert next_bisection(530_000, 580_000, 1, mode) is None
+    assert next_bisection(310_000, 440_000, 0, mode) == 370_000
+    assert next_bisection(370_000, 440_000, 1, mode) == 400_000
+    assert next_bisection(400_000, 440_000, 2, mode) is None
+    assert next_bisection(100_000, 1_000_000, mode.bisections, mode) is None  # bounded
