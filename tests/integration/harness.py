@@ -289,7 +289,20 @@ class JobRun:
     def wait_for_checkpoints(self, more: int, timeout: float = 60) -> None:
         """Until ``more`` further checkpoints completed: the job has committed progress."""
         target = self.completed_checkpoints() + more
-        wait_until(lambda: self.completed_checkpoints() >= target, timeout, f"{more} checkpoints")
+        try:
+            wait_until(
+                lambda: self.completed_checkpoints() >= target, timeout, f"{more} checkpoints"
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; logs in {self.workdir}\n{self.log_tails()}") from None
+
+    def log_tails(self, lines: int = 12) -> str:
+        """The last ``lines`` lines of the coordinator's and each worker's log: what a test
+        that timed out on CI shows of the job (its directory is gone with the machine)."""
+        names = ["coordinator", *(f"worker-{i}" for i in sorted(self.workers))]
+        return "\n".join(
+            f"--- {name}.log\n" + "\n".join(self.log(name).splitlines()[-lines:]) for name in names
+        )
 
     def log(self, name: str) -> str:
         path = self.workdir / f"{name}.log"

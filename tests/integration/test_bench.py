@@ -29,6 +29,8 @@ def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
     done = subprocess.run(
         # Quick mode, trimmed further for CI: every phase runs for each system, at one latency
         # rate, one state size and a shorter steady-state window (the suite's slowest test).
+        # The steady backlog must outlast 3 samples (1 s apart) of the fastest row: the
+        # ceiling read 12 M words at 4.4 M/s in 3 samples here (2 fail the row).
         [
             sys.executable,
             "bench/run.py",
@@ -38,7 +40,7 @@ def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
             "--scaling-keys",
             "100000",
             "--steady-words",
-            "12000000",
+            "24000000",
             "--warmup",
             "3",
             "--window",
@@ -55,7 +57,10 @@ def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
         check=False,
     )
     tail = done.stderr[-6000:]
-    assert done.returncode == 0, f"bench/run.py --quick exited with {done.returncode}:\n{tail}"
+    assert done.returncode == 0, (
+        f"bench/run.py --quick exited with {done.returncode}; what failed: "
+        f"{_what_failed(results, done.stderr)}\n{tail}"
+    )
 
     lines = done.stdout.strip().splitlines()
     assert lines, f"no output on stdout:\n{tail}"
@@ -131,3 +136,30 @@ def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
     assert (results / "latest.md").read_text().startswith("# Benchmark")
     for png in (reports[0].with_suffix(".png"), results / "latest.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{png} is not a PNG"
+
+
+def _what_failed(results: Path, stderr: str) -> str:
+    """The runs the results file marks as failed, and the lines of stderr that report an
+    error: the tail of stderr shows only the tables."""
+    found: list[str] = []
+    for path in sorted(results.glob("2*.json")):
+        report = json.loads(path.read_text())
+        for name, system in (report.get("systems") or {}).items():
+            if not system.get("ok"):
+                found.append(f"backlog {name}: {system.get('error')}")
+        for phase in ("steady", "capacity"):
+            for key, row in ((report.get(phase) or {}).get("rows") or {}).items():
+                for i, run in enumerate(row.get("runs", [])):
+                    if not run.get("ok"):
+                        found.append(f"{phase} {key} run {i}: {run.get('error')}")
+        for keys, scaled in (report.get("state_scaling") or {}).items():
+            if "error" in scaled:
+                found.append(f"scaling {keys}: {scaled['error']}")
+        if report.get("aborted"):
+            found.append(f"aborted: {report['aborted']}")
+    found += [
+        line
+        for line in stderr.splitlines()
+        if any(word in line for word in ("Traceback", "Error", "FAILED", "not exact"))
+    ][:40]
+    return "\n".join(found) or "nothing marked"
