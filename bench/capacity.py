@@ -333,7 +333,7 @@ def commits_per_minute(
     broker: LocalBroker,
     output_topic: str,
     partitions: int,
-    writers: int,
+    writers: int | None,
     result: dict[str, Any],
 ) -> float | None:
     """Transactions committed per minute and writer over the capacity step's window, from the

@@ -8,14 +8,22 @@ Flink's sink subtasks, Quix's processes), gives each writer's commits per minute
 way for every system and without reading a record while it runs (``kafka-dump-log``,
 ``org.apache.kafka.tools.DumpLogSegments``, batch headers only, after the run).
 
-Per writer, not per producer id: Flink's sink takes a new transactional id (so a new producer
-id) for every checkpoint, so a producer id commits once.
+Who writes to a partition depends on how keys meet partitions, so it is counted, not assumed.
+A writer that keeps its producer id for the run (this project's keyed tasks, Kafka Streams'
+stream threads, Quix's processes) is one producer id: its markers on a partition are its
+commits, whether every writer writes to every partition (this project: crc32 shuffle, murmur2
+output) or one (Kafka Streams: murmur2 both, a task's output lands in its own partition).
+Flink's sink takes a new transactional id (so a new producer id) for every checkpoint, so a
+producer id commits once: there the markers on a partition are divided by the number of sink
+subtasks (``Peer.output_writers``), each of which writes to every partition.
 """
 
 from __future__ import annotations
 
+import collections
 import re
 import shutil
+import statistics
 import subprocess
 from collections.abc import Sequence
 
@@ -39,28 +47,30 @@ def control_batches(broker: LocalBroker, topic: str, partition: int) -> list[tup
 
 
 def per_minute(
-    batches: Sequence[tuple[int, float]], window: Sequence[float], writers: int
+    batches: Sequence[tuple[int, float]], window: Sequence[float], writers: int | None
 ) -> float | None:
-    """Markers inside ``window`` (start, end) per minute and writer, on one partition."""
+    """Markers inside ``window`` (start, end) per minute and writer, on one partition: the
+    median over the producer ids that wrote there if ``writers`` is None, else all of them
+    divided by ``writers``."""
     start, end = window
-    if end <= start or writers < 1:
+    if end <= start or (writers is not None and writers < 1):
         return None
-    inside = sum(1 for _, at in batches if start <= at <= end)
+    inside = collections.Counter(pid for pid, at in batches if start <= at <= end)
     if not inside:
         return None
-    return round(inside * 60 / (end - start) / writers, 1)
+    per_writer = [inside.total() / writers] if writers else list(inside.values())
+    return round(statistics.median(per_writer) * 60 / (end - start), 1)
 
 
 def commit_markers(
     broker: LocalBroker,
     topic: str,
     partitions: int,
-    writers: int,
+    writers: int | None,
     window: Sequence[float] | None,
 ) -> float | None:
     """Commits per minute and writer over ``window``: the median over the topic's partitions
-    (a writer's transaction marks every partition it wrote to; at a capacity's rate each one
-    writes to every partition)."""
+    (`per_minute`)."""
     if window is None:
         return None
     rates = [

@@ -188,11 +188,12 @@ class Peer(ABC):
         job's name (job name, application.id, consumer group)."""
         return job.name
 
-    def output_writers(self, job: Job) -> int:
-        """How many transactional writers commit the job's output (bench/markers.py counts
-        commits per writer): by default one per instance of the parallelism (Kafka Streams'
-        stream threads, Flink's sink subtasks, Quix's processes)."""
-        return job.parallelism
+    def output_writers(self, job: Job) -> int | None:
+        """How many transactional writers commit to each partition of the job's output
+        (bench/markers.py counts commits per writer), or None (the default) if each writer
+        keeps one producer id for the run, so that the markers' producer ids tell them apart
+        (this project's keyed tasks, Kafka Streams' stream threads, Quix's processes)."""
+        return None
 
     @abstractmethod
     def settings(self) -> dict[str, object]:

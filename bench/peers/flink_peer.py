@@ -32,6 +32,11 @@ class FlinkPeer(Peer):
     def start(self, job: Job) -> Running:
         return run_jar(JAR, HEAP, job, "flink", "flink.log")
 
+    def output_writers(self, job: Job) -> int | None:
+        # The sink takes a new transactional id, so a new producer id, at every checkpoint;
+        # each subtask writes to every partition (Flink's key groups are not Kafka's murmur2).
+        return job.parallelism
+
     def settings(self) -> dict[str, object]:
         return {
             "execution": "embedded MiniCluster (java -jar), parallelism 2, 2 slots",

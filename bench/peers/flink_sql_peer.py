@@ -35,6 +35,11 @@ class FlinkSqlPeer(Peer):
     def start(self, job: Job) -> Running:
         return run_jar(JAR, HEAP, job, "flink", "flink-sql.log", main_class=MAIN)
 
+    def output_writers(self, job: Job) -> int | None:
+        # The sink takes a new transactional id, so a new producer id, at every checkpoint;
+        # each subtask writes to every partition (Flink's key groups are not Kafka's murmur2).
+        return job.parallelism
+
     def settings(self) -> dict[str, object]:
         return {
             "execution": "embedded MiniCluster (java -jar), parallelism 2, 2 slots; "

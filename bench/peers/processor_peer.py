@@ -86,10 +86,6 @@ class ProcessorPeer(Peer):
         log = job.workdir / "processor.log"
         return Running([spawn(cmd, log, env, cwd=self.checkout)], [log])
 
-    def output_writers(self, job: Job) -> int:
-        # Every keyed task (one per shuffle partition) commits its own transaction.
-        return SHUFFLE_PARTITIONS
-
     def first_consumed_at(self, running: Running) -> float | None:
         # asctime is local time with milliseconds; the earliest source task to start wins.
         # It is logged right before the first consume() call: conservative by one fetch.

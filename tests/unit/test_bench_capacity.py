@@ -78,6 +78,18 @@ def test_commits_per_minute_per_writer_inside_the_window() -> None:
     assert per_minute([], (0.0, 60.0), writers=2) is None
 
 
+def test_commits_per_minute_by_producer_id_whoever_writes_to_the_partition() -> None:
+    # One writer on the partition (Kafka Streams: a task's output lands in its partition),
+    # committing every 1.25 s: 48 a minute, however many writers the job has elsewhere.
+    one = [(7, t * 1.25) for t in range(48)]
+    assert per_minute(one, (0.0, 60.0), writers=None) == 48.0
+    # Four writers on it (this project's keyed tasks), every 2.5 s, one of them slower.
+    four = [(pid, t * 2.5) for pid in (1, 2, 3) for t in range(24)]
+    four += [(4, t * 3.0) for t in range(20)]
+    assert per_minute(four, (0.0, 60.0), writers=None) == 24.0
+    assert per_minute([], (0.0, 60.0), writers=None) is None
+
+
 def test_summary_flags_a_slow_effective_interval() -> None:
     runs: list[dict[str, Any]] = [
         {
