@@ -1,10 +1,25 @@
 """When something that failed may start again: one policy for the restarts of a crashed service
 (`processor local`) and of a failed task (the worker), so a persistent failure is a slow retry,
-never a crash loop."""
+never a crash loop; and how long a wait for Kafka sleeps between its tries."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+
+def doubling(initial_s: float = 0.5, max_s: float = 10.0) -> Iterator[float]:
+    """The delays between tries of something waiting for Kafka: ``initial_s``, doubled each
+    time up to ``max_s``, then ``max_s`` for good.
+
+    Example: ``list(itertools.islice(doubling(), 7)) == [0.5, 1, 2, 4, 8, 10, 10]``
+    """
+    delay = min(initial_s, max_s)
+    while delay < max_s:
+        yield delay
+        delay = min(max_s, delay * 2)
+    yield from itertools.repeat(max_s)
 
 
 @dataclass

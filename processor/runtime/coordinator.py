@@ -24,7 +24,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from processor import faults, metrics
+from processor import backoff, faults, metrics
 from processor.checkpointing.coordinator import (
     CheckpointCoordinator,
     CompletedCheckpoint,
@@ -141,8 +141,9 @@ class CoordinatorService:
 
         Returns the last completed checkpoint id, or None when stopped while waiting.
         """
-        delay = 0.5
-        while not stop.is_set():
+        for delay in backoff.doubling():
+            if stop.is_set():
+                return None
             self.health.beat()
             try:
                 self.setup()
@@ -165,8 +166,7 @@ class CoordinatorService:
                     delay,
                 )
             stop.wait(delay)
-            delay = min(10.0, delay * 2)
-        return None
+        raise AssertionError("unreachable: the delays never end")
 
     def run(
         self, stop: threading.Event, exit_when_idle: bool = False, exit_when_stopped: bool = False

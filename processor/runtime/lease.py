@@ -29,6 +29,7 @@ from typing import Literal, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from processor import backoff
 from processor.config import Settings, SettingsError
 from processor.kafka import clients
 from processor.models import control
@@ -252,8 +253,7 @@ def acquire_waiting(
     no coordinator ran until someone restarted it. A fatal error (fenced, a missing ACL) and
     a live coordinator of the job (``CoordinatorConflict``) still end it.
     """
-    delay = min(0.5, max_delay_s)
-    while True:
+    for delay in backoff.doubling(max_s=max_delay_s):
         try:
             return lease.acquire(stop)
         except (KafkaException, TimeoutError) as exc:
@@ -264,4 +264,4 @@ def acquire_waiting(
             log.warning("taking the coordinator's lease: %s (next try in %.1fs)", exc, delay)
         if stop.wait(delay):
             return False
-        delay = min(max_delay_s, delay * 2)
+    raise AssertionError("unreachable: the delays never end")
