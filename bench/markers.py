@@ -3,9 +3,8 @@
 Every system commits its output with Kafka transactions, and each commit writes a control
 batch (a transaction marker) into every partition the transaction wrote to. Counting those
 batches in the output's log segments within a window, per partition and per transactional
-writer (``Peer.output_writers``: this project's keyed tasks, Kafka Streams' stream threads,
-Flink's sink subtasks, Quix's processes), gives each writer's commits per minute, the same
-way for every system and without reading a record while it runs (``kafka-dump-log``,
+writer (below), gives each writer's commits per minute, the same way for every system and
+without reading a record while it runs (``kafka-dump-log``,
 ``org.apache.kafka.tools.DumpLogSegments``, batch headers only, after the run).
 
 Who writes to a partition depends on how keys meet partitions, so it is counted, not assumed.
