@@ -183,7 +183,8 @@ class Settings(BaseSettings):
     shuffle_purge_interval_ms: int = Field(default=30_000, ge=0)  # 0: never purge
     checkpoint_interval_ms: int = Field(default=1000, ge=50, le=3_600_000)
     checkpoint_timeout_ms: int = Field(default=60_000, ge=1000)
-    # A checkpoint still in progress delays the next trigger (Flink's default too).
+    # A checkpoint still in progress delays the next trigger until it completes (Flink's
+    # default too: processor/checkpointing/schedule.py).
     max_concurrent_checkpoints: int = Field(default=1, ge=1, le=100)
     # Per user by default ($XDG_STATE_HOME/processor or ~/.local/state/processor, see
     # processor/state/dirs.py), not /tmp where another user can make the directory first.

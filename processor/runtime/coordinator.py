@@ -30,6 +30,7 @@ from processor.checkpointing.coordinator import (
     CompletedCheckpoint,
     FailedCheckpoint,
 )
+from processor.checkpointing.schedule import TriggerSchedule
 from processor.config import Settings, SettingsError
 from processor.health import LoopHealth
 from processor.jobs import load_graph
@@ -254,13 +255,13 @@ class CoordinatorService:
         # A first assignment before the expected workers are up would move half the tasks
         # again a moment later: wait for them, a while at most.
         expected_by = started + 10
-        next_trigger = next_assign + interval_s
+        schedule = TriggerSchedule(interval_s, next_trigger=next_assign + interval_s)
         idle_streak = 0
         changed = True
         # The first trigger waits until every task runs (or a while at most): a checkpoint
         # triggered before a source is up can only fail.
         seen_running: set[str] = set()
-        first_trigger_by = next_trigger + 15
+        first_trigger_by = schedule.next_trigger + 15
         try:
             while not stop.is_set():
                 self.health.beat()
@@ -345,15 +346,15 @@ class CoordinatorService:
                 for failed in checkpoints.fail_waiting_on(not_running):
                     self._failed(failed, repeated=True)
                 pending = checkpoints.newest_pending
-                if pending is not None and now >= next_trigger:
+                if schedule.resend_due(now, pending is not None):
+                    assert pending is not None
                     # Again, while it is pending: a source task that started after the trigger
                     # went out, or whose barrier was aborted with its fenced predecessor's
                     # transaction, acts on it now (one that did already ignores it). With one
                     # checkpoint at a time, a lost trigger would otherwise hold every later one
                     # back until the timeout.
                     self._send(control.Trigger(pending.checkpoint_id, pending.triggered_at))
-                    next_trigger = now + interval_s
-                if now >= next_trigger and placement and ready and checkpoints.can_trigger:
+                if schedule.trigger_due(now) and placement and ready and checkpoints.can_trigger:
                     checkpoint_id, dropped = checkpoints.trigger(time.time())
                     self._send(control.Trigger(checkpoint_id, time.time()))
                     for failed in dropped:
@@ -365,7 +366,7 @@ class CoordinatorService:
                         failed = checkpoints.on_decline(checkpoint_id, *stopped)
                         if failed is not None:
                             self._failed(failed, repeated=True)
-                    next_trigger = now + interval_s
+                    schedule.triggered(now)
                 for failed in checkpoints.expire(time.time()):
                     self._failed(failed)
                 metrics.checkpoints_in_progress.labels(**self._labels).set(len(checkpoints.pending))
