@@ -271,6 +271,11 @@ class WorkerRegistry:
         self.timeout_s = timeout_s
         self.workers: dict[str, WorkerState] = {}
 
+    def is_restart(self, worker: str, incarnation: str) -> bool:
+        """A heartbeat from a new process under a worker id still alive here."""
+        known = self.workers.get(worker)
+        return known is not None and known.incarnation != incarnation
+
     def heartbeat(self, worker: str, incarnation: str, now: float) -> bool:
         """Record a heartbeat; True when the worker is new or restarted (a membership change)."""
         known = self.workers.get(worker)

@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import (
@@ -46,6 +45,7 @@ from processor.runtime.lease import CoordinatorConflict, CoordinatorLease, acqui
 from processor.runtime.query_forward import ForwardRoutes, WorkerDirectory
 from processor.runtime.status import StatusBoard
 from processor.runtime.status_history import StatusHistory
+from processor.runtime.task_reports import TaskReports
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +68,7 @@ class CoordinatorService:
         self.health = LoopHealth(settings.health_timeout_ms / 1000)
         self._failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
         self.hour = StatusHistory()  # the status page's charts
-        # task -> (worker, state, checkpoint id, why it failed for good)
-        self._task_status: dict[str, tuple[str, str, int, str]] = {}
+        self.task_reports = TaskReports()
         self._task_lag: dict[str, int] = {}
         self._task_watermark: dict[str, int] = {}  # event time, ms, of timed jobs' tasks
         self._counts = collections.Counter[str]()
@@ -276,15 +275,12 @@ class CoordinatorService:
                     if message is None:
                         self._skipped_control.skip(raw, msg.offset())
                     elif isinstance(message, control.Heartbeat):
-                        if registry.heartbeat(message.worker, message.incarnation, now):
+                        worker, incarnation = message.worker, message.incarnation
+                        restarted = registry.is_restart(worker, incarnation)
+                        if registry.heartbeat(worker, incarnation, now):
                             changed = True
+                        self.task_reports.heard(worker, restarted, message.tasks)
                         for task, status in message.tasks.items():
-                            self._task_status[task] = (
-                                message.worker,
-                                status.state,
-                                status.checkpoint,
-                                status.reason,
-                            )
                             checkpoints.observe(status.checkpoint)
                             if status.state == "running":
                                 seen_running.add(task)
@@ -342,7 +338,7 @@ class CoordinatorService:
                     self._publish_status(checkpoints, registry, placement, now)
                     next_assign = now + heartbeat_s
                 ready = len(seen_running) == len(tasks) or now >= first_trigger_by
-                not_running = self._not_running(tasks, placement, registry.alive)
+                not_running = self.task_reports.not_running(tasks, placement, registry.alive)
                 for failed in checkpoints.fail_waiting_on(not_running):
                     self._failed(failed, repeated=True)
                 pending = checkpoints.newest_pending
@@ -359,7 +355,7 @@ class CoordinatorService:
                     self._send(control.Trigger(checkpoint_id, time.time()))
                     for failed in dropped:
                         self._failed(failed)
-                    stopped = self._stopped_task()
+                    stopped = self.task_reports.given_up()
                     if stopped is not None:
                         # It will never acknowledge: fail the checkpoint now, not at its timeout.
                         # The other tasks commit their part of it all the same.
@@ -419,29 +415,6 @@ class CoordinatorService:
         now: float,
     ) -> None:
         self.board.publish(job_status(self, checkpoints, registry, placement, now))
-
-    def _not_running(
-        self, tasks: list[str], placement: dict[str, str], alive: Iterable[str]
-    ) -> set[str]:
-        """Tasks that cannot acknowledge a pending checkpoint: placed on no live worker, or
-        reported (by the worker they are placed on) as anything but running."""
-        live = set(alive)
-        out = set()
-        for task in tasks:
-            worker = placement.get(task)
-            status = self._task_status.get(task)
-            if worker not in live or status is None or status[0] != worker:
-                out.add(task)  # not yet reported by the worker it is placed on
-            elif status[1] != "running":
-                out.add(task)
-        return out
-
-    def _stopped_task(self) -> tuple[str, str] | None:
-        """A task its worker reports failed for good, and why (from the heartbeats)."""
-        for task, (_, state, _, reason) in sorted(self._task_status.items()):
-            if state in ("failed", "stopped") and reason:
-                return task, f"{'stopped' if state == 'stopped' else 'failed for good'}: {reason}"
-        return None
 
     def _failed(self, failed: FailedCheckpoint, repeated: bool = False) -> None:
         """``repeated``: one more failure for a reason that lasts; logged once a minute."""

@@ -42,8 +42,14 @@ def job_status(
     wall = time.time()
     lines = service.hour.sparklines(wall)
     tasks = []
-    for task in sorted(set(placement) | set(service._task_status), key=_task_key):
-        worker, state, checkpoint, reason = service._task_status.get(task, ("", "assigned", 0, ""))
+    reports = service.task_reports.reports
+    for task in sorted(set(placement) | set(reports), key=_task_key):
+        report = reports.get(task)
+        worker, state, checkpoint, reason = (
+            (report.worker, report.state, report.checkpoint, report.reason)
+            if report
+            else ("", "assigned", 0, "")
+        )
         tasks.append(
             {
                 "task": task,
@@ -87,7 +93,7 @@ def job_status(
                 "busy": busy.get(stage.name),
                 "lag": sum(
                     service._task_lag.get(t) or 0
-                    for t in service._task_status
+                    for t in service.task_reports.reports
                     if t.rpartition("-")[0] == stage.name
                 ),
             }

@@ -91,3 +91,34 @@ def test_coordinator_killed_after_recording_a_checkpoint(
         run.finish()
     finally:
         run.stop()
+
+
+@pytest.mark.parametrize("task", ["split-0", "count-0"])
+def test_a_worker_restarted_at_once_after_its_commit_holds_no_checkpoint_back(
+    task: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Killed between its commit and its acknowledgement, and restarted under its id long
+    before its heartbeat timeout (a supervisor's restart): its task restores at the
+    checkpoint it never acknowledged, so the coordinator must fail that checkpoint at the new
+    process's first heartbeat (processor/runtime/task_reports.py) instead of holding every
+    later one back until its timeout (2 minutes here). Heartbeats 2 s apart: the task has
+    restored before the next one, so a stale "running" is all the coordinator would see."""
+    run = JobRun(
+        kafka_bootstrap,
+        tmp_path,
+        interval_ms=500,
+        heartbeat_interval_ms="2000",
+        worker_timeout_ms="60000",
+        checkpoint_timeout_ms="120000",
+    )
+    try:
+        run.start_coordinator()
+        for i in range(2):
+            run.start_worker(i, fault=f"committed@{task}#2")
+        run.feed(300_000, seconds=4)
+        for i in _died_at(run, "committed"):
+            run.start_worker(i)
+        run.wait_for_checkpoints(2, timeout=45)
+        run.finish()
+    finally:
+        run.stop()
