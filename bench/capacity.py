@@ -43,6 +43,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -217,16 +219,19 @@ def capacity_run(
             sampler.stop()
         probe.stop()
         gen.close()
+    if error is None:
+        # A failed check keeps the ladder's steps in the result: they say what was measured.
+        try:
+            result["verify"] = verify_output(bootstrap, job.output_topic, expected)
+            if not result["verify"]["exact"]:
+                error = "output not exact"
+            result["checkpoints_per_min"] = commits_per_minute(
+                broker, job.output_topic, partitions, peer.output_writers(job), result
+            )
+        except (TimeoutError, RuntimeError, KafkaException) as exc:
+            error = f"checking the output: {exc}"
     result["ok"] = error is None
     result["error"] = error
-    if error is None:
-        result["verify"] = verify_output(bootstrap, job.output_topic, expected)
-        if not result["verify"]["exact"]:
-            result["ok"] = False
-            result["error"] = "output not exact"
-        result["checkpoints_per_min"] = commits_per_minute(
-            broker, job.output_topic, partitions, peer.output_writers(job), result
-        )
     created = sorted(list_topics(bootstrap) - before)
     footprint = topic_footprint(broker, created)
     result["work"] = work_summary(footprint, job.output_topic, sum(expected.values()))
@@ -426,8 +431,10 @@ def run_rows(
     quick: bool = False,
     seed: int = 1,
     starts: dict[str, int] | None = None,
+    after_run: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Every row ``runs`` times in a seeded random order; results per row and their summary."""
+    """Every row ``runs`` times in a seeded random order; results per row and their summary.
+    ``after_run`` is given the report so far after each run (a sitting cut short keeps it)."""
     import random
 
     from processor.commands import corpus
@@ -471,6 +478,10 @@ def run_rows(
             f"{row.key}: capacity {result.get('capacity_words_per_s')} words/s, "
             f"exact {result.get('verify', {}).get('exact')}, error {result.get('error')}"
         )
+        for entry in out["rows"].values():
+            entry["summary"] = summary(entry["runs"])
+        if after_run is not None:
+            after_run(out)
     for entry in out["rows"].values():
         entry["summary"] = summary(entry["runs"])
     return out
@@ -542,15 +553,30 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-capacity-"))
     broker = LocalBroker(port=args.port, controller_port=args.port + 1, data_dir=tmp / "kafka")
     out = RESULTS / f"capacity-{stamp}.json"
+    # The runs so far, rewritten after each one: what a sitting cut short measured (a file a
+    # full run can be given like any other; it is not quoted until it is renamed).
+    partial = out.with_suffix(".partial.json")
+    version = _source_version()
+
+    def save(report: dict[str, Any], path: Path) -> None:
+        stamped = {**report, "timestamp": stamp, "commit": version["commit"], "source": version}
+        path.write_text(json.dumps(stamped, indent=2) + "\n")
+
     try:
         broker.start()
         report = run_rows(
-            rows, broker, args.runs, tmp, stamp.replace("-", ""), say, args.quick, starts=starts
+            rows,
+            broker,
+            args.runs,
+            tmp,
+            stamp.replace("-", ""),
+            say,
+            args.quick,
+            starts=starts,
+            after_run=lambda so_far: save(so_far, partial),
         )
-        report["timestamp"] = stamp
-        report["commit"] = _source_version()["commit"]
-        report["source"] = _source_version()
-        out.write_text(json.dumps(report, indent=2) + "\n")
+        save(report, out)
+        partial.unlink(missing_ok=True)
     finally:
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)

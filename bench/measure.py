@@ -475,7 +475,12 @@ class OutputWatcher(threading.Thread):
         return self.exact_at
 
     def finish(self, timeout: float = 120) -> Verdict:
-        """After the system stopped: read to the end of every partition, then judge it all."""
+        """After the system stopped: read to the end of every partition, then judge it all.
+
+        ``timeout``: how long the read may go without a record before a partition that has
+        not reached its end fails it (an open transaction holds read_committed back). Not a
+        limit on the whole read: a peer that writes one record per word leaves 100 M records
+        after a capacity ladder, some 4 minutes of reading here."""
         self._halt.set()
         self.join(30)
         if self.error is not None:
@@ -488,7 +493,8 @@ class OutputWatcher(threading.Thread):
                 ends[p] = high
             deadline = time.monotonic() + timeout
             while ends and time.monotonic() < deadline:
-                self._poll(0.2)
+                if self._poll(0.2):
+                    deadline = time.monotonic() + timeout
                 for tp in consumer.position([TopicPartition(self.topic, p) for p in ends]):
                     # read_committed stops at the last stable offset: an open transaction
                     # would keep a partition from its end.
@@ -496,7 +502,8 @@ class OutputWatcher(threading.Thread):
                         del ends[tp.partition]
             if ends:
                 raise TimeoutError(
-                    f"{self.topic}: partitions {sorted(ends)} never reached their end"
+                    f"{self.topic}: partitions {sorted(ends)} short of their end, no record "
+                    f"for {timeout:.0f} s"
                 )
         finally:
             self._closed = True

@@ -157,3 +157,45 @@ def test_every_ladder_ends_with_its_figure_to_the_same_precision() -> None:
     assert next_bisection(370_000, 440_000, 1, mode) == 400_000
     assert next_bisection(400_000, 440_000, 2, mode) is None
     assert next_bisection(100_000, 1_000_000, mode.bisections, mode) is None  # bounded
+
+
+def test_a_sitting_hands_over_its_report_after_every_run(monkeypatch: Any, tmp_path: Any) -> None:
+    """A sitting cut short keeps what it measured: the report so far, summaries included,
+    after each run, and a run that crashed is a result, not the end of the sitting."""
+    import types
+
+    import bench.capacity as capacity
+
+    made: list[dict[str, Any] | Exception] = [
+        {"ok": True, "capacity_words_per_s": 100, "steps": []},
+        RuntimeError("boom"),
+    ]
+
+    def fake_run(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        made_now = made.pop(0)
+        if isinstance(made_now, Exception):
+            raise made_now
+        return made_now
+
+    monkeypatch.setattr(capacity, "capacity_run", fake_run)
+    peer = types.SimpleNamespace(title="P", settings=lambda: {})
+    row = types.SimpleNamespace(key="p", peer=peer, note="", interval_ms=1000)
+    seen: list[tuple[int, Any]] = []
+
+    def after_run(report: dict[str, Any]) -> None:
+        entry = report["rows"]["p"]
+        seen.append((len(entry["runs"]), entry["summary"]["words_per_s"]))
+
+    broker: Any = types.SimpleNamespace(bootstrap="unused:1")
+    report = capacity.run_rows(
+        [row],
+        broker,
+        2,
+        tmp_path,
+        "t",
+        lambda _: None,
+        quick=True,
+        after_run=after_run,
+    )
+    assert seen == [(1, 100), (2, 100)]
+    assert report["rows"]["p"]["runs"][1]["error"] == "RuntimeError('boom')"
