@@ -55,6 +55,7 @@ from processor.runtime.keyed_feedback import FeedbackInput
 from processor.runtime.keyed_restore import ShuffleInput, purge_floor
 from processor.runtime.keyed_time import Mark, TaskTime
 from processor.runtime.layout import META_KEY as LAYOUT_KEY
+from processor.runtime.priority import KEYED_SYNC
 from processor.runtime.task import ClosedEpoch, Task
 from processor.state.format import STATE_FORMAT
 from processor.state.query_gate import link_view
@@ -227,51 +228,56 @@ class KeyedCheckpoints(Task):
         # Close checkpoint n-1 first: if it is declined, what it carried must go out again in
         # transaction n, with the offsets that move past it.
         self._finish_checkpoint(out, block=True)
-        fed = self._fed
-        if fed is not None:  # the loop's records fed back since the last barrier: epoch n's
-            assert self.chain is not None
-            self._records_in += fed.at_barrier(self.chain, checkpoint_id, quiet=False)
-        positions = {str(u): off for (_, u), off in outcome.positions.items()}
-        resume = self._aligner.resume_offsets()[self.partition]
-        assert self._snapshots is not None
-        # The snapshot holds the positions; the metadata only names it, so its size does not
-        # grow with the input's partitions (the broker's offset.metadata.max.bytes is 4096).
-        committed: dict[str, Any] = {"checkpoint": checkpoint_id, "snapshot": self._snapshots.owner}
-        if fed is not None:
-            committed |= fed.commit_meta()
-        meta = json.dumps(committed, separators=(",", ":"))
-        task_id = self.ctx.task_id
-        # Its round trips overlap the flush, the RocksDB checkpoint and the upload.
-        out.send_offsets_async(
-            [TopicPartition(self.topic, self.partition, resume, metadata=meta)],
-            consumer,
-            then=lambda: faults.reach("offsets_sent", task_id),
-        )
-        flush_started_cpu = time.thread_time()
-        self._tick(triggered_at_ms)
-        self._flush(out, checkpoint=True)
-        if self.postgres is not None:
-            self._prepare_rows(checkpoint_id, out)
-        self._dlq.tick()
-        sent_before = self._time.sent
-        if self.stage.timed:
-            self._send_watermark(out)
-        for _, topic, partitions, channel in self._shuffles:
-            value, headers = encode_barrier(Barrier(checkpoint_id, channel, triggered_at_ms))
-            for p in range(partitions):
-                out.produce(topic, value, partition=p, headers=headers)
-        flush_cpu_s = time.thread_time() - flush_started_cpu
-        local = self._workdir / f"chk-{checkpoint_id}"
-        view: Path | None = None
-        try:
-            store.checkpoint(local)
-            if self.ctx.query is not None:  # before the upload takes `local` away
-                view = link_view(local, self._workdir / f"query-{checkpoint_id}")
-        except Exception as exc:  # noqa: BLE001 - local disk trouble: decline, maybe tolerate
-            if view is not None:
-                shutil.rmtree(view, ignore_errors=True)
-            self._snapshot_failed(checkpoint_id, exc, out, sent_before)
-            return
+        # The CPU-bound part: the worker's source threads step aside meanwhile (`priority`).
+        with KEYED_SYNC.held():
+            fed = self._fed
+            if fed is not None:  # the loop's records fed back since the last barrier: epoch n's
+                assert self.chain is not None
+                self._records_in += fed.at_barrier(self.chain, checkpoint_id, quiet=False)
+            positions = {str(u): off for (_, u), off in outcome.positions.items()}
+            resume = self._aligner.resume_offsets()[self.partition]
+            assert self._snapshots is not None
+            # The snapshot holds the positions; the metadata only names it, so its size does not
+            # grow with the input's partitions (the broker's offset.metadata.max.bytes is 4096).
+            committed: dict[str, Any] = {
+                "checkpoint": checkpoint_id,
+                "snapshot": self._snapshots.owner,
+            }
+            if fed is not None:
+                committed |= fed.commit_meta()
+            meta = json.dumps(committed, separators=(",", ":"))
+            task_id = self.ctx.task_id
+            # Its round trips overlap the flush, the RocksDB checkpoint and the upload.
+            out.send_offsets_async(
+                [TopicPartition(self.topic, self.partition, resume, metadata=meta)],
+                consumer,
+                then=lambda: faults.reach("offsets_sent", task_id),
+            )
+            flush_started_cpu = time.thread_time()
+            self._tick(triggered_at_ms)
+            self._flush(out, checkpoint=True)
+            if self.postgres is not None:
+                self._prepare_rows(checkpoint_id, out)
+            self._dlq.tick()
+            sent_before = self._time.sent
+            if self.stage.timed:
+                self._send_watermark(out)
+            for _, topic, partitions, channel in self._shuffles:
+                value, headers = encode_barrier(Barrier(checkpoint_id, channel, triggered_at_ms))
+                for p in range(partitions):
+                    out.produce(topic, value, partition=p, headers=headers)
+            flush_cpu_s = time.thread_time() - flush_started_cpu
+            local = self._workdir / f"chk-{checkpoint_id}"
+            view: Path | None = None
+            try:
+                store.checkpoint(local)
+                if self.ctx.query is not None:  # before the upload takes `local` away
+                    view = link_view(local, self._workdir / f"query-{checkpoint_id}")
+            except Exception as exc:  # noqa: BLE001 - local disk trouble: decline, maybe tolerate
+                if view is not None:
+                    shutil.rmtree(view, ignore_errors=True)
+                self._snapshot_failed(checkpoint_id, exc, out, sent_before)
+                return
         held: dict[str, Any] = {
             "positions": positions,
             "state": STATE_FORMAT,

@@ -36,6 +36,7 @@ from processor.pipeline.dead import Position
 from processor.pipeline.time import NO_WATERMARK, SourceWatermarks
 from processor.runtime import gaps, source_meta
 from processor.runtime.deadletter import DeadLetters
+from processor.runtime.priority import KEYED_SYNC
 from processor.runtime.task import (
     ClosedEpoch,
     Task,
@@ -128,6 +129,7 @@ class SourceTask(Task):
                 # While a commit is in flight look again soon: its acknowledgement completes
                 # the checkpoint.
                 wait = 0.005 if self._committing is not None else 0.05
+                KEYED_SYNC.step_aside()  # a keyed checkpoint step is on the output's path
                 msgs = clients.consume_ready(consumer, s.consume_batch, wait)
                 if timed:
                     self._watermarks.polled(time.monotonic())
