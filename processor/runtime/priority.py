@@ -7,8 +7,9 @@ epoch's flush into RocksDB and the output, the barriers, the RocksDB checkpoint)
 GIL behind them: at 1.2 M words/s it took 1.01 s for 100 k pairs against 0.28 s for 79 k at
 1.0 M, the checkpoints took 2.3 s and the epochs stretched to 2.35 s (91 % of the time;
 `bench/experiments/epoch_phases.py`). That step is on every record's path to the output, the
-sources' work is not: with the sources waiting while it runs, the step took 0.14 s at 1.2 M
-and the epochs stayed at 1.02 s (93 % of the time), at the same throughput.
+sources' work is not: with the sources waiting while it runs, the step took 0.14 s at 1.2 M,
+no epoch reached 1.5 s in 115 s, and the sources took in all that was sent (95.5 k lines a
+second, against 91.5 k before).
 
 A source thread checks once per consume loop (`is_set`, nothing else on the hot path) and
 waits at most ``MAX_WAIT_S`` at a time, so a keyed step that blocks (its disk) cannot stall
