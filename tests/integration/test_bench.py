@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,7 +108,11 @@ def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
         assert verification["exact"], f"{name}: output not exact: {verification}"
         assert verification["missing_words"] == verification["unknown_words"] == 0
         assert verification["wrong_final"] == 0
-        assert isinstance(headline[name]["words_per_s"], int)
+        assert isinstance(headline[name]["backlog_words_per_s"], int), headline[name]
+        if headline[name].get("measured_as") == "balanced live capacity":
+            _assert_live_figure_or_why(name, headline[name], report["capacity"])
+        else:
+            assert isinstance(headline[name]["words_per_s"], int), headline[name]
     assert report["systems"]["processor"]["verification"]["not_increasing_updates"] == 0
     # The steady-state phase ran every row (each system, its variants, the ceiling) and
     # measured a slope in each run (a slow system's output may show nothing in quick mode's
@@ -136,6 +141,23 @@ def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
     assert (results / "latest.md").read_text().startswith("# Benchmark")
     for png in (reports[0].with_suffix(".png"), results / "latest.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{png} is not a PNG"
+
+
+def _assert_live_figure_or_why(name: str, figures: dict[str, Any], phase: dict[str, Any]) -> None:
+    """Quick mode's live capacity is two steps judged over 10 s windows each: on a busy CI
+    machine neither may keep up (a lag slope over 10 one-second samples is noisy). Then the
+    headline has no live figure, and every step must say why it did not count."""
+    runs = phase["rows"][name]["runs"]
+    steps = [step for run in runs for step in run["steps"]]
+    if isinstance(figures["words_per_s"], int):
+        assert any(step["kept_up"] for step in steps), figures
+        return
+    assert figures["words_per_s"] is None, figures
+    assert steps, f"{name}: no capacity step"
+    for step in steps:
+        assert not step["kept_up"] and step["why"], step
+    # Not a failure of the harness: say it in the test's output (pytest -rP shows it).
+    print(f"{name}: no quick capacity step kept up: {[step['why'] for step in steps]}")
 
 
 def _what_failed(results: Path, stderr: str) -> str:
