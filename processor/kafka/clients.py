@@ -285,13 +285,16 @@ def watermark_offsets(
             low, high = consumer.get_watermark_offsets(tp, timeout=max(0.5, left), cached=False)
             return int(low), int(high)
         except KafkaException as exc:
-            err = exc.args[0]
-            transient = isinstance(err, KafkaError) and (
-                err.retriable() or err.code() in _TRANSIENT
-            )
-            if not transient or left <= 0:
+            if not transient(exc) or left <= 0:
                 raise
         time.sleep(0.2)
+
+
+def transient(exc: KafkaException) -> bool:
+    """Whether ``exc`` is an error that a leader election, a coordinator move or load, or a
+    topic still being created clears: a request worth sending again."""
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT)
 
 
 _TRANSIENT = {
@@ -303,6 +306,9 @@ _TRANSIENT = {
     KafkaError._TIMED_OUT,
     KafkaError._TRANSPORT,
     KafkaError.NOT_COORDINATOR,
+    # A group coordinator still loading the offsets topic (a broker started seconds before).
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError._ALL_BROKERS_DOWN,
     # A new leader whose high watermark has not caught up yet (KIP-207): seen right after
     # the leading broker of the control topic was killed.
