@@ -203,7 +203,7 @@ def capacity_run(
         if top is not None:
             result["at_capacity"] = top["costs"]
         gen.set_rate(0)
-        if not _wait(probe.drained, mode.drain_timeout_s):
+        if not wait_for(probe.drained, mode.drain_timeout_s):
             result["drain"] = "not drained"
     except (TimeoutError, RuntimeError) as exc:
         error = str(exc)
@@ -310,10 +310,10 @@ def _drain(
         return input_s <= DRAINED_LAG_S and internal_s <= DRAINED_LAG_S
 
     started = time.time()
-    _wait(small, timeout)
+    wait_for(small, timeout)
 
 
-def _wait(predicate: Callable[[], bool], timeout: float) -> bool:
+def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -527,7 +527,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench import loadgen
     from bench.common import say
-    from bench.run import PEERS, RESULTS, _source_version, capacity_rows
+    from bench.modes import PEERS, RESULTS
+    from bench.phases import capacity_rows
+    from bench.run import source_version
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--systems", default="processor,kafka_streams,flink,quix")
@@ -556,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     # The runs so far, rewritten after each one: what a sitting cut short measured (a file a
     # full run can be given like any other; it is not quoted until it is renamed).
     partial = out.with_suffix(".partial.json")
-    version = _source_version()
+    version = source_version()
 
     def save(report: dict[str, Any], path: Path) -> None:
         stamped = {**report, "timestamp": stamp, "commit": version["commit"], "source": version}

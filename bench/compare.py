@@ -42,16 +42,11 @@ if str(ROOT) not in sys.path:
 
 from bench.common import say  # noqa: E402
 from bench.measure import OutputWatcher, create_topic, exact_counts, produce_all  # noqa: E402
+from bench.modes import INTERVAL_MS, PARALLELISM, PARTITIONS, RESULTS  # noqa: E402
 from bench.peers.base import Job  # noqa: E402
 from bench.peers.processor_peer import ProcessorPeer  # noqa: E402
-from bench.run import (  # noqa: E402
-    INTERVAL_MS,
-    PARALLELISM,
-    PARTITIONS,
-    RESULTS,
-    _source_version,
-    _throughput,
-)
+from bench.phases import throughput_run  # noqa: E402
+from bench.run import source_version  # noqa: E402
 from processor.commands import corpus  # noqa: E402
 from processor.kafka.broker import LocalBroker  # noqa: E402
 
@@ -116,7 +111,7 @@ def run_one(
     load_before = os.getloadavg()
     say(f"{label}: {engine} engine, {pipeline}, load {load_before[0]:.2f}")
     try:
-        result = _throughput(
+        result = throughput_run(
             peer,
             job,
             watchers[0],
@@ -270,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "timestamp": stamp,
         "command": "python bench/compare.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "source": _source_version(),
+        "source": source_version(),
         "engines": {name: str(path) if path else str(ROOT) for name, path in checkouts.items()},
         "variants": variants,
         "corpus": {},

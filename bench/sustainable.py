@@ -62,15 +62,10 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import say
-from bench.run import (
-    FULL,
-    PEERS,
-    RESULTS,
-    BrokerDied,
-    Mode,
-    _terminate_as_interrupt,
-    latency,
-)
+from bench.latency_phase import latency
+from bench.modes import FULL, PEERS, RESULTS, Mode
+from bench.phases import BrokerDied
+from bench.run import terminate_as_interrupt
 from processor.kafka.broker import LocalBroker
 
 SEARCH_INTERVAL_MS = 1000
@@ -230,7 +225,7 @@ def run(
         say(f"preparing {peer.title}")
         peer.prepare()
     try:
-        broker.start()  # SIGTERM unwinds (_terminate_as_interrupt): the finally stops it
+        broker.start()  # SIGTERM unwinds (terminate_as_interrupt): the finally stops it
         say(f"warming the broker up: {BROKER_WARMUP}")
         first = peers[0]
         _run(first, broker, starts[first.name], mode, tmp, run_id, SEARCH_INTERVAL_MS, "w")
@@ -391,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         given[name] = int(value)
     mode = dataclasses.replace(FULL, latency_warmup_s=args.warmup_s, latency_s=args.seconds)
     started = time.time()
-    with _terminate_as_interrupt():
+    with terminate_as_interrupt():
         intervals = [int(i) for i in args.intervals.split(",")]
         report = run(names, intervals, mode, args.port, starts, args.runs, given, args.seed)
     say(f"done in {time.time() - started:.0f} s")

@@ -40,17 +40,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import say  # noqa: E402
+from bench.latency_phase import latency  # noqa: E402
 from bench.measure import _label, _tree, exact_counts  # noqa: E402
+from bench.modes import CONTROLLER_PORT, PORT, QUICK, Mode  # noqa: E402
 from bench.peers.base import Running  # noqa: E402
 from bench.peers.processor_peer import ProcessorPeer  # noqa: E402
-from bench.run import (  # noqa: E402
-    CONTROLLER_PORT,
-    PORT,
-    QUICK,
-    Mode,
-    latency,
-    throughput,
-)
+from bench.phases import throughput  # noqa: E402
 from processor.commands import corpus  # noqa: E402
 from processor.kafka.broker import LocalBroker  # noqa: E402
 
