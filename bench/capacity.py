@@ -203,7 +203,7 @@ def capacity_run(
         if top is not None:
             result["at_capacity"] = top["costs"]
         gen.set_rate(0)
-        if not wait_for(probe.drained, mode.drain_timeout_s):
+        if not _wait(probe.drained, mode.drain_timeout_s):
             result["drain"] = "not drained"
     except (TimeoutError, RuntimeError) as exc:
         error = str(exc)
@@ -310,10 +310,10 @@ def _drain(
         return input_s <= DRAINED_LAG_S and internal_s <= DRAINED_LAG_S
 
     started = time.time()
-    wait_for(small, timeout)
+    _wait(small, timeout)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
+def _wait(predicate: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -26,7 +26,7 @@ from bench.peers.processor_peer import (
     completed_checkpoints,
     pipeline_breakdown,
 )
-from bench.phases import BrokerDied, both_alive, check_broker, wait_for
+from bench.phases import BrokerDied, both_alive, check_broker, wait_reading
 from processor.commands import corpus
 from processor.kafka.broker import LocalBroker
 
@@ -95,7 +95,9 @@ def _latency(
     try:
         # Ready = it processed and committed one line: the start-up is not latency.
         produce_all(bootstrap, job.input_topic, [probe.encode()], PARTITIONS)
-        wait_for(lambda: probe in watcher.current or not both_alive(running, broker), 120, watcher)
+        wait_reading(
+            lambda: probe in watcher.current or not both_alive(running, broker), 120, watcher
+        )
         if probe not in watcher.current:
             raise RuntimeError("the system never processed the probe line")
         if on_ready is not None:

@@ -433,7 +433,8 @@ def _read_from(path: Path, offset: int) -> str:
         return handle.read().decode(errors="replace")
 
 
-def wait_for(predicate: Any, timeout: float, watcher: OutputWatcher) -> None:
+def wait_reading(predicate: Any, timeout: float, watcher: OutputWatcher) -> None:
+    """Until ``predicate()`` or ``timeout``; raises if ``watcher``'s output reader failed."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not predicate():
         if watcher.error is not None:

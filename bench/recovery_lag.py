@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -70,7 +70,7 @@ from bench.measure import OutputWatcher, create_topic, produce_all
 from bench.peers import flink_cluster, flink_peer, kstreams_peer
 from bench.peers.base import Running, spawn
 from bench.scaling import KEYS_PER_LINE, key_lines
-from processor.kafka.clients import transient, watermark_offsets
+from processor.kafka.clients import retried, watermark_offsets
 
 PARTITIONS = 4
 PARALLELISM = 2
@@ -145,22 +145,6 @@ class SteadyInput(threading.Thread):
 # ------------------------------------------------------------------------------ lag
 
 
-def committed_offsets(
-    consumer: Consumer, parts: list[TopicPartition], retry_s: float = RETRY_S
-) -> list[TopicPartition]:
-    """The group's committed offsets of ``parts``, asked again for up to ``retry_s`` while
-    the answer is a transient error (``processor.kafka.clients.transient``)."""
-    deadline = time.monotonic() + retry_s
-    while True:
-        try:
-            done: list[TopicPartition] = consumer.committed(parts, timeout=10)
-            return done
-        except KafkaException as exc:
-            if not transient(exc) or time.monotonic() > deadline:
-                raise
-        time.sleep(0.5)
-
-
 class LagMonitor(threading.Thread):
     """``samples``: (wall time, lag) every ``POLL_S``: end offsets of the input minus the
     group's committed offsets (a partition without a commit counts from 0)."""
@@ -187,7 +171,8 @@ class LagMonitor(threading.Thread):
     def lag(self) -> int:
         parts = [TopicPartition(self.topic, p) for p in range(PARTITIONS)]
         committed = {
-            tp.partition: max(tp.offset, 0) for tp in committed_offsets(self._offsets, parts)
+            tp.partition: max(tp.offset, 0)
+            for tp in retried(lambda: self._offsets.committed(parts, timeout=10), RETRY_S, 0.5)
         }
         total = 0
         for p in range(PARTITIONS):

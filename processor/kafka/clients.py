@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     Consumer,
@@ -21,6 +21,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from processor.config import Settings, SettingsError
 from processor.kafka.replication import Replication
 from processor.models import limits
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 # librdkafka's own log lines, through Python logging instead of straight to stderr.
@@ -279,15 +281,26 @@ def watermark_offsets(
     leader election or a topic still being created clears (not leader, no leader yet,
     unknown partition, timeout); anything else, or no answer by ``timeout``, raises."""
     deadline = time.monotonic() + timeout
-    while True:
+
+    def ask() -> tuple[int, int]:
         left = deadline - time.monotonic()
+        low, high = consumer.get_watermark_offsets(tp, timeout=max(0.5, left), cached=False)
+        return int(low), int(high)
+
+    return retried(ask, timeout)
+
+
+def retried(call: Callable[[], T], timeout: float, pause: float = 0.2) -> T:
+    """``call()``, asked again every ``pause`` seconds while it raises a `transient` error;
+    anything else, or a transient error after ``timeout``, raises."""
+    deadline = time.monotonic() + timeout
+    while True:
         try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=max(0.5, left), cached=False)
-            return int(low), int(high)
+            return call()
         except KafkaException as exc:
-            if not transient(exc) or left <= 0:
+            if not transient(exc) or time.monotonic() >= deadline:
                 raise
-        time.sleep(0.2)
+        time.sleep(pause)
 
 
 def transient(exc: KafkaException) -> bool:

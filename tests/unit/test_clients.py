@@ -1,5 +1,5 @@
-"""``clients.watermark_offsets``: what a leader move or a new topic answers is retried,
-anything else is raised at once."""
+"""``clients.watermark_offsets`` and ``clients.retried``: what a leader move, a coordinator
+move or load, or a new topic answers is retried, anything else is raised at once."""
 
 from __future__ import annotations
 
@@ -42,3 +42,38 @@ def test_a_leader_that_never_comes_is_raised_at_the_deadline() -> None:
     consumer = _Answers(*[KafkaError.NOT_LEADER_FOR_PARTITION] * 1000)
     with pytest.raises(KafkaException):
         clients.watermark_offsets(consumer, TopicPartition("t", 0), timeout=0.5)  # type: ignore[arg-type]
+
+
+class _Coordinator:
+    """A group coordinator that answers ``errors`` first, then the committed offsets."""
+
+    def __init__(self, *errors: int) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def committed(self) -> list[TopicPartition]:
+        self.calls += 1
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return [TopicPartition("t", 0, 7)]
+
+
+def test_a_coordinator_moving_or_loading_is_waited_out() -> None:
+    # A broker started seconds before answers these until its offsets topic is loaded.
+    group = _Coordinator(KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+    assert [tp.offset for tp in clients.retried(group.committed, 10, pause=0)] == [7]
+    assert group.calls == 3
+
+
+def test_retried_raises_a_lasting_error_at_once() -> None:
+    group = _Coordinator(KafkaError.GROUP_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException):
+        clients.retried(group.committed, 10, pause=0)
+    assert group.calls == 1
+
+
+def test_retried_raises_a_transient_error_after_its_timeout() -> None:
+    group = _Coordinator(*[KafkaError.NOT_COORDINATOR] * 100)
+    with pytest.raises(KafkaException):
+        clients.retried(group.committed, 0, pause=0)
+    assert group.calls == 1

@@ -3,19 +3,9 @@ it never left the band (reported as such, not as 0 s)."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
-import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
-from bench.recovery_lag import (
-    Recovery,
-    band_for,
-    committed_offsets,
-    held_since,
-    recovery,
-    summarize,
-)
+from bench.recovery_lag import Recovery, band_for, held_since, recovery, summarize
 
 
 def samples(lags: list[int], step: float = 0.5, t0: float = 100.0) -> list[tuple[float, int]]:
@@ -80,38 +70,3 @@ def test_summary_leaves_kills_that_never_left_the_band_out_of_the_median() -> No
 def test_held_since_needs_the_whole_hold() -> None:
     assert held_since(samples([9, 1, 1]), lambda n: n < 5, 1.0) is None
     assert held_since(samples([9, 1, 1, 1]), lambda n: n < 5, 1.0) == 100.5
-
-
-class _FlakyCoordinator:
-    """A consumer whose group coordinator answers ``errors`` first, then the offsets."""
-
-    def __init__(self, errors: list[int]) -> None:
-        self.errors = errors
-        self.asked = 0
-
-    def committed(self, parts: list[TopicPartition], timeout: float) -> list[TopicPartition]:
-        self.asked += 1
-        if self.errors:
-            raise KafkaException(KafkaError(self.errors.pop(0)))
-        return [TopicPartition(tp.topic, tp.partition, 7) for tp in parts]
-
-
-def test_the_lag_reader_asks_again_while_the_coordinator_moves_or_loads() -> None:
-    flaky = _FlakyCoordinator([KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS])
-    got = committed_offsets(cast(Any, flaky), [TopicPartition("t", 0)], retry_s=10)
-    assert [tp.offset for tp in got] == [7]
-    assert flaky.asked == 3
-
-
-def test_the_lag_reader_raises_an_error_that_asking_again_does_not_clear() -> None:
-    flaky = _FlakyCoordinator([KafkaError.GROUP_AUTHORIZATION_FAILED])
-    with pytest.raises(KafkaException):
-        committed_offsets(cast(Any, flaky), [TopicPartition("t", 0)], retry_s=10)
-    assert flaky.asked == 1
-
-
-def test_the_lag_reader_gives_up_after_its_retry_time() -> None:
-    flaky = _FlakyCoordinator([KafkaError.NOT_COORDINATOR] * 100)
-    with pytest.raises(KafkaException):
-        committed_offsets(cast(Any, flaky), [TopicPartition("t", 0)], retry_s=0)
-    assert flaky.asked == 1
