@@ -33,8 +33,10 @@ from tests.s3server import S3Server
 # and below Linux's ephemeral range (32768-60999): a client that keeps reconnecting to a
 # port in that range while the broker is down can be given that very port as its source
 # port and connect to itself (TCP simultaneous open), which then blocks the broker's bind.
-TEST_PORT = 19092
-TEST_CONTROLLER_PORT = 19093
+# PROCESSOR_TEST_KAFKA_PORT moves it (and the controller, on the next port): two test
+# sessions side by side on one machine.
+TEST_PORT = int(os.environ.get("PROCESSOR_TEST_KAFKA_PORT", "19092"))
+TEST_CONTROLLER_PORT = TEST_PORT + 1
 
 # Below the ephemeral range too (see above); PROCESSOR_TEST_S3_PORT moves it (and the next
 # port, which the outage test's own server takes).
