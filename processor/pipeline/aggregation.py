@@ -5,7 +5,9 @@ first touch; at the flush (`flush`) into state and on to the operator's children
 an aggregation whose only child is a sink encoded once for its state and its record
 (`flush_into_sink`, word count's path).
 
-Quiet updates (a replay after a fallback restore) go to the quiet map: stored, not emitted.
+A replay after a fallback restore folds and flushes as the first run did, quietly: its
+updates reach the operators after the aggregation (their state must be rebuilt too), and no
+sink or shuffle.
 """
 
 from __future__ import annotations
@@ -27,48 +29,36 @@ if TYPE_CHECKING:
 def fold(
     op: Aggregate,
     batch: list[tuple[str, Any]],
-    quiet: bool,
     fold: Callable[[Any, Any], Any],
     add: str | None = None,
     unique: bool = False,
 ) -> None:
-    """``add``: "count" or "sum" when ``fold`` is that (folded inline, the same
-    arithmetic); ``unique``: the batch's keys are distinct (a combined record)."""
-    # Loud updates go to the dirty map (emitted at flush). Quiet ones go to the quiet map
-    # (stored, not emitted), except for a key already dirty: its output is pending anyway
-    # and carries the sum. A key updated quietly, then loudly, moves to the dirty map.
+    """``batch`` folded into ``op``'s dirty map (a key missing from it is loaded from state
+    first). ``add``: "count" or "sum" when ``fold`` is that (folded inline, the same
+    arithmetic); ``unique``: the batch's keys are distinct (a combined record).
+
+    A replay after a fallback folds exactly as the first run did: whether the epoch's output
+    goes out is decided at `flush`, so what follows the aggregation sees the same updates."""
     chain, node = op.chain, op.node
-    dirty, quiet_map = op.dirty, op.set_quietly
+    dirty = op.dirty
     expiry = op.untimed  # its TTL, where its records come without their event time
     if expiry is not None:  # updated now: its TTL counts from here
         expiry.touch_all([t for t, _ in batch])
-    if not quiet_map:  # the common case: a key is either dirty already or missing
-        if unique:
-            missing = [t for t, _ in batch if t not in dirty]
-        else:
-            missing = [t for t in {t for t, _ in batch} if t not in dirty]
+    if unique:
+        missing = [t for t, _ in batch if t not in dirty]
     else:
-        missing = []
-        for text in [t for t, _ in batch] if unique else {t for t, _ in batch}:
-            if text in dirty:
-                continue
-            if text in quiet_map:
-                if not quiet:
-                    dirty[text] = quiet_map.pop(text)
-                continue
-            missing.append(text)
+        missing = [t for t in dict.fromkeys(t for t, _ in batch) if t not in dirty]
     if missing:
-        fresh = quiet_map if quiet else dirty
         prefix = state_prefix(node)
         raws = chain._reader.get_many([prefix + t.encode() for t in missing])
         for text, raw in zip(missing, raws, strict=True):
-            fresh[text] = UNSET if raw is None else load_value(raw)
+            dirty[text] = UNSET if raw is None else load_value(raw)
     failed = False
-    if add == "count" and not quiet_map:  # loud only: every key is in the dirty map
+    if add == "count":
         for text, _ in batch:
             acc = dirty[text]
             dirty[text] = 1 if acc is UNSET else acc + 1
-    elif add == "sum" and not quiet_map:
+    elif add == "sum":
         for text, value in batch:
             acc = dirty[text]
             if type(value) is not int and type(value) is not float:
@@ -78,46 +68,56 @@ def fold(
             dirty[text] = value if acc is UNSET else acc + value
     else:
         for text, value in batch:
-            target = dirty if text in dirty else quiet_map
             try:
-                target[text] = fold(target[text], value)
+                dirty[text] = fold(dirty[text], value)
             except Exception as exc:  # noqa: BLE001 - a user function's failure: dead
                 failed = True
                 chain._dead(node, exc, value)
     if not failed:
         return  # every key that was missing now has a value
     for text in missing:
-        for target in (dirty, quiet_map):
-            if target.get(text, None) is UNSET:
-                del target[text]  # every value for it failed: nothing to store or emit
+        if dirty.get(text, None) is UNSET:
+            del dirty[text]  # every value for it failed: nothing to store or emit
 
 
-def flush(op: Aggregate, writes: dict[bytes, bytes | None]) -> None:
-    """``op``'s values of the epoch into ``writes``: the quiet ones stored only, the dirty
-    ones stored and on to its children (a value that cannot be stored is dead: neither)."""
+def flush(op: Aggregate, writes: dict[bytes, bytes | None], quiet: bool) -> None:
+    """``op``'s values of the epoch into ``writes`` and on to its children, in the order the
+    keys were first updated (a value that cannot be stored is dead: neither). ``quiet``: a
+    replay, whose output is committed already; the children update their state all the same
+    (a ``process`` or a ``reduce`` after this aggregation must see what it saw the first
+    time), and sinks and shuffles drop it."""
     chain, node = op.chain, op.node
     prefix = state_prefix(node)
-    dirty, quiet = op.dirty, op.set_quietly
-    for text, value in quiet.items():
-        if text not in dirty:
-            raw = state_flush.encode(chain, node, value)
-            if raw is not None:
-                writes[prefix + text.encode()] = raw
-    quiet.clear()
+    dirty = op.dirty
     if not dirty:
         return
     items = list(dirty.items())
     dirty.clear()
     if op.plain_sink is not None:
-        flush_into_sink(chain, node, prefix, items, op.plain_sink, writes)
+        if quiet:  # a sink drops a quiet update: the state alone
+            _stored(chain, node, prefix, items, writes)
+        else:
+            flush_into_sink(chain, node, prefix, items, op.plain_sink, writes)
         return
-    emitted = []
+    emitted = _stored(chain, node, prefix, items, writes)
+    op.emit(emitted, quiet)
+
+
+def _stored(
+    chain: StageChain,
+    node: Node,
+    prefix: bytes,
+    items: list[tuple[str, Any]],
+    writes: dict[bytes, bytes | None],
+) -> list[tuple[str, Any]]:
+    """``items`` into ``writes``; those that could be encoded (the others are dead)."""
+    kept = []
     for text, value in items:
         raw = state_flush.encode(chain, node, value)
-        if raw is not None:  # else dead: neither stored nor emitted
+        if raw is not None:
             writes[prefix + text.encode()] = raw
-            emitted.append((text, value))
-    op.emit(emitted, quiet=False)
+            kept.append((text, value))
+    return kept
 
 
 def flush_into_sink(

@@ -24,8 +24,11 @@ a list of ``(key text, value)`` pairs (`ops.key_text`: a string key is itself). 
 - process: record by record, with a state handle per key; its output flows on at once.
 - sink: encoded records, taken by the task at flush.
 
-*Quiet* batches (the replay after a fallback restore) update state but emit nothing, dead
-records included: their output is committed already.
+*Quiet* batches (the replay after a fallback restore) update every operator's state as the
+first run did, and their updates flow on quietly to the operators that follow; sinks,
+shuffles and the dead records drop them: their output is committed already. The replay
+flushes where the first run did (`flush` with ``quiet``, see `pending`), so an operator after
+an aggregation sees the same updates in the same order.
 
 In a timed pipeline (windows, joins) items carry their event time: an unkeyed item is
 ``(time, value)``, a keyed one ``((key text, time), value)``, so map, filter and flat_map
@@ -169,9 +172,10 @@ class StageChain:
         self._aggregates = [op for op in runs if isinstance(op, Aggregate)]
         self._processes = {op.node: op for op in runs if isinstance(op, Process)}
         windows = [op for op in runs if isinstance(op, Window)]
+        self._per_record = [op for op in runs if isinstance(op, PerRecordAggregate)]
         # What keeps state other than the aggregations, in the order it is written at flush.
         self._keepers: list[PerRecordAggregate | Process | Window | Join] = [
-            *(op for op in runs if isinstance(op, PerRecordAggregate)),
+            *self._per_record,
             *self._processes.values(),
             *windows,
             *self._joins,
@@ -271,6 +275,16 @@ class StageChain:
         )
 
     @property
+    def pending(self) -> int:
+        """The keys whose updates wait for `flush` to go on to the operators that follow (the
+        aggregations'), and those ``emit="record"`` aggregations hold: what decides an early
+        flush. Only the records applied decide it, never the output buffers, so that a
+        replay flushes where the first run did."""
+        return sum(len(op.dirty) for op in self._aggregates) + sum(
+            len(op.latest) for op in self._per_record
+        )
+
+    @property
     def ticks(self) -> bool:
         """Whether `tick` has processing-time timers to fire or wall-clock TTLs to expire
         (the task reads the clock for it at each checkpoint)."""
@@ -326,12 +340,13 @@ class StageChain:
         op = self.timed_operators()[prefix]
         op.restore_timers((k[len(prefix) :].decode(), load_value(v)) for k, v in items)
 
-    def flush(self) -> None:
+    def flush(self, quiet: bool = False) -> None:
         """Aggregations' latest values into state and on to their children (in graph order:
         an aggregation's output may feed another; ``emit="record"`` ones into state only,
-        their updates went on already); state of ``process`` and quiet updates into state.
-        Sink records and shuffle buffers are then ready to take."""
-        state_flush.flush(self)
+        their updates went on already); state of ``process`` into state. Sink records and
+        shuffle buffers are then ready to take. ``quiet``: the replay after a fallback,
+        whose updates reach the operators' state and no output."""
+        state_flush.flush(self, quiet)
 
     def take_sinks(self) -> dict[str, list[tuple[bytes | None, bytes]]]:
         sinks, self.sinks = self.sinks, {}

@@ -34,10 +34,9 @@ def epoch_value(chain: StageChain, store_key: bytes) -> tuple[bool, bytes | None
     name, text = operator.decode(), raw_text.decode()
     held: Any = UNSET
     # The operators own these maps (`processor.pipeline.operators.keyed`): an aggregation's
-    # dirty and quiet ones, a process's cache; then the windows'.
+    # dirty one, a process's cache; then the windows'.
     aggregates, processes = list(chain._aggregates), list(chain._processes.values())
     maps: list[tuple[str, dict[str, Any]]] = [(op.node.name, op.dirty) for op in aggregates]
-    maps += [(op.node.name, op.set_quietly) for op in aggregates]
     maps += [(op.node.name, op.cache) for op in processes]
     for node_name, values in maps:
         if node_name == name:

@@ -3,7 +3,7 @@ the epoch goes into state in one write, and the aggregations' latest values on t
 children.
 
 Each operator writes its own (`processor.pipeline.operators.keyed`): an aggregation's dirty
-keys (stored and emitted) and quiet ones (stored only); an ``emit="record"`` aggregation's keys
+keys (stored and emitted, quietly in a replay); an ``emit="record"`` aggregation's keys
 (emitted already); a ``process``'s cache (a deleted key as a deletion) and its timers
 (`processor.pipeline.timers`); the windows' changed state; and the join's. Then the keys
 expired by a TTL and the deadlines of the keys updated (`processor.pipeline.ttl`). A value
@@ -24,21 +24,26 @@ if TYPE_CHECKING:
     from processor.pipeline.chain import StageChain
 
 
-def flush(chain: StageChain) -> None:
+def flush(chain: StageChain, quiet: bool = False) -> None:
     """The epoch's state of every operator of ``chain`` into its state backend, and the
-    aggregations' latest values on to their children, in graph order."""
+    aggregations' latest values on to their children, in graph order. ``quiet``: a replay
+    after a fallback, as the first run but with no output (dead records included: they
+    were dead-lettered when the epoch first ran)."""
+    dead = len(chain.dead)
     # Keys expired during the epoch (`processor.pipeline.ttl`): deleted, unless written again
     # below (a key that came back after it expired).
     writes: dict[bytes, bytes | None] = dict.fromkeys(chain._expired)
     # The aggregations first: what they emit may reach the others' state.
     for op in chain._aggregates:
-        op.flush(writes)
+        op.flush(writes, quiet)
     for keeper in chain._keepers:
         keeper.flush(writes)
     if chain._expiry:
         ttl.at_flush(chain, writes)
     chain._state.write(writes)
     chain._expired.clear()  # read as missing until now
+    if quiet:
+        del chain.dead[dead:]
 
 
 def flush_timed(

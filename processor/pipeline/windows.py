@@ -217,7 +217,9 @@ class WindowOperator(_Timed):
         self._store(text, state)
 
     def fire(self, watermark: int, quiet: bool) -> list[Item]:
-        """Close the windows the watermark passed: their results (none if ``quiet``)."""
+        """Close the windows the watermark passed: their results (in a replay too, ``quiet``:
+        what follows the window rebuilds its state from them)."""
+        del quiet  # the children drop what a replay must not output
         out: list[Item] = []
         for text in self.due(watermark):
             state = self._get(text)
@@ -230,7 +232,7 @@ class WindowOperator(_Timed):
                 continue
             for start, end, held in sorted(closed, key=lambda c: c[0]):
                 del state[str(start)]
-                if not quiet and not self._process:
+                if not self._process:
                     acc = held[1] if self.gap else held
                     out.append(((self._result_key(text, start), end - 1), acc))
             self._store(text, state)

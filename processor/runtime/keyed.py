@@ -284,6 +284,7 @@ class KeyedTask(KeyedCheckpoints):
         channels = self.ctx.input_partitions
         combined = self.stage.combiner is not None
         widths, sides = self.stage.pair_widths, self._sides
+        flush_keys = self.settings.flush_keys
         # Only right after a fallback restore: a replayed record's output is committed
         # already, so it goes into the state only.
         quiet = self._replay_to > 0
@@ -335,15 +336,24 @@ class KeyedTask(KeyedCheckpoints):
                 applied += len(body)
                 if len(chain.dead) > dead:
                     self._dead_at(dead, offset, out)
+                if chain.pending >= flush_keys:
+                    self._flush_early(out, quiet)
         self._records_in += applied
         self._m_in.inc(applied)
         if chain.late:
             self._count_late()
         # Dead records wait for the flush like the other output: the open transaction may be
-        # the previous epoch's, still waiting for its snapshot. No early flush while
-        # replaying: what is in a transaction must not be changed quietly afterwards
-        # (checkpoint n+1 can only complete after the replay).
-        if chain.buffered >= self.settings.flush_keys and not self._replay_to:
+        # the previous epoch's, still waiting for its snapshot.
+        if chain.buffered >= flush_keys and not quiet:
+            self._flush(out, operators=False)
+
+    def _flush_early(self, out: TransactionalOutput, quiet: bool) -> None:
+        """The aggregations' keys outgrew ``flush_keys``: checked after each shuffle record,
+        so a replay after a fallback flushes where the first run did (quietly)."""
+        assert self.chain is not None
+        if quiet:
+            self.chain.flush(quiet=True)
+        else:
             self._flush(out)
 
     def _on_watermark(self, msg: Message, admit: Any) -> None:
@@ -408,18 +418,22 @@ class KeyedTask(KeyedCheckpoints):
         self._dlq.failed(out, dead)
         self._dead_in_txn.extend(dead)
 
-    def _flush(self, out: TransactionalOutput, checkpoint: bool = False) -> None:
+    def _flush(
+        self, out: TransactionalOutput, checkpoint: bool = False, operators: bool = True
+    ) -> None:
         """The epoch so far: state -> RocksDB, output -> the open transaction.
 
         ``checkpoint``: a snapshot follows, so the memtable flush starts right after the
-        state write and runs in RocksDB's thread while the output is produced."""
+        state write and runs in RocksDB's thread while the output is produced. ``operators``
+        False: the output only (a point a replay cannot find again, see `_flush_early`)."""
         chain = self.chain
         assert chain is not None
         # The previous epoch's transaction must be closed (time the checkpoint is charged with).
         waiting = time.monotonic()
         self._finish_checkpoint(out, block=True)
         self._waited_s += time.monotonic() - waiting
-        chain.flush()
+        if operators:
+            chain.flush()
         if checkpoint:
             self._store.start_flush()
         segments = self._resend

@@ -125,7 +125,9 @@ class KeyedCheckpoints(Task):
         self._waited_s = 0.0  # this epoch's waits for the previous checkpoint to finish
 
     # What the task itself does at a checkpoint (keyed.py).
-    def _flush(self, out: TransactionalOutput, checkpoint: bool = False) -> None:
+    def _flush(
+        self, out: TransactionalOutput, checkpoint: bool = False, operators: bool = True
+    ) -> None:
         raise NotImplementedError
 
     def _tick(self, triggered_at_ms: int, quiet: bool = False) -> None:
@@ -197,7 +199,7 @@ class KeyedCheckpoints(Task):
         if self._fed is not None:
             self._fed.at_barrier(chain, checkpoint_id, quiet=True)
         self._tick(triggered_at_ms, quiet=True)
-        chain.flush()  # quiet operators emit nothing, dead records included
+        chain.flush(quiet=True)  # into every operator's state; no output, no dead records
         chain.late.clear()
         if self.stage.timed:
             self._send_watermark(None)

@@ -4,7 +4,9 @@ loop's feedback topic and processed at each barrier (docs/loops.md has the rules
 - **Never aligned.** The feedback partition carries no barriers. Waiting for barrier n on it
   would wait for the task's own transaction n: a deadlock.
 - **Processed at the barrier, in log order.** Records are read (read_committed, so only
-  those of committed transactions) into a buffer as they come. When barrier n is aligned on
+  those of committed transactions) into a buffer as they come, up to `BUFFER_BYTES`: past
+  that the rest waits in the log (a loop that feeds back more than it consumes, or a backlog
+  after downtime, grows the topic, never the task's memory). When barrier n is aligned on
   the forward channels, the buffered records from ``F(n-1)`` up to ``F(n)``, the position
   read to, are processed, before the snapshot. Epoch n is the forward records between
   barriers n-1 and n, then the fed-back records ``[F(n-1), F(n))``.
@@ -26,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from processor.kafka import clients
 from processor.models.records import decode_shuffle
@@ -38,6 +40,9 @@ log = logging.getLogger(__name__)
 # F(k) of this many recent aligned barriers ride in the commit metadata: a fallback replays
 # at most that many epochs (about 20 bytes each, under the broker's 4 KiB metadata limit).
 HISTORY = 64
+# What a loop task reads ahead of its barriers at most (record values' bytes, plus one batch).
+BUFFER_BYTES = 32 * 1024 * 1024
+CHUNK = 64  # records read at a time: what the buffer may hold past BUFFER_BYTES
 # How long the replay after a fallback waits for fed-back records it knows were committed.
 REPLAY_WAIT_S = 120.0
 # The snapshot's key for F(n), and the commit metadata's for the history.
@@ -55,13 +60,16 @@ class FeedbackInput:
         partition: int,
         consumer: Consumer,
         on_malformed: Callable[[], None] = lambda: None,
+        limit: int = BUFFER_BYTES,
     ) -> None:
         self.task_id = task_id
         self.tp = TopicPartition(topic, partition)
         self.consumer = consumer
         self.position = 0  # F: the next record to process
-        self._buffer: list[tuple[int, list[list[Any]]]] = []  # (offset, items), read ahead
+        self._buffer: list[tuple[int, int, list[list[Any]]]] = []  # (offset, bytes, items)
         self._read_to = 0  # past the last record buffered
+        self._held = 0  # the buffer's bytes
+        self._limit = limit
         self.history: list[tuple[int, int]] = []  # (checkpoint, F at its barrier)
         self.malformed = 0  # records no task of the loop wrote (skipped)
         self._on_malformed = on_malformed  # the task's skipped-records metric
@@ -72,27 +80,39 @@ class FeedbackInput:
         self.history = history[-HISTORY:]
         self.consumer.assign([TopicPartition(self.tp.topic, self.tp.partition, position)])
 
-    def poll(self, wait: float = 0.0, batch: int = 10_000) -> None:
-        """Buffer what has been read since the last call (waiting up to ``wait`` for it)."""
-        msgs = clients.consume_ready(self.consumer, batch, wait) if wait else None
-        if msgs is None:
-            msgs = self.consumer.consume(batch, 0)
-        for msg in msgs:
-            if not check(msg):
-                continue
-            offset: int = msg.offset()  # type: ignore[assignment]
-            self._read_to = offset + 1
-            try:
-                _, body = decode_shuffle(msg.value() or b"")
-            except (ValueError, struct.error, TypeError, RecursionError):
-                body = None
-            if not isinstance(body, list) or any(
-                type(item) is not list or len(item) != 2 for item in body
-            ):
-                self.malformed += 1  # aborted leftovers are never seen; nothing else is ours
-                self._on_malformed()
-                continue
-            self._buffer.append((offset, body))
+    def poll(self, wait: float = 0.0, batch: int = 10_000, full: bool = False) -> None:
+        """Buffer up to ``batch`` records read since the last call (waiting up to ``wait``
+        for the first), until the buffer holds ``limit`` bytes (``full``: all the same, for
+        the replay, which needs what the first run had read); a chunk at a time, so that it
+        holds at most a chunk more."""
+        while batch > 0 and (full or self._held < self._limit):
+            chunk = min(batch, CHUNK)
+            msgs = clients.consume_ready(self.consumer, chunk, wait) if wait else None
+            if msgs is None:
+                msgs = self.consumer.consume(chunk, 0)
+            if not msgs:
+                return
+            batch, wait = batch - len(msgs), 0.0
+            for msg in msgs:
+                if check(msg):
+                    self._take(msg)
+
+    def _take(self, msg: Message) -> None:
+        offset: int = msg.offset()  # type: ignore[assignment]
+        self._read_to = offset + 1
+        value = msg.value() or b""
+        try:
+            _, body = decode_shuffle(value)
+        except (ValueError, struct.error, TypeError, RecursionError):
+            body = None
+        if not isinstance(body, list) or any(
+            type(item) is not list or len(item) != 2 for item in body
+        ):
+            self.malformed += 1  # aborted leftovers are never seen; nothing else is ours
+            self._on_malformed()
+            return
+        self._buffer.append((offset, len(value), body))
+        self._held += len(value)
 
     def at_barrier(self, chain: StageChain, checkpoint_id: int, quiet: bool) -> int:
         """Barrier ``checkpoint_id`` is aligned: process the fed-back records up to F of it
@@ -105,12 +125,13 @@ class FeedbackInput:
             target = self._read_to
         n = 0
         keep = 0
-        for i, (offset, body) in enumerate(self._buffer):
+        for i, (offset, size, body) in enumerate(self._buffer):
             if offset >= target:
                 keep = i
                 break
             chain.fed_back(body, quiet)
             n += len(body)
+            self._held -= size
         else:
             keep = len(self._buffer)
         del self._buffer[:keep]
@@ -140,7 +161,12 @@ class FeedbackInput:
                     f"records up to {self.tp.topic}[{self.tp.partition}]@{target} did not "
                     f"come within {REPLAY_WAIT_S:.0f} s (read to {self._read_to})"
                 )
-            self.poll(wait=0.2)
+            self.poll(wait=0.2, full=True)
+
+    @property
+    def buffered(self) -> int:
+        """Fed-back records read ahead, waiting for a barrier."""
+        return len(self._buffer)
 
     def lag(self) -> int:
         """Fed-back records not processed yet: read ahead, or not read yet (those of the open

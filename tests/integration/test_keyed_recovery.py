@@ -61,6 +61,8 @@ def _pipeline(job: str) -> Pipeline:
     keyed.process(_first_sight, name="first").sink(f"{job}.first")
     keyed.reduce(lambda a, b: b, name="last").sink(f"{job}.last")
     keyed.map(_strict, name="strict").sink(f"{job}.strict")
+    # A running sum of a count's updates, after it in the stage: it sees where flushes fall.
+    keyed.count(name="n").reduce(lambda a, b: a + b, name="n-sum").sink(f"{job}.nsum")
     windowed = keyed.window(size_ms=1000, name="win").count(name="win-count")
     windowed.sink(f"{job}.win")
     windowed.key_by(lambda n: "all", name=DOWNSTREAM).sum(name="total-sum").sink(f"{job}.total")
@@ -90,7 +92,7 @@ class PipelineTaskRun(KeyedTaskThread):
             clients.ensure_topic(admin, topic, 1)
 
     def sinks(self) -> list[str]:
-        return [f"{self.job}.{name}" for name in ("first", "last", "strict", "win")]
+        return [f"{self.job}.{name}" for name in ("first", "last", "strict", "win", "nsum")]
 
     # -- the log ------------------------------------------------------------------------------
 
@@ -210,12 +212,14 @@ def _replay_ends_mid_batch(run: PipelineTaskRun) -> None:
         run.barrier(channel, 1)
     run.data(0, _event("k1", 2, 300))
     run.data(1, _event("k3", 1, 300))
+    run.data(1, _event("k1", 4, 350))  # k1 twice in epoch 2: an early flush between
     run.barrier(0, 2)
     run.barrier(1, 2)
     run.data(1, _event("k7", 1, 400), _event("k1", 5, 400))
     run.data(0, _event("k8", 1, 400))
 
 
+@pytest.mark.parametrize("flush_keys", ["200000", "1"], ids=["epochs", "early-flushes"])
 @pytest.mark.parametrize(
     ("log", "windows"),
     [
@@ -227,13 +231,16 @@ def test_fallback_replays_in_the_first_runs_order(
     task_run: Callable[..., PipelineTaskRun],
     log: Callable[[PipelineTaskRun], None],
     windows: list[tuple[bytes, bytes]],
+    flush_keys: str,
 ) -> None:
     """Hole 2: the committed snapshot 2 is lost; snapshot 1 stands in, and the replay of
     epoch 2 must align as the first run did. Otherwise A's records after its barrier 2 are
     applied before B's (the last value is stale, a first sight is emitted twice), the window
     that A's watermark fires fires during the quiet replay (never emitted), and the dead
-    record of the replayed epoch is dead-lettered again."""
-    reference, faulted = task_run(), task_run()
+    record of the replayed epoch is dead-lettered again. With ``flush_keys`` 1 the count
+    flushes early after every shuffle record: the replay must too, or the running sum after
+    it (``nsum``) sees fewer updates."""
+    reference, faulted = task_run(flush_keys=flush_keys), task_run(flush_keys=flush_keys)
     for run in (reference, faulted):
         log(run)
         run.start()

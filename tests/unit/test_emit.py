@@ -127,7 +127,7 @@ def test_quiet_records_update_state_and_state_downstream_but_emit_nothing() -> N
     chain = _chain(compiled, state)
     chain.shuffled([["a", "a"], ["a", "a"], ["b", "b"]], quiet=True)
     assert _out(chain, "c") == [] and _out(chain, "s") == []
-    chain.flush()
+    chain.flush(quiet=True)
     assert chain.take_sinks() == {}
     chain.shuffled([["a", "a"], ["b", "b"]])
     assert _out(chain, "c") == [("a", 3), ("b", 2)]

@@ -22,7 +22,13 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from processor.models.records import encode_shuffle
-from processor.runtime.keyed_feedback import FeedbackInput, history_of, position_of
+from processor.runtime.keyed_feedback import (
+    BUFFER_BYTES,
+    CHUNK,
+    FeedbackInput,
+    history_of,
+    position_of,
+)
 
 Rid = tuple[int, int]  # (forward record, times round the loop)
 
@@ -85,6 +91,31 @@ class ReadCommitted:
         return got[0] if got else None
 
 
+class AllAtOnce(ReadCommitted):
+    """A consumer that brings as many records as asked for."""
+
+    def __init__(self, log: TxnLog) -> None:
+        super().__init__(log, random.Random(0))
+
+    def consume(self, n: int, timeout: float = 0) -> list[Msg]:
+        start = self.pos
+        self.pos = min(len(self.log.records), start + n)
+        return [
+            Msg(i, encode_shuffle(0, [[str(rid), list(rid)]]))
+            for i, (_, rid) in enumerate(self.log.records[start : self.pos], start)
+        ]
+
+
+@dataclass
+class Collect:
+    """The chain's side of `FeedbackInput.at_barrier`: what it feeds back, collected."""
+
+    seen: list[Any]
+
+    def fed_back(self, body: list[list[Any]], quiet: bool) -> None:
+        self.seen.extend(body)
+
+
 @dataclass
 class Snapshot:
     checkpoint: int
@@ -114,7 +145,8 @@ class LoopTask:
             self.out.append((rid[0], rid[1] + 1))
 
 
-def run_model(seed: int, fallbacks: bool = True) -> dict[str, int]:
+def run_model(seed: int, fallbacks: bool = True, limit: int = BUFFER_BYTES) -> dict[str, int]:
+    """``limit``: the feedback's read-ahead (`FeedbackInput`), in bytes."""
     rng = random.Random(seed)
     n_records = rng.randint(1, 25)
     depth = {i: rng.choice([0, 0, 1, 2, 4]) for i in range(n_records)}
@@ -132,7 +164,8 @@ def run_model(seed: int, fallbacks: bool = True) -> dict[str, int]:
     log = TxnLog()
 
     def new_task() -> LoopTask:
-        fed = FeedbackInput("loop-0", "job.loop.feedback", 0, ReadCommitted(log, rng))  # type: ignore[arg-type]
+        consumer = ReadCommitted(log, rng)
+        fed = FeedbackInput("loop-0", "job.loop.feedback", 0, consumer, limit=limit)  # type: ignore[arg-type]
         return LoopTask(depth, fed)
 
     task = new_task()
@@ -239,6 +272,33 @@ def test_model_every_fed_back_record_exactly_once(seed: int) -> None:
     run_model(seed)
 
 
+@pytest.mark.parametrize("seed", range(150))
+def test_model_with_a_full_read_ahead_buffer(seed: int) -> None:
+    """Read-ahead bounded to about one record: the rest waits in the log, and the replay
+    after a fallback still processes what the first run did at each barrier."""
+    run_model(seed, limit=30)
+
+
+def test_a_full_buffer_leaves_the_rest_in_the_log() -> None:
+    """A loop that feeds back more than it consumes grows the topic, not the task's memory:
+    past the limit nothing more is read until a barrier processes what is held."""
+    log = TxnLog()
+    for rid in range(1000):
+        log.records.append((0, (rid, 1)))
+    log.fate[0] = "committed"
+    one = len(encode_shuffle(0, [["0", [0, 1]]]))
+    fed = FeedbackInput("loop-0", "t", 0, AllAtOnce(log), limit=10 * one)  # type: ignore[arg-type]
+    fed.start(0, [])
+    for _ in range(50):
+        fed.poll()
+    held = fed.buffered
+    assert 10 <= held <= 10 + CHUNK
+    seen: list[Any] = []
+    chain = Collect(seen)
+    assert fed.at_barrier(chain, 1, quiet=False) == held  # type: ignore[arg-type]
+    assert fed.position == held and fed.buffered <= 10 + CHUNK
+
+
 def test_the_model_meets_crashes_declines_fallbacks_and_replays() -> None:
     """The model's runs do reach the paths it checks."""
     total: Counter[str] = Counter()
@@ -254,7 +314,8 @@ def test_a_record_no_task_wrote_is_skipped_and_counted() -> None:
     log.append(1, (0, 1))
     log.fate[1] = "committed"
     consumer = ReadCommitted(log, random.Random(0))
-    consumer.consume = lambda n, timeout=0: [Msg(0, b"not a shuffle record")]  # type: ignore[method-assign]
+    fetches = iter([[Msg(0, b"not a shuffle record")]])
+    consumer.consume = lambda n, timeout=0: next(fetches, [])  # type: ignore[method-assign]
     counted: list[int] = []
     fed = FeedbackInput(
         "loop-0",

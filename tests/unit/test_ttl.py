@@ -465,7 +465,7 @@ def test_a_quiet_replay_expires_the_same_keys(kind: str, timed: bool) -> None:
                 t.chain.advance(step * 400, quiet)
             else:
                 t.chain.tick(step * 400, quiet)
-            t.chain.flush()
+            t.chain.flush(quiet)
         states.append(dict(t.backend.data))
         assert not t.chain.take_sinks() if quiet else True
     assert states[0] == states[1]

@@ -37,16 +37,15 @@ class Aggregate(Operator):
     """An aggregation with ``emit="checkpoint"``: each key's latest value of the epoch
     (`processor.pipeline.aggregation.fold`), into state and on to the children at `flush`."""
 
-    __slots__ = ("add", "dirty", "expiry", "fold", "plain_sink", "set_quietly", "untimed")
+    __slots__ = ("add", "dirty", "expiry", "fold", "plain_sink", "untimed")
 
     def __init__(self, chain: StageChain, node: Node) -> None:
         super().__init__(chain, node)
         self.fold = folder(node)
         # count and sum fold inline (no call per value): the word count path.
         self.add = node.kind if node.kind in ("count", "sum") else None
-        # Key text -> latest value this epoch: emitted at flush / set quietly (stored only).
+        # Key text -> latest value this epoch: stored and emitted at flush.
         self.dirty: dict[str, Any] = {}
-        self.set_quietly: dict[str, Any] = {}
         # Its only child, if that is a sink with the defaults (word count's): see
         # `aggregation.flush_into_sink`.
         only = node.children[0] if len(node.children) == 1 else None
@@ -58,30 +57,31 @@ class Aggregate(Operator):
         self.untimed = ttl.untimed(node, self.expiry)
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
-        aggregation.fold(self, batch, quiet, self.fold, self.add)
+        del quiet  # the flush decides: see `aggregation.flush`
+        aggregation.fold(self, batch, self.fold, self.add)
 
     def combine(self, partials: dict[str, Any], quiet: bool, merge: Callable[..., Any]) -> None:
         """A combined shuffle record's partials, merged by ``merge`` (partial counts and sums
         by addition, like a sum's values)."""
+        del quiet  # the flush decides: see `aggregation.flush`
         add = "sum" if self.add is not None else None
-        aggregation.fold(self, list(partials.items()), quiet, merge, add, unique=True)
+        aggregation.fold(self, list(partials.items()), merge, add, unique=True)
 
-    def flush(self, writes: Writes) -> None:
-        """The epoch's values into ``writes``; the dirty ones on to the children."""
-        aggregation.flush(self, writes)
+    def flush(self, writes: Writes, quiet: bool = False) -> None:
+        """The epoch's values into ``writes`` and on to the children (quietly in a replay)."""
+        aggregation.flush(self, writes, quiet)
 
     def expire(self, texts: list[str], quiet: bool) -> None:
-        """Expired keys out of the epoch's maps; a pending update on to the children first
-        (the last value of its changelog), unless ``quiet``."""
-        dirty, quiet_map = self.dirty, self.set_quietly
+        """Expired keys out of the epoch's map; a pending update on to the children first
+        (the last value of its changelog; quietly in a replay, as the first run did)."""
+        dirty = self.dirty
         last: list[Any] = []
         for text in texts:
-            quiet_map.pop(text, None)
             value = dirty.pop(text, UNSET)
             if value is not UNSET:
                 last.append((text, value))
-        if last and not quiet:  # the pending update of the changelog, before the key goes
-            self.emit(last, quiet=False)
+        if last:  # the pending update of the changelog, before the key goes
+            self.emit(last, quiet)
 
 
 class PerRecordAggregate(Operator):
@@ -184,7 +184,7 @@ class Window(Operator):
         late: list[Item] = []
         out = self.windows.add(batch, self.chain._marks[self.node], late)
         sink_batch.late(self.chain, self.node, late, quiet)
-        if not quiet:
+        if out:  # quietly in a replay: what follows rebuilds its state from it
             self.emit(out, quiet)
 
     def advance(self, mark: int, before: int, quiet: bool) -> None:
@@ -219,7 +219,7 @@ class Join(Operator):
         late: list[Item] = []
         out = self.join.add(side, items, self.chain.watermark, late)
         sink_batch.late(self.chain, self.node, late, quiet)
-        if not quiet:
+        if out:  # quietly in a replay: what follows rebuilds its state from it
             self.emit(out, quiet)
 
     def flush(self, writes: Writes) -> None:
