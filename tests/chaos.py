@@ -7,6 +7,9 @@
     python -m tests.chaos --chained --events 200000 --faults 100 --seed 1   # timed stages
     python -m tests.chaos --loops --events 20000 --faults 40 --seed 1       # two loops
     python -m tests.chaos --postgres --words 300000 --faults 30 --seed 1    # into PostgreSQL
+    python -m tests.chaos --pipeline tests/integration/milestones_pipeline.py:pipeline \
+        --fallbacks --words 600000 --faults 30 --seed 1     # fallback restores, a process
+        # after an aggregation
     (tests/integration/test_chaos.py runs a short version in CI)
 
 Faults: SIGKILL of a worker (restarted after a random pause), SIGKILL of the coordinator
@@ -93,7 +96,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
+
+from confluent_kafka import TopicPartition
 
 from processor.commands import corpus
 from processor.commands.counts import read_records, read_updates
@@ -103,6 +109,7 @@ from processor.kafka.cluster import LocalCluster
 from processor.pipeline.api import Pipeline
 from processor.pipeline.load import load_pipeline
 from processor.pipeline.plan import plan
+from processor.runtime.task import committed_after_fencing
 from processor.topics import INTERNAL_SUFFIXES, job_topic
 from tests import anomalies, broker_faults, network_faults, reference
 from tests.anomalies import Anomalies
@@ -126,6 +133,8 @@ NEVER_IDLE_MS = 3_600_000  # the clicks run's idle_ms: longer than any fault and
 # The chained run's idle_ms: shorter than its longer pauses (worker SIGKILL 1-5 s before the
 # restart, SIGSTOP 3-6 s), far longer than the feed's gaps.
 CHAINED_IDLE_MS = 2000
+# The fault of ``fallbacks``: a keyed task's committed snapshot lost, every worker SIGKILLed.
+FALLBACK = "snapshot lost, workers SIGKILL (fallback)"
 CLUSTER_WORKER_TIMEOUT_MS = 5000  # PROCESSOR_WORKER_TIMEOUT_MS of a run on a cluster
 # Every fault of a cluster run by name: the brokers' and, with a test network, the partitions.
 CLUSTER_FAULTS: dict[str, broker_faults.Fault] = {**broker_faults.FAULTS, **network_faults.FAULTS}
@@ -148,6 +157,7 @@ def run_chaos(
     broker_kinds: list[str] | None = None,
     network: TestNetwork | None = None,
     postgres: bool = False,
+    fallbacks: bool = False,
 ) -> Summary:
     """``pipeline``: ``file.py:attribute`` to run instead of the built-in word count;
     ``clicks``: run examples/clicks.py on that many clicks instead (``words`` is unused);
@@ -159,7 +169,10 @@ def run_chaos(
     default: all those of brokers, and the network partitions with ``network``);
     ``network``: a test network of `network_faults.chaos_network` for the brokers and
     workers to run in (a cluster only);
-    ``postgres``: word count into Kafka and PostgreSQL (tests/chaos_postgres.py)."""
+    ``postgres``: word count into Kafka and PostgreSQL (tests/chaos_postgres.py);
+    ``fallbacks``: every third process fault (the second, fifth, ...) loses a keyed task's
+    committed snapshot and SIGKILLs every worker (`_fall_back`): its restore falls back to an
+    older snapshot and replays up to the committed checkpoint (local storage only)."""
     rng = random.Random(seed)
     pg = PostgresChaos(port + 50) if postgres else None
     if pg is not None:
@@ -298,6 +311,9 @@ def run_chaos(
                 time.sleep(rng.uniform(1, 4))  # snapshots fail, restores wait for it
                 s3_server.start(timeout=120)
                 summary.faults["S3 outage"] += 1
+            elif fallbacks and n % 3 == 1 and not s3:
+                _fall_back(run, rng)
+                summary.faults[FALLBACK] += 1
             else:
                 kind = rng.choices(["kill", "coordinator", "stop"], weights=[6, 2, 1])[0]
                 _inject(
@@ -404,6 +420,39 @@ def _inject(
         summary.faults["worker SIGSTOP (zombie)"] += 1
 
 
+def _fall_back(run: JobRun, rng: random.Random) -> None:
+    """A keyed task's committed snapshot lost, then every worker SIGKILLed: the task's
+    restore falls back to an older snapshot. The workers are stopped first, so that no newer
+    checkpoint commits between the loss and the kill."""
+    alive = [i for i, worker in run.workers.items() if worker.poll() is None]
+    for i in alive:
+        run.kill_worker(i, signal.SIGSTOP)
+    root = run.workdir / "checkpoints" / run.job
+    tasks = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    committed = [m for m in map(partial(_committed_manifest, run), tasks) if m is not None]
+    if committed:
+        rng.choice(committed).unlink()
+    for i in alive:
+        run.kill_worker(i)
+    time.sleep(rng.uniform(0, 2))
+    for i in range(WORKERS):
+        run.start_worker(i)
+
+
+def _committed_manifest(run: JobRun, task_dir: Path) -> Path | None:
+    """The manifest of the snapshot a keyed task (``<stage>-<partition>``) last committed."""
+    stage, _, partition = task_dir.name.rpartition("-")
+    tp = TopicPartition(f"{run.job}.{stage}", int(partition))
+    (committed,) = committed_after_fencing(run.settings, [tp])
+    try:
+        meta = json.loads(committed.metadata or "{}")
+        path = task_dir / meta["snapshot"] / f"chk-{int(meta['checkpoint']):012d}"
+    except (ValueError, KeyError, TypeError):
+        return None  # nothing committed yet
+    manifest = path / "_snapshot.json"
+    return manifest if manifest.exists() else None
+
+
 def _verify(run: JobRun, summary: Summary) -> None:
     final, updates = read_updates(run.settings, run.settings.output_topic, timeout=120)
     summary.records_verified = sum(len(v) for v in updates.values())
@@ -491,6 +540,11 @@ def main() -> int:
         action="store_true",
         help="word count into a Kafka topic and a PostgreSQL table (tests/chaos_postgres.py)",
     )
+    parser.add_argument(
+        "--fallbacks",
+        action="store_true",
+        help="every third process fault loses a keyed task's committed snapshot (a fallback)",
+    )
     parser.add_argument("--s3-port", type=int, default=S3_PORT)
     parser.add_argument("--keep", default="", help="a directory for the logs, kept afterwards")
     args = parser.parse_args()
@@ -524,6 +578,7 @@ def main() -> int:
             broker_kinds=[] if args.chained else None,
             network=network,
             postgres=args.postgres,
+            fallbacks=args.fallbacks,
         )
     report = summary.to_json()
     print(json.dumps(report, indent=1))

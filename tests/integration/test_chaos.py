@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.broker_faults import TXN_LEADER_KILL
-from tests.chaos import WORKERS, run_chaos
+from tests.chaos import FALLBACK, WORKERS, run_chaos
 from tests.netns import available
 from tests.network_faults import BROKER_CUT, WORKER_CUT, chaos_network
 
@@ -60,6 +60,30 @@ def test_chaos_short_on_the_two_shuffle_pipeline(tmp_path: Path) -> None:
     print(json.dumps(report))
     assert set(summary.faults) == NO_BROKER_RESTART
     assert set(summary.sinks) == {"word-counts", "new-words", "distinct-words-per-letter"}
+    assert all(check.records > 0 for check in summary.sinks.values()), report
+    assert summary.exact, report
+
+
+def test_chaos_short_with_fallbacks_after_an_aggregation(tmp_path: Path) -> None:
+    """tests/integration/milestones_pipeline.py, a process after a count in one stage, exact
+    after worker and coordinator faults and two fallback restores (a keyed task's committed
+    snapshot lost, every worker SIGKILLed): the replay hands the count's updates on to the
+    process, which emits no milestone twice."""
+    summary = run_chaos(
+        tmp_path,
+        words=150_000,
+        faults=5,
+        seed=5,
+        broker_restart=False,
+        pipeline=f"{Path(__file__).parent / 'milestones_pipeline.py'}:pipeline",
+        fallbacks=True,
+    )
+    report = summary.to_json()
+    print(json.dumps(report))
+    assert summary.faults[FALLBACK] == 2
+    logs = "".join(p.read_text() for p in tmp_path.glob("worker-*.log"))
+    assert "replay after the fallback is done" in logs, "no restore fell back"
+    assert set(summary.sinks) == {"word-counts", "word-milestones"}
     assert all(check.records > 0 for check in summary.sinks.values()), report
     assert summary.exact, report
 
