@@ -3,16 +3,18 @@ reduce, aggregate and process; ``state.set(value, ttl_ms=...)``).
 
 A key updated is *pending* (`touch`) until the chain stamps it (`stamp`): its deadline is
 the time of the update plus its TTL. In a pipeline with event time that time is the event
-time of the latest record that updated it (an out-of-order record does not move a deadline
-back), and keys expire in `StageChain.advance`, once the watermark reaches their deadline:
-where they expire depends on the records alone, so a replay deletes exactly what the first
+time of the latest record that updated it (an out-of-order record does not move it back),
+and the TTL the latest update's (a shorter one shortens the deadline, as with the clock);
+keys expire in `StageChain.advance`, once the watermark reaches their deadline: where they
+expire depends on the records alone, so a replay deletes exactly what the first
 run deleted. (An update without a record time, by an aggregation's output in the same stage,
 counts from the watermark it came under.) Otherwise the time is the wall clock of the
 checkpoint that stamps the key, and keys expire at checkpoints.
 
 Deadlines are kept as timers are (`processor.pipeline.timers`): a heap of (deadline, key)
 finds the due ones (`due`) without looking at the others, so expiry never scans the state.
-Each key's deadline is stored under ``<operator>/ttl\\0<key>`` (``{"deadline": ms}``, or
+Each key's deadline is stored under ``<operator>/ttl\\0<key>`` (``{"deadline": ms}``, with
+``"ttl"`` where the key's TTL is not the operator's, or
 ``{"ttl_ms": ms}`` for a key updated before the first watermark, stamped when it comes),
 written at flush with the epoch's other state, and the heap is rebuilt from them after a
 restore (`restore_timers`, as the chain rebuilds timers) and goes with the key into a
@@ -64,8 +66,12 @@ class Expiry:
         # Keys updated since the last stamp: with their TTL, to count from the time of the
         # stamp (the wall clock, or the watermark they were updated under) ...
         self._pending: dict[str, int] = {}
-        # ... or, updated by records with an event time, their deadline by the latest.
-        self._at: dict[str, int] = {}
+        # ... or, updated by records with an event time: the latest record's time, and the
+        # TTL of the latest update (a shorter one shortens the deadline, as with the clock).
+        self._at: dict[str, tuple[int, int]] = {}
+        # The TTL of a key's deadline where it is not the operator's (a state.set(ttl_ms=)):
+        # what tells the latest record's time from the deadline, for the next update.
+        self._ttls: dict[str, int] = {}
         self._heap: list[tuple[int, str]] = []
         self._changed: set[str] = set()  # keys whose stored deadline the next flush writes
 
@@ -79,8 +85,9 @@ class Expiry:
         self.active = True
         if at is None or not self.event_time:
             self._pending[text] = ttl
-        elif at + ttl > self._at.get(text, at):  # the latest update's time counts
-            self._at[text] = at + ttl
+        else:  # the latest record's time counts: an out-of-order one does not move it back
+            latest = self._at.get(text)
+            self._at[text] = (at if latest is None else max(at, latest[0]), ttl)
 
     def touch_all(self, texts: Iterable[str]) -> None:
         """Keys updated, with the operator's TTL (an aggregation's batch)."""
@@ -93,34 +100,40 @@ class Expiry:
         at, ttl = self._at, self.ttl_ms
         get = at.get
         for text, time in items:
-            deadline = time + ttl
-            if get(text, time) < deadline:
-                at[text] = deadline
+            latest = get(text)
+            if latest is None or latest[0] < time or latest[1] != ttl:
+                at[text] = (time if latest is None else max(time, latest[0]), ttl)
 
     def forget(self, text: str) -> None:
         """The key was deleted, or set without a TTL: no deadline."""
         pending, at = self._pending.pop(text, None), self._at.pop(text, None)
+        self._ttls.pop(text, None)
         if self._deadlines.pop(text, None) is not None or pending or at is not None:
             self._changed.add(text)
 
     def stamp(self, now: int | None) -> None:
         """Deadlines for the keys updated since the last stamp: by their records' event
         times, and (unless ``now`` is None) the others' from ``now``."""
-        for text, deadline in self._at.items():
+        for text, (time, ttl) in self._at.items():
             old = self._deadlines.get(text)
-            if old is None or deadline > old:  # an out-of-order record keeps the later one
-                self._set(text, deadline)
+            if old is not None:  # an out-of-order record keeps the later time
+                time = max(time, old - self._ttls.get(text, self.ttl_ms))
+            self._set(text, time + ttl, ttl)
         self._at.clear()
         if now is None:
             return
         for text, ttl in self._pending.items():
-            self._set(text, now + ttl)
+            self._set(text, now + ttl, ttl)
         self._pending.clear()
         if len(self._heap) > 2 * len(self._deadlines) + 1024:  # stale entries dropped
             self._heap = [(d, t) for t, d in self._deadlines.items()]
             heapq.heapify(self._heap)
 
-    def _set(self, text: str, deadline: int) -> None:
+    def _set(self, text: str, deadline: int, ttl: int) -> None:
+        if ttl != self.ttl_ms:
+            self._ttls[text] = ttl
+        else:
+            self._ttls.pop(text, None)
         if self._deadlines.get(text) != deadline:
             self._deadlines[text] = deadline
             heapq.heappush(self._heap, (deadline, text))
@@ -139,6 +152,7 @@ class Expiry:
             deadline, text = heapq.heappop(heap)
             if deadlines.get(text) == deadline:
                 del deadlines[text]
+                self._ttls.pop(text, None)
                 self._changed.add(text)
                 out.append(text)
         return out
@@ -151,7 +165,10 @@ class Expiry:
         for text in changed:
             deadline = self._deadlines.get(text)
             if deadline is not None:
-                out[text] = {"deadline": deadline}
+                ttl = self._ttls.get(text)
+                out[text] = (
+                    {"deadline": deadline} if ttl is None else {"deadline": deadline, "ttl": ttl}
+                )
             elif text in self._pending:  # updated before the first watermark: stamped later
                 out[text] = {"ttl_ms": self._pending[text]}
             else:
@@ -167,6 +184,8 @@ class Expiry:
             if type(deadline) is int:
                 self._deadlines[text] = deadline
                 self._heap.append((deadline, text))
+                if type(stored.get("ttl")) is int and stored["ttl"] > 0:
+                    self._ttls[text] = stored["ttl"]
             elif type(ttl) is int and ttl > 0:
                 self._pending[text] = ttl
             else:

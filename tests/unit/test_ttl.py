@@ -222,6 +222,36 @@ def test_state_set_ttl_is_per_key_and_a_set_without_one_keeps_the_key() -> None:
     assert {k.split(" ")[-1] for k in t.stored()} == {"kept"}
 
 
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_shorter_ttl_in_event_time_shortens_the_deadline(restart: bool) -> None:
+    """``state.set(v, ttl_ms=short)`` after a longer one: the deadline is the latest record's
+    time plus the latest TTL, as with the clock (it used to keep the later deadline); an
+    out-of-order record does not move the time back, through a restore too."""
+
+    def fn(value: Any, state: Any) -> list[Any]:
+        state.set(value["n"], ttl_ms=value["n"])
+        return []
+
+    t = Task(lambda s: s.process(fn, on_timer=lambda at, state: []), timed=True)
+    t.send("a", ts=1_000, n=100_000)  # deadline 101,000
+    t.chain.advance(1_001)
+    t.flush()
+    if restart:
+        t.restart()
+    t.send("a", ts=2_000, n=500)  # deadline 2,500
+    t.send("a", ts=1_500, n=800)  # out of order: 2,000 + 800
+    t.chain.advance(2_001)
+    t.flush()
+    if restart:
+        t.restart()
+    t.chain.advance(2_799)
+    t.flush()
+    assert t.stored()
+    t.chain.advance(2_800)
+    t.flush()
+    assert t.backend.data == {}
+
+
 def test_delete_forgets_the_deadline() -> None:
     def fn(value: Any, state: Any) -> list[Any]:
         if value["n"]:
