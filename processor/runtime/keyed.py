@@ -255,7 +255,7 @@ class KeyedTask(KeyedCheckpoints):
     ) -> None:
         """Where the loop's feedback is read from: F of the restored snapshot (of the
         fallback one after a fallback: the replay processes the rest as the first run did),
-        or the log start for a task with no checkpoint."""
+        or 0 for a task with no checkpoint (deleted by a retention there: it stops)."""
         fed = self._fed
         assert fed is not None
         if self.settings.checkpoint_alignment == "unaligned":
@@ -263,9 +263,9 @@ class KeyedTask(KeyedCheckpoints):
                 "a job with a loop needs aligned checkpoints (PROCESSOR_CHECKPOINT_ALIGNMENT="
                 "aligned): an unaligned snapshot holds no feedback position (docs/loops.md)"
             )
-        if held is None:
-            low, _ = consumer.get_watermark_offsets(fed.tp, timeout=30, cached=False)
-            fed.start(max(0, low), [])
+        if held is None:  # nothing processed yet: from the start, which must be there
+            check_resume(consumer, fed.tp.topic, fed.tp.partition, 0, 0, STATE_LOST)
+            fed.start(0, [])
         else:
             fed.start(position_of(held, self.last_checkpoint), history_of(meta))
         log.info(

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import OFFSET_END, Producer, TopicPartition
 
 from processor.kafka import clients
+from processor.pipeline.plan import plan
 from processor.runtime.task import committed_after_fencing
 from processor.testing import run as run_directly
 from processor.topics import feedback_topic
@@ -206,5 +207,38 @@ def test_retries_fall_back_to_an_older_snapshot_and_replay_the_loop(
             assert f"by-job-{partition}: falling back to checkpoint" in logs
             assert f"by-job-{partition}: replay after the fallback is done" in logs
         check_retries(committed_values(kafka_bootstrap, run.topics["done"]), jobs)
+    finally:
+        run.stop()
+
+
+def test_a_loop_task_without_a_checkpoint_stops_on_deleted_feedback(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A loop task with no checkpoint reads its feedback from 0: records deleted there (by a
+    retention the user set on the job's shuffles) stop it with the gap named, rather than
+    being skipped by starting at the log start."""
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        RETRIES,
+        {"jobs": "jobs", "done": "done"},
+        shuffle_partitions="2",
+        expected_workers="1",
+    )
+    try:
+        (stage,) = [s for s in plan(run.pipeline).stages if s.loop is not None]
+        assert stage.loop is not None
+        topic = feedback_topic(run.job, stage.loop.name)
+        admin = clients.admin(run.settings)
+        clients.ensure_topic(admin, topic, 2)
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        for _ in range(3):
+            producer.produce(topic, b"fed back before any checkpoint", partition=0)
+        assert producer.flush(30) == 0
+        (deleted,) = admin.delete_records([TopicPartition(topic, 0, OFFSET_END)]).values()
+        assert int(deleted.result(30).low_watermark) == 3
+        run.start(workers=1)
+        line = f"{topic}[0] starts at 3 but the task (no checkpoint yet) starts at 0"
+        wait_until(lambda: line in run.log("worker-0"), 120, "the line naming the gap")
     finally:
         run.stop()
