@@ -212,6 +212,9 @@ class Settings(BaseSettings):
     # epoch may buffer (combiner, dirty state) before it is flushed into the open transaction.
     consume_batch: int = Field(default=5000, ge=1)
     flush_keys: int = Field(default=200_000, ge=1)
+    # A loop task's read-ahead of its feedback (record bytes): past it the rest waits in the
+    # log, so a loop that feeds back more than it consumes grows the topic, not the memory.
+    feedback_buffer_bytes: int = Field(default=33_554_432, ge=1024)
     # Pre-aggregate each epoch before a shuffle where the aggregation allows it. Off ships every
     # record through the shuffle (one [key, value] pair per record, packed into batches): for
     # measuring what the combiner saves, as Kafka Streams and Flink have none by default.

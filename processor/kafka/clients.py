@@ -157,14 +157,14 @@ def consumer(settings: Settings, **overrides: Any) -> Consumer:
     return Consumer(consumer_config(settings, **overrides))
 
 
-def task_consumer(settings: Settings) -> Consumer:
+def task_consumer(settings: Settings, **overrides: Any) -> Consumer:
     """A consumer of positions the task sets itself (its committed offsets): it never jumps.
 
     With ``earliest`` a position below the log start (records deleted by retention) would
     silently skip to the first record left; ``error`` makes the fetch fail instead
     (``_AUTO_OFFSET_RESET``), and the task fails rather than count without those records.
     """
-    return consumer(settings, **{"auto.offset.reset": "error"})
+    return consumer(settings, **{"auto.offset.reset": "error", **overrides})
 
 
 def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:

@@ -48,7 +48,12 @@ from processor.pipeline.time import NO_WATERMARK
 from processor.runtime.deadletter import DeadLetters
 from processor.runtime.gaps import STATE_LOST, check_resume
 from processor.runtime.keyed_checkpoint import KeyedCheckpoints, barrier_handler
-from processor.runtime.keyed_feedback import FeedbackInput, history_of, position_of
+from processor.runtime.keyed_feedback import (
+    FeedbackInput,
+    history_of,
+    open_feedback,
+    position_of,
+)
 from processor.runtime.keyed_restore import (
     ShuffleInput,
     load_savepoint,
@@ -116,13 +121,8 @@ class KeyedTask(KeyedCheckpoints):
         consumer = clients.task_consumer(s)
         self._consumer = consumer
         if self.stage.loop is not None:
-            self._fed = FeedbackInput(
-                self.ctx.task_id,
-                self.ctx.graph.feedback_topic(self.stage),
-                self.partition,
-                clients.task_consumer(s),
-                on_malformed=self._m_bad.inc,
-            )
+            topic = self.ctx.graph.feedback_topic(self.stage)
+            self._fed = open_feedback(s, self.ctx.task_id, topic, self.partition, self._m_bad.inc)
         store: RocksDBStore | None = None
         try:
             # Started first: the child's start-up overlaps the fencing below.
@@ -253,9 +253,8 @@ class KeyedTask(KeyedCheckpoints):
     def _start_feedback(
         self, consumer: Consumer, meta: dict[str, Any], held: dict[str, Any] | None
     ) -> None:
-        """Where the loop's feedback is read from: F of the restored snapshot (of the
-        fallback one after a fallback: the replay processes the rest as the first run did),
-        or 0 for a task with no checkpoint (deleted by a retention there: it stops)."""
+        """Where the loop's feedback is read from: F of the restored snapshot (the fallback
+        one's after a fallback), or 0 with no checkpoint (deleted records there stop it)."""
         fed = self._fed
         assert fed is not None
         if self.settings.checkpoint_alignment == "unaligned":

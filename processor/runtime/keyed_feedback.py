@@ -4,7 +4,8 @@ loop's feedback topic and processed at each barrier (docs/loops.md has the rules
 - **Never aligned.** The feedback partition carries no barriers. Waiting for barrier n on it
   would wait for the task's own transaction n: a deadlock.
 - **Processed at the barrier, in log order.** Records are read (read_committed, so only
-  those of committed transactions) into a buffer as they come, up to `BUFFER_BYTES`: past
+  those of committed transactions) into a buffer as they come, up to
+  ``PROCESSOR_FEEDBACK_BUFFER_BYTES`` (32 MiB, and a chunk of records more): past
   that the rest waits in the log (a loop that feeds back more than it consumes, or a backlog
   after downtime, grows the topic, never the task's memory). When barrier n is aligned on
   the forward channels, the buffered records from ``F(n-1)`` up to ``F(n)``, the position
@@ -30,6 +31,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from processor.config import Settings
 from processor.kafka import clients
 from processor.models.records import decode_shuffle
 from processor.pipeline.chain import StageChain
@@ -40,7 +42,8 @@ log = logging.getLogger(__name__)
 # F(k) of this many recent aligned barriers ride in the commit metadata: a fallback replays
 # at most that many epochs (about 20 bytes each, under the broker's 4 KiB metadata limit).
 HISTORY = 64
-# What a loop task reads ahead of its barriers at most (record values' bytes, plus one batch).
+# What a loop task reads ahead of its barriers at most (record values' bytes, plus a chunk):
+# the default of ``feedback_buffer_bytes``.
 BUFFER_BYTES = 32 * 1024 * 1024
 CHUNK = 64  # records read at a time: what the buffer may hold past BUFFER_BYTES
 # How long the replay after a fallback waits for fed-back records it knows were committed.
@@ -181,6 +184,26 @@ class FeedbackInput:
 
     def commit_meta(self) -> dict[str, Any]:
         return {HISTORY_KEY: self.history}
+
+
+def open_feedback(
+    settings: Settings, task_id: str, topic: str, partition: int, on_malformed: Callable[[], None]
+) -> FeedbackInput:
+    """A loop task's feedback input, through a consumer whose own prefetch is no larger than
+    the read-ahead it feeds."""
+    limit = settings.feedback_buffer_bytes
+    consumer = clients.task_consumer(settings, **feedback_prefetch(limit))
+    return FeedbackInput(task_id, topic, partition, consumer, on_malformed, limit)
+
+
+def feedback_prefetch(limit: int) -> dict[str, int]:
+    """The feedback consumer's own prefetch (librdkafka's queue and fetch sizes), within
+    ``limit`` bytes: the read-ahead bound would mean little over a 64 MiB queue."""
+    kbytes = max(1024, min(65536, limit // 1024))
+    return {
+        "queued.max.messages.kbytes": kbytes,
+        "fetch.max.bytes": max(1_048_576, min(52_428_800, limit)),
+    }
 
 
 def history_of(meta: dict[str, Any]) -> list[tuple[int, int]]:
