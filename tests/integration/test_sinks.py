@@ -281,8 +281,11 @@ def test_hostile_avro_records_are_dead_records_and_no_worker_dies(
             seconds=2,
         )
         run.resume_feed()
-        run.drain(timeout=180)
-        assert run.dead_workers() == [], run.log_tails()
+        try:
+            run.drain(timeout=180)
+        finally:
+            exits = {i: run.workers[i].poll() for i in run.dead_workers()}
+            assert not exits, f"workers exited (index: code): {exits}\n{run.log_tails()}"
         expected = run.verify()  # every sink and the DLQ against the reference run
         assert len(expected.dead) == len(bad_clicks) + len(bad_lists)
         letters = read_committed(kafka_bootstrap, run.settings.dlq_topic).values()
