@@ -8,10 +8,12 @@ empty record) runs for centuries. So, before fastavro sees a record:
 
 - A schema's JSON is at most `MAX_SCHEMA_BYTES` long and `MAX_SCHEMA_NESTING` levels deep
   (`schema_problem`): fastavro parses schemas recursively too.
-- `Plan` compiles a schema once into a table of nodes and knows whether the schema alone
-  bounds the work: no recursion, no arrays or maps, at most `UNSCANNED_VALUES` values and
-  `MAX_AVRO_DEPTH` levels. Then records are not scanned (the common flat record costs
-  nothing more).
+- `Plan` compiles a schema once into a table of nodes and knows when the schema and the
+  record's size alone bound the work: no recursion, no block (array or map) of items that
+  may take no byte, at most `MAX_AVRO_DEPTH` levels, and at most `MAX_VALUES` values even
+  if every byte left were an item of the most values. fastavro then fails fast on a count
+  larger than the bytes left (each item reads a byte or more), and the record is not
+  scanned: the common record costs nothing more.
 - Otherwise `Plan.check` walks the record's encoding first, in Python with an explicit stack
   (no recursion): at most `MAX_AVRO_DEPTH` levels of records, arrays and maps (the bound of
   JSON input, `processor.models.limits.MAX_JSON_DEPTH`: a value deeper than that could not
@@ -36,7 +38,6 @@ MAX_AVRO_DEPTH = MAX_JSON_DEPTH
 MAX_VALUES = 1 << 20  # values (records, fields, items, map entries) decoded from one record
 MAX_SCHEMA_BYTES = 256 * 1024
 MAX_SCHEMA_NESTING = 128  # JSON levels: about 30 levels of nested records
-UNSCANNED_VALUES = 4096
 
 # Kinds of node. A node is (kind, argument).
 _LEAVE, _CHECK, _WIDTH, _VARINT, _BYTES, _ENUM, _UNION, _RECORD, _ARRAY, _MAP = range(10)
@@ -71,8 +72,7 @@ def schema_problem(text: str) -> str | None:
 
 class Plan:
     """A schema (its JSON, as ``json.loads`` gives it) compiled for `check`: ``nodes[i]`` is
-    (kind, argument); ``needs_scan`` says whether records must be walked before fastavro
-    decodes them; ``name`` is the schema's full name (None for an unnamed type)."""
+    (kind, argument); ``name`` is the schema's full name (None for an unnamed type)."""
 
     def __init__(self, schema: Any) -> None:
         named: dict[str, Any] = {}
@@ -83,11 +83,18 @@ class Plan:
         self.root = compiler.node(parsed)
         self.nodes = compiler.nodes
         self.zero = _zero_width(self.nodes)
-        self.needs_scan = compiler.recursive or compiler.blocks or not _small(self.nodes, self.root)
+        bounds = None if compiler.recursive else _Bounds(self.nodes, self.zero).of(self.root)
+        self.always = bounds is None or bounds[2] > MAX_AVRO_DEPTH
+        # At most ``fixed + per_byte * <bytes>`` values, when not ``always``.
+        self.fixed, self.per_byte = (0, 0) if bounds is None else bounds[:2]
+
+    def scans(self, size: int) -> bool:
+        """Whether `check` walks a record of ``size`` bytes."""
+        return self.always or self.fixed + self.per_byte * size > MAX_VALUES
 
     def check(self, raw: bytes, pos: int = 0) -> None:
         """RecordError unless ``raw[pos:]`` can be decoded within the bounds."""
-        if self.needs_scan:
+        if self.always or self.fixed + self.per_byte * (len(raw) - pos) > MAX_VALUES:
             _Scan(self, raw, pos).run()
 
 
@@ -100,7 +107,7 @@ class _Compiler:
         self.named = named
         self.ids: dict[str, int] = {}
         self.open: set[str] = set()
-        self.recursive = self.blocks = False
+        self.recursive = False
 
     def node(self, schema: Any) -> int:
         if isinstance(schema, list):
@@ -109,7 +116,6 @@ class _Compiler:
             return self._named(schema)
         kind = schema["type"]
         if kind in ("array", "map"):
-            self.blocks = True
             inner = self.node(schema["items" if kind == "array" else "values"])
             return self._add((_ARRAY if kind == "array" else _MAP, inner))
         if kind in ("record", "error", "enum", "fixed"):
@@ -160,24 +166,39 @@ def _zero_width(nodes: list[tuple[int, Any]]) -> list[bool]:
     return zero
 
 
-def _small(nodes: list[tuple[int, Any]], root: int) -> bool:
-    """Whether a schema with no recursion and no blocks decodes to at most
-    `UNSCANNED_VALUES` values and `MAX_AVRO_DEPTH` levels (named types reused in a chain
-    multiply: a schema of a few lines can describe 2^60 nulls)."""
-    values: dict[int, tuple[int, int]] = {}
+class _Bounds:
+    """What a schema with no recursion bounds, per node: (values outside its blocks' items,
+    values an item of its blocks may give per byte it takes, levels); None when a block's
+    items may take no byte. Recursive, as deep as the schema."""
 
-    def size(i: int) -> tuple[int, int]:  # (values, depth), at most as deep as the schema
-        if i not in values:
-            kind, arg = nodes[i]
-            parts = [size(j) for j in arg] if kind in (_RECORD, _UNION) else [(0, 0)]
-            most = max(parts, default=(0, 0))
-            count = sum(p[0] for p in parts) if kind == _RECORD else most[0]
-            depth = max(p[1] for p in parts) if parts else 0
-            values[i] = (min(count + 1, UNSCANNED_VALUES + 1), depth + (kind == _RECORD))
-        return values[i]
+    def __init__(self, nodes: list[tuple[int, Any]], zero: list[bool]) -> None:
+        self.nodes, self.zero = nodes, zero
+        self.known: dict[int, tuple[int, int, int] | None] = {}
 
-    count, depth = size(root)
-    return count <= UNSCANNED_VALUES and depth <= MAX_AVRO_DEPTH
+    def of(self, at: int) -> tuple[int, int, int] | None:
+        if at not in self.known:
+            self.known[at] = self._of(at)
+        return self.known[at]
+
+    def _of(self, at: int) -> tuple[int, int, int] | None:
+        kind, arg = self.nodes[at]
+        if kind in (_RECORD, _UNION):
+            parts = [self.of(child) for child in arg]
+            if None in parts:
+                return None
+            fixed = [p[0] for p in parts if p is not None]
+            per_byte = max((p[1] for p in parts if p is not None), default=0)
+            depth = max((p[2] for p in parts if p is not None), default=0)
+            if kind == _UNION:
+                return max(fixed, default=0), per_byte, depth
+            return 1 + sum(fixed), per_byte, depth + 1
+        if kind in (_ARRAY, _MAP):
+            inner = self.of(arg)
+            if inner is None or (kind == _ARRAY and self.zero[arg]):
+                return None  # a map's entries take a byte at least: their key's length
+            item = inner[0] + (kind == _MAP)
+            return 1, max(item, inner[1]), inner[2] + 1
+        return 1, 0, 0
 
 
 class _Scan:
@@ -250,7 +271,23 @@ class _Scan:
             # An item that takes a byte or more (a map's entry has a key) cannot be more
             # than the bytes left.
             raise RecordError(f"Avro: a block of {count} items in {left} bytes", "too_large")
-        stack.extend((inner, _STRING) * count if kind == _MAP else (inner,) * count)
+        item_kind, width = self.plan.nodes[inner]
+        if kind == _ARRAY and item_kind in (_WIDTH, _VARINT, _BYTES):
+            self._spend(count)
+            self._primitives(item_kind, width, count)
+        else:
+            stack.extend((inner, _STRING) * count if kind == _MAP else (inner,) * count)
+
+    def _primitives(self, kind: int, width: int, count: int) -> None:
+        """``count`` items of a primitive type, without the stack."""
+        if kind == _WIDTH:
+            self.pos += width * count
+        elif kind == _VARINT:
+            for _ in range(count):
+                self._long()
+        else:
+            for _ in range(count):
+                self._bytes()
 
     def _enter(self) -> None:
         self.depth += 1

@@ -46,6 +46,14 @@ NODE = {
 # The pipeline's flat Click as a writer may register it: one more field, a recursive one,
 # which fastavro walks to skip it.
 RECURSIVE_CLICK = {**CLICK, "fields": [*CLICK["fields"], {"name": "tail", "type": NODE}]}
+TREE = {
+    "type": "record",
+    "name": "Tree",
+    "fields": [
+        {"name": "v", "type": "long"},
+        {"name": "kids", "type": {"type": "array", "items": "Tree"}},
+    ],
+}
 NULLS = {"type": "array", "items": "null"}
 EMPTY = {"type": "record", "name": "Empty", "fields": []}
 
@@ -123,18 +131,32 @@ def test_recursive_data_10000_deep_is_a_dead_record_not_a_crash() -> None:
 
 
 def test_an_item_count_bomb_is_dead_at_once() -> None:
-    for schema in (NULLS, {"type": "array", "items": EMPTY}, {"type": "map", "values": "null"}):
-        raw = zigzag(1 << 60) + zigzag(0)  # 2^60 items of zero bytes, in 10 bytes
-        started = time.monotonic()
-        assert _decode(schema, raw, timeout=30).startswith("dead too_large"), schema
-        assert time.monotonic() - started < 30
+    bombs: dict[str, list[Any]] = {
+        "dead too_large": [NULLS, {"type": "array", "items": EMPTY}],
+        # A map's entries take a byte at least (their key): fastavro runs out of bytes.
+        "dead serde_error": [{"type": "map", "values": "null"}],
+    }
+    raw = zigzag(1 << 60) + zigzag(0)  # 2^60 items of zero bytes, in 10 bytes
+    for dead, schemas in bombs.items():
+        for schema in schemas:
+            started = time.monotonic()
+            assert _decode(schema, raw, timeout=30).startswith(dead), schema
+            assert time.monotonic() - started < 30
+
+
+def leaves(count: int) -> bytes:
+    """``count`` TREE leaves: each a value and no children, two bytes."""
+    return (zigzag(7) + zigzag(0)) * count
 
 
 def test_counts_are_held_to_the_bytes_left_and_the_value_budget() -> None:
-    longs = Avro({"type": "array", "items": "long"})
-    assert longs.loads(zigzag(3) + zigzag(7) * 3 + zigzag(0)) == [7, 7, 7]
-    with pytest.raises(RecordError, match="a block of 5 items in 4 bytes") as info:
-        decode(longs, zigzag(5) + zigzag(7) * 3 + zigzag(0))
+    tree = Avro(TREE)
+    assert tree.loads(zigzag(1) + zigzag(2) + leaves(2) + zigzag(0)) == {
+        "v": 1,
+        "kids": [{"v": 7, "kids": []}] * 2,
+    }
+    with pytest.raises(RecordError, match="a block of 6 items in 5 bytes") as info:
+        decode(tree, zigzag(1) + zigzag(6) + leaves(2) + zigzag(0))
     assert info.value.reason == "too_large"
     nulls = Avro(NULLS)
     assert nulls.loads(zigzag(1000) + zigzag(0)) == [None] * 1000
@@ -145,11 +167,20 @@ def test_counts_are_held_to_the_bytes_left_and_the_value_budget() -> None:
 
 
 def test_a_block_byte_size_must_be_its_items_size() -> None:
-    longs = Avro({"type": "array", "items": "long"})
+    tree = Avro(TREE)
     # A negative count is followed by the block's size in bytes.
-    assert longs.loads(zigzag(-2) + zigzag(2) + zigzag(5) * 2 + zigzag(0)) == [5, 5]
+    assert len(tree.loads(zigzag(1) + zigzag(-2) + zigzag(4) + leaves(2) + zigzag(0))["kids"]) == 2
     with pytest.raises(RecordError, match="byte size"):
-        decode(longs, zigzag(-2) + zigzag(3) + zigzag(5) * 2 + zigzag(0))
+        decode(tree, zigzag(1) + zigzag(-2) + zigzag(5) + leaves(2) + zigzag(0))
+
+
+def test_counts_of_items_of_a_byte_or_more_fail_fast_unscanned() -> None:
+    # Not recursive, and every item takes a byte: fastavro stops at the end of the bytes.
+    longs = {"type": "array", "items": "long"}
+    assert not Plan(longs).scans(100)
+    assert _decode(longs, zigzag(1 << 60) + zigzag(1) * 3, timeout=30).startswith(
+        "dead serde_error Avro cannot decode it: EOFError"
+    )
 
 
 def test_data_as_deep_as_the_bound_decodes_in_a_thread() -> None:
@@ -176,12 +207,19 @@ def test_a_schema_of_reused_types_that_multiply_is_scanned() -> None:
     assert _decode(schema, b"", timeout=30).startswith("dead too_large")
 
 
-def test_flat_schemas_are_not_scanned_and_cost_nothing_more() -> None:
-    assert not Plan(CLICK).needs_scan
-    assert not Plan({"type": "long"}).needs_scan
-    assert Plan(NODE).needs_scan and Plan(NULLS).needs_scan
-    avro, raw = Avro(CLICK), click()
-    assert avro.loads(raw) == {"page": "a", "n": 3}
+def test_which_records_are_scanned() -> None:
+    # Flat schemas never: their records cost nothing more.
+    assert not Plan(CLICK).scans(1 << 30) and not Plan({"type": "long"}).scans(1 << 30)
+    assert Avro(CLICK).loads(click()) == {"page": "a", "n": 3}
+    # Recursion, or items that may take no byte: always.
+    for schema in (NODE, TREE, NULLS, {"type": "array", "items": EMPTY}):
+        assert Plan(schema).scans(1), schema
+    # Items of a byte or more: only a record large enough to hold more values than the
+    # budget, if each of its bytes were an item of the most values (a map entry's key too).
+    strings = Plan({"type": "map", "values": {"type": "array", "items": "string"}})
+    assert not strings.scans(MAX_VALUES // 2 - 1) and strings.scans(MAX_VALUES // 2)
+    assert not Plan({"type": "array", "items": CLICK}).scans(MAX_VALUES // 3)
+    assert Plan({"type": "array", "items": CLICK}).scans(MAX_VALUES // 3 + 1)
 
 
 def test_the_pipelines_own_schema_is_held_to_the_schema_bounds() -> None:
