@@ -83,7 +83,7 @@ class Plan:
         self.root = compiler.node(parsed)
         self.nodes = compiler.nodes
         self.zero = _zero_width(self.nodes)
-        bounds = None if compiler.recursive else _Bounds(self.nodes, self.zero).of(self.root)
+        bounds = None if compiler.recursive else _bounds(self.nodes, self.zero, self.root)
         self.always = bounds is None or bounds[2] > MAX_AVRO_DEPTH
         # At most ``fixed + per_byte * <bytes>`` values, when not ``always``.
         self.fixed, self.per_byte = (0, 0) if bounds is None else bounds[:2]
@@ -164,6 +164,18 @@ def _zero_width(nodes: list[tuple[int, Any]]) -> list[bool]:
             if kind == _RECORD and not zero[i] and all(zero[f] for f in arg):
                 zero[i] = changed = True
     return zero
+
+
+def _bounds(
+    nodes: list[tuple[int, Any]], zero: list[bool], root: int
+) -> tuple[int, int, int] | None:
+    """`_Bounds` of the root; None (always walk its records) for a schema whose types
+    reference each other in a chain too long to follow recursively: a schema may define
+    thousands of records side by side, each holding the one before, JSON nested 4 levels."""
+    try:
+        return _Bounds(nodes, zero).of(root)
+    except RecursionError:
+        return None
 
 
 class _Bounds:
