@@ -10,8 +10,9 @@ Any record becomes a value or a dead record in bounded time and memory, whatever
 writer registered (`processor.serde.avro_bounds`): a source takes a writer schema only if it
 is Avro, has no references, is within the size and nesting bounds, parses, and (when this
 schema is a record, enum or fixed) has this schema's full name or one of its aliases; every
-record under any other is dead. Records whose schema is recursive or has arrays or maps are
-walked first with the bounds on depth, counts and values.
+record under any other is dead. A record whose schema and size do not bound the work alone
+(recursion, items of no bytes, more values than the budget could fit) is walked first with
+the bounds on depth, counts and values.
 
 One object serves every task thread of a worker: fastavro is reentrant and the registry
 client caches under its own locks. The client is made on first use, in the worker, never at
