@@ -6,6 +6,14 @@ the Avro body. Writing registers the schema under the subject ``<topic>-value`` 
 for keys: Confluent's default TopicNameStrategy) unless ``auto_register=False``; reading
 fetches the writer's schema by the record's id and resolves it to this one.
 
+Any record becomes a value or a dead record in bounded time and memory, whatever schema its
+writer registered (`processor.serde.avro_bounds`): a source takes a writer schema only if it
+is Avro, has no references, is within the size and nesting bounds, parses, and (when this
+schema is a record, enum or fixed) has this schema's full name or one of its aliases; every
+record under any other is dead. A record whose schema and size do not bound the work alone
+(recursion, items of no bytes, more values than the budget could fit) is walked first with
+the bounds on depth, counts and values.
+
 One object serves every task thread of a worker: fastavro is reentrant and the registry
 client caches under its own locks. The client is made on first use, in the worker, never at
 import time (every process imports the pipeline file).
@@ -23,13 +31,17 @@ from typing import Any
 import fastavro
 
 from processor.errors import PipelineError
-from processor.serde.codec import Unavailable
+from processor.serde.avro_bounds import Plan, schema_problem
+from processor.serde.codec import RecordError, Unavailable
 
 # HTTP statuses of a registry that is away or overloaded, not of a refused schema or id.
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 # Seconds a registry request may take before it fails the task (which retries).
 REQUEST_TIMEOUT_S = 30.0
+
+# Writer schemas (accepted or not) remembered per Avro object, by id: at most this many.
+WRITER_SCHEMAS_KEPT = 1024
 
 
 def _topic_subject(ctx: Any, record_name: Any) -> Any:
@@ -66,10 +78,16 @@ class Avro:
         auto_register: bool = True,
     ) -> None:
         self.schema_str = schema if isinstance(schema, str) else json.dumps(schema)
+        problem = schema_problem(self.schema_str)
+        if problem is not None:
+            raise PipelineError(f"Avro(schema): {problem}")
         try:
             self._parsed = fastavro.parse_schema(json.loads(self.schema_str))
+            self._plan = Plan(json.loads(self.schema_str))
         except Exception as exc:
             raise PipelineError(f"Avro(schema): not an Avro schema: {exc}") from exc
+        self._names = _names(self._parsed)
+        self._writers: dict[int, Plan | RecordError] = {}
         self.registry_url = registry_url
         self.registry_config = dict(registry_config or {})
         self.auto_register = auto_register
@@ -90,6 +108,7 @@ class Avro:
         bound.topic, bound.is_key = topic, is_key
         bound._lock = threading.Lock()
         bound._serializer = bound._deserializer = bound._context = bound._registry = None
+        bound._writers = {}
         return bound
 
     def dumps(self, value: Any) -> bytes:
@@ -105,7 +124,10 @@ class Avro:
         if self.registry_url is not None:
             if raw[:1] != b"\0" or len(raw) < 5:
                 raise ValueError("not the Confluent wire format (magic byte 0, schema id)")
-            return self._through_registry(self._deserializer_fn(), raw)
+            read = self._deserializer_fn()
+            self._writer(int.from_bytes(raw[1:5], "big")).check(raw, 5)
+            return self._through_registry(read, raw)
+        self._plan.check(raw)
         data = io.BytesIO(raw)
         value = fastavro.schemaless_reader(data, self._parsed)
         if data.tell() != len(raw):
@@ -156,6 +178,46 @@ class Avro:
         self._registry = SchemaRegistryClient(conf)
         return self._registry
 
+    def _writer(self, schema_id: int) -> Plan:
+        """The plan of the writer schema ``schema_id`` if this source accepts it (fetched
+        once, from the client's cache after that), else RecordError."""
+        plan = self._writers.get(schema_id)
+        if plan is None:
+            subject = _topic_subject(self._context, None)
+            schema = self._through_registry(
+                lambda i, _ctx: self._registry.get_schema(i, subject), schema_id
+            )
+            plan = self._accept(schema)
+            if len(self._writers) >= WRITER_SCHEMAS_KEPT:
+                self._writers.clear()
+            self._writers[schema_id] = plan
+        if isinstance(plan, RecordError):
+            raise RecordError(f"writer schema {schema_id}: {plan}", plan.reason)
+        return plan
+
+    def _accept(self, schema: Any) -> Plan | RecordError:
+        """A plan of the registry's ``schema`` (a confluent-kafka ``Schema``), or why it is
+        refused."""
+        if schema.references:
+            return RecordError("schemas with references are not accepted", "schema_refused")
+        if (schema.schema_type or "AVRO") != "AVRO":
+            return RecordError(f"a {schema.schema_type} schema, not Avro", "schema_refused")
+        text = (schema.schema_str or "").strip()
+        if not text.startswith(("{", "[")):
+            text = '{"type":' + text + "}"  # a primitive's name, as the deserializer reads it
+        problem = schema_problem(text)
+        if problem is not None:
+            return RecordError(problem, "schema_refused")
+        try:
+            plan = Plan(json.loads(text))
+        except Exception as exc:  # noqa: BLE001 - fastavro's parse: any failure refuses it
+            return RecordError(f"not an Avro schema: {exc}", "schema_refused")
+        if self._names and plan.name not in self._names:
+            return RecordError(
+                f"its type {plan.name!r} is not {sorted(self._names)}", "schema_refused"
+            )
+        return plan
+
     def _serializer_fn(self) -> Callable[[Any, Any], Any]:
         if self._serializer is None:
             with self._lock:
@@ -180,3 +242,14 @@ class Avro:
                         self._client(), self.schema_str, conf=conf
                     )
         return self._deserializer
+
+
+def _names(parsed: Any) -> frozenset[str]:
+    """The full name and aliases of a named schema (record, enum, fixed): what a writer
+    schema must be named; empty for other schemas (any writer schema fastavro resolves)."""
+    if not isinstance(parsed, dict) or "name" not in parsed:
+        return frozenset()
+    name = parsed["name"]
+    space = name.rpartition(".")[0]
+    aliases = {a if "." in a or not space else f"{space}.{a}" for a in parsed.get("aliases", ())}
+    return frozenset({name, *aliases})

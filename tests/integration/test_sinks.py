@@ -1,6 +1,7 @@
 """Sinks against the real broker: keyed records land in the partition a Java producer puts the
 same key in (murmur2), from every kind of sink; and a pipeline reads and writes Avro through a
-real Confluent-compatible schema registry (Apicurio Registry's ccompat API)."""
+real Confluent-compatible schema registry (Apicurio Registry's ccompat API), hostile records
+among good ones included."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient, topic_subject_name_strategy
+from confluent_kafka.schema_registry import (
+    Schema,
+    SchemaRegistryClient,
+    topic_subject_name_strategy,
+)
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -21,9 +27,12 @@ from processor.kafka import clients
 from processor.kafka.broker import LocalBroker, _java
 from processor.serde import Avro
 from processor.serde.avro import REQUEST_TIMEOUT_S
+from processor.serde.avro_bounds import MAX_SCHEMA_BYTES
+from tests.integration import avro_hostile_pipeline as hostile
 from tests.integration.avro_pipeline import CLICK
 from tests.integration.pipeline_run import PipelineRun, read_committed
 from tests.registry import ApicurioRegistry, RegistryError
+from tests.unit.test_avro_bounds import linked, wire, zigzag
 
 HERE = Path(__file__).resolve().parent
 PARTITIONS = 7
@@ -214,5 +223,80 @@ def test_avro_pipeline_through_a_schema_registry(
         assert Counter(
             (k, Avro(CLICK).loads(v or b"")["page"], h["page"]) for k, v, h in tagged
         ) == (Counter((c["user"].encode(), c["page"], c["page"].encode()) for c in clicks))
+    finally:
+        run.stop()
+
+
+def test_hostile_avro_records_are_dead_records_and_no_worker_dies(
+    kafka_bootstrap: str, registry_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #41 item 1: among good records, a linked list 10,000 deep (plain Avro, a
+    recursive schema), a click whose writer registered a recursive schema (a flat reader
+    skips the field fastavro must walk), a click declaring 2^60 null items, and clicks
+    under writer schemas the source refuses (another type, an oversized one)."""
+    monkeypatch.setenv("TEST_SCHEMA_REGISTRY_URL", registry_url)
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        HERE / "avro_hostile_pipeline.py",
+        {"clicks": "clicks", "lists": "lists", "pages": "pages", "lengths": "lengths"},
+    )
+    subject = f"{run.topics['clicks']}-value"
+    registry = SchemaRegistryClient({"url": registry_url, "timeout": REQUEST_TIMEOUT_S})
+    write = AvroSerializer(
+        registry,
+        json.dumps(hostile.CLICK),
+        conf={"subject.name.strategy": topic_subject_name_strategy},
+    )
+    at_clicks = SerializationContext(run.topics["clicks"], MessageField.VALUE)
+    rng = random.Random(41)
+    clicks = [
+        write({"page": f"p{rng.randrange(9)}", "user": f"u{rng.randrange(9)}"}, at_clicks)
+        for _ in range(300)
+    ]
+    click = clicks[0][5:]  # an Avro body of the reader's schema
+
+    def writer_schema(extra: Any) -> int:
+        fields = [*hostile.CLICK["fields"], extra]
+        text = json.dumps({**hostile.CLICK, "fields": fields})
+        return int(registry.register_schema(subject, Schema(text, "AVRO")))
+
+    tail = {"name": "tail", "type": ["null", hostile.NODE], "default": None}
+    nulls = {"name": "x", "type": {"type": "array", "items": "null"}, "default": []}
+    big = {"name": "big", "type": "null", "default": None, "doc": "x" * MAX_SCHEMA_BYTES}
+    other = {**hostile.CLICK, "name": "Other"}
+    other_id = registry.register_schema("other-value", Schema(json.dumps(other), "AVRO"))
+    bad_clicks = [
+        wire(writer_schema(tail), click + zigzag(1) + linked(10_000)),
+        wire(writer_schema(nulls), click + zigzag(1 << 60) + zigzag(0)),
+        wire(writer_schema(big), click + zigzag(0)),
+        wire(other_id, click),
+    ]
+    lists = [linked(1 + i % 40) for i in range(200)]
+    bad_lists = [linked(10_000)]
+    try:
+        run.start(workers=2)
+        run.feed_topics(
+            {"clicks": clicks[:150] + bad_clicks + clicks[150:], "lists": lists + bad_lists},
+            seconds=2,
+        )
+        run.resume_feed()
+        try:
+            run.drain(timeout=180)
+        finally:
+            exits = {i: run.workers[i].poll() for i in run.dead_workers()}
+            assert not exits, f"workers exited (index: code): {exits}\n{run.log_tails()}"
+        expected = run.verify()  # every sink and the DLQ against the reference run
+        assert len(expected.dead) == len(bad_clicks) + len(bad_lists)
+        letters = read_committed(kafka_bootstrap, run.settings.dlq_topic).values()
+        dead = Counter(value for part in letters for _, value, _ in part)
+        assert dead == Counter(bad_clicks + bad_lists)  # each one once, as it came
+        lengths = read_committed(kafka_bootstrap, run.topics["lengths"]).values()
+        assert sorted(int(v or b"") for part in lengths for _, v, _ in part) == sorted(
+            1 + i % 40 for i in range(200)
+        )
+        logs = run.log("worker-0") + run.log("worker-1")
+        for reason in ("too_deep", "too_large", "schema_refused"):
+            assert f"({reason} at " in logs, reason
     finally:
         run.stop()
