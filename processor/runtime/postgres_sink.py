@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 
 from processor import faults
 from processor.checkpointing import prepared
-from processor.pipeline.sink_postgres import PostgresTarget, Rows
+from processor.pipeline.sink_postgres import PostgresTarget, Rows, merge_row
 
 if TYPE_CHECKING:
     from processor.config import Settings
@@ -73,6 +73,8 @@ _TABLE_ERRORS: tuple[type[Exception], ...] = (
 )
 
 Dead = Callable[[Exception, Any], None]
+# A row the database refused: its key columns' values, the error, the value it came from.
+Refuse = Callable[[tuple[Any, ...], Exception, Any], None]
 
 
 class Fenced(RuntimeError):
@@ -161,41 +163,50 @@ class PostgresWriter:
         if not rows:
             return 0
         conn = self._connection()
+        refused: list[tuple[Any, ...]] = []
         try:
-            written = self._write(conn, checkpoint_id, rows, None)
+            self._write(conn, checkpoint_id, rows, None)
         except BaseException as exc:
             _abort(conn)
             if not isinstance(exc, _ROW_ERRORS) or isinstance(exc, _TABLE_ERRORS):
                 raise
+
+            def refuse(ident: tuple[Any, ...], exc: Exception, value: Any) -> None:
+                refused.append(ident)
+                dead(exc, value)
+
             try:  # which rows? each in a savepoint
-                written = self._write(conn, checkpoint_id, rows, dead)
+                self._write(conn, checkpoint_id, rows, refuse)
             except BaseException:
                 _abort(conn)
                 raise
-        self.outstanding[checkpoint_id] = rows
-        return written
+        # A refused row is dead once: it is not written again if the checkpoint is declined.
+        kept = dict(rows)
+        for ident in refused:
+            del kept[ident]
+        self.outstanding[checkpoint_id] = kept
+        return len(kept)
 
     def _write(
-        self, conn: psycopg.Connection[Any], checkpoint_id: int, rows: Rows, dead: Dead | None
-    ) -> int:
-        """One transaction: the fence, the rows (all at once, or with ``dead`` one by one in
-        savepoints), PREPARE TRANSACTION."""
+        self, conn: psycopg.Connection[Any], checkpoint_id: int, rows: Rows, refuse: Refuse | None
+    ) -> None:
+        """One transaction: the fence, the rows (all at once, or with ``refuse`` one by one
+        in savepoints), PREPARE TRANSACTION."""
         conn.execute("BEGIN")
         if conn.execute(_CHECK_FENCE, (checkpoint_id, self.writer, self._fence)).rowcount != 1:
             conn.execute("ROLLBACK")
             raise Fenced(f"{self.writer}: a newer incarnation raised its fence in {FENCES}")
-        groups: dict[tuple[str, ...], list[tuple[list[Any], Any]]] = {}
-        for row, value in rows.values():
-            groups.setdefault(tuple(row), []).append(([_param(v) for v in row.values()], value))
-        written = 0
+        groups: dict[tuple[str, ...], list[tuple[tuple[Any, ...], list[Any], Any]]] = {}
+        for ident, (row, value) in rows.items():
+            params = [_param(v) for v in row.values()]
+            groups.setdefault(tuple(row), []).append((ident, params, value))
         with conn.cursor() as cur:
             for columns, items in groups.items():
                 statement = self._statement(columns)
-                if dead is None:
-                    cur.executemany(statement, [params for params, _ in items])
-                    written += len(items)
+                if refuse is None:
+                    cur.executemany(statement, [params for _, params, _ in items])
                     continue
-                for params, value in items:
+                for ident, params, value in items:
                     cur.execute("SAVEPOINT row")
                     try:
                         cur.execute(statement, params)
@@ -203,13 +214,11 @@ class PostgresWriter:
                         raise
                     except _ROW_ERRORS as exc:
                         cur.execute("ROLLBACK TO SAVEPOINT row")
-                        dead(exc, value)
+                        refuse(ident, exc, value)
                         continue
                     cur.execute("RELEASE SAVEPOINT row")
-                    written += 1
         name = prepared.gid(self.writer, self._fence, checkpoint_id)
         conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(name)))
-        return written
 
     def _statement(self, columns: tuple[str, ...]) -> sql.Composed:
         """The upsert of a row with ``columns`` (a row that exists gets the other columns)."""
@@ -320,13 +329,12 @@ class PostgresSinks:
 
     def decline(self, checkpoint_id: int, chain: StageChain) -> None:
         """Roll back the declined checkpoint's transactions; their rows go first into the
-        next epoch's (a newer row of the same key replaces its own)."""
+        next epoch's (a newer row of the same key merges into its own, `merge_row`)."""
         for name, writer in self.writers.items():
             rows = writer.decline(checkpoint_id)
             if rows:
-                for ident, row in chain.rows.get(name, {}).items():
-                    rows.pop(ident, None)
-                    rows[ident] = row
+                for ident, (row, value) in chain.rows.get(name, {}).items():
+                    merge_row(rows, ident, row, value)
                 chain.rows[name] = rows
 
     def close(self) -> None:

@@ -21,10 +21,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from processor import Pipeline
 from processor.commands import corpus
+from processor.pipeline.chain import StageChain
 from processor.pipeline.plan import plan
 from processor.pipeline.sink_postgres import PostgresTarget
-from processor.runtime.postgres_sink import Fenced, PostgresWriter
+from processor.runtime.postgres_sink import Fenced, PostgresSinks, PostgresWriter
+from processor.testing import MemoryState
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed, updates_per_key
 from tests.integration.postgres_pipeline import TABLES
@@ -123,6 +126,59 @@ def test_a_zombie_cannot_write_once_its_successor_raised_the_fence(pg_database: 
         stale.recover(0)
     for writer in (zombie, successor, stale, newer):
         writer.close()
+
+
+def _row_sink(dsn: str) -> tuple[StageChain, PostgresSinks]:
+    """A stateless stage whose records (dicts) are rows of table ``t``, its chain and its
+    sinks, the writer restored (no checkpoint committed)."""
+    p = Pipeline()
+    p.source("in", value="json").sink_postgres(dsn, "t", ["k"], lambda _k, r: r, name="t")
+    compiled = plan(p)
+    stage = compiled.stages[0]
+    writer = PostgresWriter("j.in-0.t", PostgresTarget.of(dsn, "t", ["k"], lambda _k, r: r))
+    writer.read_fence()
+    writer.recover(0)
+    return StageChain(compiled, stage, 0, MemoryState(), {}), PostgresSinks({"t": writer})
+
+
+def test_a_refused_row_is_dead_once_when_its_checkpoint_is_declined(pg_database: str) -> None:
+    """Hole 4 of issue #40: the refused row must not go again into the next epoch."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (k text PRIMARY KEY, v integer CHECK (v >= 0))")
+    chain, sinks = _row_sink(pg_database)
+    chain.values([{"k": "a", "v": 1}, {"k": "b", "v": -1}])
+    assert sinks.prepare(1, chain, "in-0") == 1
+    (dead,) = chain.take_dead()
+    assert json.loads(dead.value) == {"k": "b", "v": -1}
+    sinks.decline(1, chain)  # the rows go again, in checkpoint 2's transaction
+    assert sinks.prepare(2, chain, "in-0") == 1
+    assert chain.take_dead() == []
+    sinks.commit(2, "in-0")
+    assert _table(pg_database) == [("a", 1)]
+    assert _prepared(pg_database) == []
+    sinks.close()
+
+
+def test_rows_of_one_key_merge_column_by_column_through_a_declined_checkpoint(
+    pg_database: str,
+) -> None:
+    """Hole 5 of issue #40: ``{k, a: 1}`` then ``{k, b: 2}`` leave a = 1, b = 2 in the
+    table, within an epoch and across a declined checkpoint, as upserts in turn would."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (k text PRIMARY KEY, a integer, b integer, c integer)")
+        conn.execute("INSERT INTO t VALUES ('k', 0, 0, 7), ('j', 0, 0, 0)")
+    chain, sinks = _row_sink(pg_database)
+    chain.values([{"k": "k", "a": 1}, {"k": "k", "b": 2}, {"k": "j", "a": 5}])
+    sinks.prepare(1, chain, "in-0")
+    sinks.decline(1, chain)
+    chain.values([{"k": "j", "b": 6}, {"k": "k", "a": 3}])  # merged after the declined rows
+    sinks.prepare(2, chain, "in-0")
+    sinks.commit(2, "in-0")
+    assert _table(pg_database, "SELECT k, a, b, c FROM t ORDER BY k") == [
+        ("j", 5, 6, 0),
+        ("k", 3, 2, 7),
+    ]
+    sinks.close()
 
 
 def _feed(run_: PipelineRun, param: str, values: list[bytes], seconds: float) -> None:

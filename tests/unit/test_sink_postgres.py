@@ -93,3 +93,14 @@ def test_a_long_writer_name_still_fits_a_transaction_id() -> None:
     assert len(name.encode()) <= prepared.MAX_GID_BYTES
     assert prepared.parse(writer, name) == (2**62, 2**62)
     assert writer != prepared.owner("job" * 40, "stage-0", "sink" * 31)
+
+
+def test_rows_of_one_key_merge_column_by_column_in_order() -> None:
+    """Hole 5 of issue #40: ``{k, a: 1}`` then ``{k, b: 2}`` in one epoch leave a = 1, b = 2,
+    as two upserts in turn would; a later column value replaces an earlier one."""
+    target = PostgresTarget.of(DSN, "t", ["k"], lambda k, v: {"k": k, **v})
+    rows: Rows = {}
+    batch = [("k", {"a": 1}), ("j", {"a": 0}), ("k", {"b": 2}), ("k", {"a": 3, "c": None})]
+    add_rows(target, rows, batch, True, lambda exc, v: pytest.fail(f"dead {v}"))
+    assert list(rows) == [("j",), ("k",)]  # k's row written after j's
+    assert rows[("k",)] == ({"k": "k", "a": 3, "b": 2, "c": None}, {"a": 3, "c": None})
