@@ -111,8 +111,7 @@ class PostgresWriter:
         """Step (1) of the restore (`processor.checkpointing.prepared`), before the task's
         producer starts: the fence as its predecessors left it."""
         conn = self._connection()
-        with contextlib.suppress(errors.UniqueViolation):  # another task made it just now
-            conn.execute(_CREATE_FENCES)
+        ensure_fences(conn)
         # A plain read: the row may be locked by a transaction a predecessor prepared.
         row = conn.execute(_READ_FENCE, (self.writer,)).fetchone()
         if row is None:  # the writer's first start
@@ -269,6 +268,17 @@ class PostgresWriter:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def ensure_fences(conn: psycopg.Connection[Any]) -> None:
+    """Create processor_sink_fences if it does not exist. Looked for first: CREATE TABLE IF
+    NOT EXISTS needs CREATE on the schema even when the table is there, which a role with
+    only DML on the two tables lacks (docs/postgres.md)."""
+    row = conn.execute("SELECT to_regclass(%s)", (FENCES,)).fetchone()
+    if row is not None and row[0] is not None:
+        return
+    with contextlib.suppress(errors.UniqueViolation):  # another task made it just now
+        conn.execute(_CREATE_FENCES)
 
 
 def _abort(conn: psycopg.Connection[Any]) -> None:

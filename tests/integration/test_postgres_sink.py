@@ -14,12 +14,15 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import conninfo, errors, sql
 
 from processor import Pipeline
 from processor.commands import corpus
@@ -126,6 +129,50 @@ def test_a_zombie_cannot_write_once_its_successor_raised_the_fence(pg_database: 
         stale.recover(0)
     for writer in (zombie, successor, stale, newer):
         writer.close()
+
+
+# The least-privileged role of docs/postgres.md: DML on the table and the fences, no CREATE.
+LEAST_PRIVILEGE = """
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+CREATE TABLE t (k text PRIMARY KEY, v integer);
+CREATE TABLE processor_sink_fences (
+  writer text PRIMARY KEY, fence bigint NOT NULL, checkpoint bigint NOT NULL DEFAULT 0);
+GRANT SELECT, INSERT, UPDATE ON t, processor_sink_fences TO {role};
+"""
+
+
+@pytest.fixture
+def least_privileged(postgres_dsn: str, pg_database: str) -> Iterator[str]:
+    """The DSN of a role with only DML on ``t`` and processor_sink_fences in pg_database."""
+    name = f"writer_{uuid.uuid4().hex[:12]}"
+    role = sql.Identifier(name)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(role))
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute(sql.SQL(LEAST_PRIVILEGE).format(role=role))
+    try:
+        yield conninfo.make_conninfo(pg_database, user=name)
+    finally:
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(role))
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE {}").format(role))
+
+
+def test_a_role_with_dml_on_the_two_tables_only_writes(least_privileged: str) -> None:
+    """Hole 3 of issue #40: CREATE TABLE IF NOT EXISTS needs CREATE on the schema even when
+    the table exists; the writer looks for processor_sink_fences first."""
+    with psycopg.connect(least_privileged) as conn, pytest.raises(errors.InsufficientPrivilege):
+        conn.execute("CREATE TABLE elsewhere (k text)")  # the role really lacks CREATE
+    writer = _writer(least_privileged)
+    writer.prepare(1, _rows(("a", 1)), lambda exc, value: pytest.fail(str(exc)))
+    writer.commit(1)
+    assert _table(least_privileged) == [("a", 1)]
+    writer.prepare(2, _rows(("a", 2)), lambda exc, value: pytest.fail(str(exc)))
+    writer.close()  # a crash: its successor, as the same role, resolves what it prepared
+    _writer(least_privileged, committed=2).close()
+    assert _table(least_privileged) == [("a", 2)]
+    assert _prepared(least_privileged) == []
 
 
 def _row_sink(dsn: str) -> tuple[StageChain, PostgresSinks]:
