@@ -144,6 +144,7 @@ class KeyedTask(KeyedCheckpoints):
                     self._process(msgs, out, consumer)
                 if self._fed is not None:
                     self._fed.poll()
+            self._stop_postgres(out)
         finally:
             # A failed (perhaps fenced) task must not go on writing to storage: stop the
             # upload under way and drop the queued ones, retention above all.

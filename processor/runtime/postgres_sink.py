@@ -264,6 +264,15 @@ class PostgresWriter:
             self._connection().execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(name)))
         return rows
 
+    def settle(self, committed: int) -> None:
+        """A clean stop, every Kafka transaction of the task above ``committed`` aborted or
+        never to commit: commit what was prepared up to it, roll back the rest, so that
+        nothing stays prepared (its row locks would hold the next writer back)."""
+        self.commit(committed)
+        for checkpoint_id in sorted(self.outstanding):
+            self.decline(checkpoint_id)
+            log.info("%s: rolled back checkpoint %d at stop", self.writer, checkpoint_id)
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -346,6 +355,11 @@ class PostgresSinks:
                 for ident, (row, value) in chain.rows.get(name, {}).items():
                     merge_row(rows, ident, row, value)
                 chain.rows[name] = rows
+
+    def settle(self, committed: int) -> None:
+        """A clean stop (`PostgresWriter.settle`)."""
+        for writer in self.writers.values():
+            writer.settle(committed)
 
     def close(self) -> None:
         for writer in self.writers.values():

@@ -142,6 +142,7 @@ class SourceTask(Task):
                 newest = self._committing.checkpoint_id if self._committing else 0
                 if self._requested > max(self.last_checkpoint, newest):
                     self._checkpoint(self._requested, out, consumer)
+            self._stop_postgres(out)
         finally:
             out.close()
             consumer.close()
@@ -354,6 +355,16 @@ class SourceTask(Task):
             lag,
             {str(p): o for p, o in self._positions.items()},
         )
+
+    def _stop_postgres(self, out: TransactionalOutput) -> None:
+        """A clean stop: the commit in flight finished, the open transaction aborted, then no
+        PostgreSQL transaction of the task stays prepared (`PostgresSinks.settle`)."""
+        if self.postgres is None:
+            return
+        if self._committing is not None:
+            self._finish_commit(out, block=True)
+        out.abort()
+        self.postgres.settle(self.last_checkpoint)
 
     def _prepare_rows(self, checkpoint_id: int, out: TransactionalOutput) -> None:
         """The epoch's PostgreSQL rows, prepared before Kafka transaction n commits; the rows

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -353,3 +354,42 @@ def test_a_stateless_stage_writes_each_row_once_through_kills(
     rows = _table(pg_database, "SELECT id, body FROM events ORDER BY id")
     assert rows == [(e["id"], e) for e in events if e["id"] % 7 != 3]
     assert _prepared(pg_database) == []
+
+
+def test_workers_stopped_by_sigterm_leave_nothing_prepared(
+    kafka_bootstrap: str, pg_database: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Hole 2 of issue #40: a clean stop resolves the task's own prepared transaction. One
+    worker is asked to stop (SIGTERM) at the very step between PREPARE and Kafka's commit,
+    the other mid-stream: once both are gone nothing is prepared; restarted, the job ends
+    with the table equal to the direct count."""
+    run_ = _job(
+        (kafka_bootstrap, pg_database, tmp_path, request),
+        TABLES,
+        PIPELINE,
+        {"lines": "lines", "counts": "counts"},
+        source_partitions=2,
+    )
+    lines = _lines(4_000)
+    words = Counter(w for line in lines for w in line["text"].split())
+    _feed(run_, "lines", [json.dumps(line).encode() for line in lines], 16)
+    run_.start_coordinator(exit_when_idle=False)
+    run_.start_worker(0, fault="postgres_prepared#2:term")
+    run_.start_worker(1)
+    wait_until(lambda: run_.dead_workers() == [0], 120, "worker 0 stopped at its fault point")
+    assert "fault point postgres_prepared" in run_.log("worker-0")
+    assert run_.feeding, "the feed ended before the stop: make it longer"
+    run_.kill_worker(1, signal.SIGTERM)
+    wait_until(lambda: run_.dead_workers() == [0, 1], 60, "worker 1 stopped")
+    assert [run_.workers[i].returncode for i in (0, 1)] == [0, 0]
+    assert _prepared(pg_database) == []
+    run_.start_worker(0)
+    run_.start_worker(1)
+    count = "SELECT word, n FROM word_counts"
+    wait_until(lambda: dict(_table(pg_database, count)) == words, 180, "every count in the table")
+    run_.wait_for_checkpoints(3)  # a write too many would be committed by now
+    assert dict(_table(pg_database, count)) == dict(words)
+    log: dict[bytes | None, list[bytes]] = {}
+    for word, n in _table(pg_database, "SELECT word, n FROM count_log ORDER BY id"):
+        log.setdefault(word.encode(), []).append(str(n).encode())
+    assert log == updates_per_key(read_committed(kafka_bootstrap, run_.topics["counts"]))
