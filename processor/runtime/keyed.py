@@ -56,6 +56,7 @@ from processor.runtime.keyed_restore import (
 )
 from processor.runtime.keyed_time import TaskTime
 from processor.runtime.layout import check_snapshot as check_layout
+from processor.runtime.postgres_orphans import after_savepoint
 from processor.runtime.task import (
     TaskContext,
     check,
@@ -169,6 +170,8 @@ class KeyedTask(KeyedCheckpoints):
         self.last_checkpoint = int(meta.get("checkpoint", 0))
         if self.postgres is not None:  # its prepared transactions: what Kafka decided
             self.postgres.recover(self.last_checkpoint)
+            if not self.last_checkpoint:  # and those of the job it started from
+                after_savepoint(self.settings, self.ctx.graph, self.ctx.task_id, self.postgres)
         committed: SnapshotRef | None = None
         if self.last_checkpoint:
             owner = meta.get("snapshot")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +54,9 @@ _CHECK_FENCE = sql.SQL("UPDATE {} SET checkpoint = %s WHERE writer = %s AND fenc
 )
 _PREPARED = (
     "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)"
+)
+_WRITERS = sql.SQL("SELECT writer FROM {} WHERE starts_with(writer, %s)").format(
+    sql.Identifier(FENCES)
 )
 
 # Errors that are a row's fault: the row is dead, the others are written.
@@ -93,6 +96,18 @@ class PostgresWriter:
         # Prepared, not yet committed: checkpoint -> its rows (written again if declined).
         self.outstanding: dict[int, Rows] = {}
         self._statements: dict[tuple[str, ...], sql.Composed] = {}
+        # What its restores did with prepared transactions: (COMMIT or ROLLBACK, gid).
+        self.resolved: list[tuple[str, str]] = []
+
+    @staticmethod
+    def for_dsn(writer: str, dsn: str) -> PostgresWriter:
+        """A writer that only resolves and fences (it writes no rows): a replaced one."""
+        return PostgresWriter(writer, PostgresTarget(dsn, (), (), _no_row))
+
+    def has_prepared(self) -> bool:
+        """Whether the database holds a transaction this writer prepared."""
+        found = self._connection().execute(_PREPARED, (self.writer + ".",)).fetchall()
+        return any(prepared.parse(self.writer, r[0]) is not None for r in found)
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None:
@@ -154,6 +169,7 @@ class PostgresWriter:
                     conn.execute(sql.SQL(verb + " PREPARED {}").format(sql.Literal(name)))
                 except errors.UndefinedObject:
                     continue  # resolved meanwhile (by the incarnation that prepared it)
+                self.resolved.append((verb, name))
                 log.info("%s: %s PREPARED %s (checkpoint %d)", self.writer, verb, name, committed)
 
     def prepare(self, checkpoint_id: int, rows: Rows, dead: Dead) -> int:
@@ -297,35 +313,81 @@ def _abort(conn: psycopg.Connection[Any]) -> None:
         conn.execute("ROLLBACK")
 
 
+def _no_row(key: Any, value: Any) -> dict[str, Any]:
+    raise AssertionError("a writer that only resolves writes no rows")
+
+
 def _param(value: Any) -> Any:
     """A row's value as psycopg takes it: a dict as jsonb (lists are arrays already)."""
     return Jsonb(value) if type(value) is dict else value
 
 
 class PostgresSinks:
-    """The PostgreSQL sinks of one task: what its checkpoints do with them."""
+    """The PostgreSQL sinks of one task: what its checkpoints do with them.
 
-    def __init__(self, writers: dict[str, PostgresWriter]) -> None:
+    ``owner``: the task's job, its id and the job's stage names, to find the writers it
+    replaces (`prepared.replaced`): those of a sink renamed or removed since it last ran.
+    Their restore is the task's own, so their prepared transactions are resolved as its own.
+    """
+
+    def __init__(
+        self,
+        writers: dict[str, PostgresWriter],
+        owner: tuple[str, str, tuple[str, ...]] = ("", "", ()),
+    ) -> None:
         self.writers = writers
+        self.owner = owner
+        self.replaced: list[PostgresWriter] = []  # from read_fences to recover
 
     @staticmethod
-    def of(settings: Settings, task_id: str, stage: Stage) -> PostgresSinks | None:
+    def of(
+        settings: Settings, task_id: str, stage: Stage, stages: Iterable[str] = ()
+    ) -> PostgresSinks | None:
         """The task's, or None if its stage writes into no PostgreSQL table (no cost)."""
         writers = {}
         for node in stage.postgres_sinks:
             assert node.postgres is not None
             writer = prepared.owner(settings.job_name, task_id, node.name)
             writers[node.name] = PostgresWriter(writer, node.postgres)
-        return PostgresSinks(writers) if writers else None
+        owner = (settings.job_name, task_id, tuple(stages) or (stage.name,))
+        return PostgresSinks(writers, owner) if writers else None
+
+    def writers_of(self, job: str) -> list[PostgresWriter]:
+        """Writers of this task in job ``job`` (this one, or the one it started from) that
+        it does not have now, in the databases it writes into (their fences say which)."""
+        found: list[PostgresWriter] = []
+        names = {w.writer for w in self.writers.values()}
+        _, task, stages = self.owner
+        targets = {w.target.dsn: w.target for w in self.writers.values()}
+        for target in targets.values():
+            with psycopg.connect(target.dsn, autocommit=True, connect_timeout=10) as conn:
+                ensure_fences(conn)
+                rows = conn.execute(_WRITERS, (f"{job}.{task}.",)).fetchall()
+            gone = prepared.replaced(job, task, names, stages, (r[0] for r in rows))
+            found.extend(PostgresWriter.for_dsn(name, target.dsn) for name in gone)
+        return found
 
     def read_fences(self) -> None:
-        """Before the task's producer starts (`PostgresWriter.read_fence`)."""
+        """Before the task's producer starts (`PostgresWriter.read_fence`): its writers',
+        and those of the writers it replaces."""
         for writer in self.writers.values():
             writer.read_fence()
+        self.replaced = self.writers_of(self.owner[0]) if self.owner[0] else []
+        for writer in self.replaced:
+            writer.read_fence()
+            log.info("%s: replaces writer %s", self.owner[1], writer.writer)
 
     def recover(self, committed: int) -> None:
+        """Steps (4) and (5) for its writers and those it replaces (then closed: they have
+        nothing more to do, and a zombie of theirs finds its fence raised)."""
         for writer in self.writers.values():
             writer.recover(committed)
+        replaced, self.replaced = self.replaced, []
+        for writer in replaced:
+            try:
+                writer.recover(committed)
+            finally:
+                writer.close()
 
     def prepare(self, checkpoint_id: int, chain: StageChain, task_id: str) -> int:
         """The epoch's rows of every sink, prepared; refused rows into the chain's dead

@@ -36,6 +36,7 @@ from processor.pipeline.dead import Position
 from processor.pipeline.time import NO_WATERMARK, SourceWatermarks
 from processor.runtime import gaps, source_meta
 from processor.runtime.deadletter import DeadLetters
+from processor.runtime.postgres_orphans import after_savepoint
 from processor.runtime.priority import KEYED_SYNC
 from processor.runtime.task import (
     ClosedEpoch,
@@ -169,6 +170,8 @@ class SourceTask(Task):
             )
         if self.postgres is not None:  # its prepared transactions: what Kafka decided
             self.postgres.recover(self.last_checkpoint)
+            if not self.last_checkpoint:  # and those of the job it started from
+                after_savepoint(self.settings, self.ctx.graph, self.ctx.task_id, self.postgres)
         consumer.assign(start)
         log.info(
             "%s: resuming %s at %s (checkpoint %d)",

@@ -195,7 +195,8 @@ def postgres_sinks(ctx: TaskContext) -> PostgresSinks | None:
         return None
     from processor.runtime.postgres_sink import PostgresSinks
 
-    return PostgresSinks.of(ctx.settings, ctx.task_id, ctx.stage)
+    stages = [s.name for s in ctx.graph.stages]
+    return PostgresSinks.of(ctx.settings, ctx.task_id, ctx.stage, stages)
 
 
 def check(msg: Message) -> bool:
