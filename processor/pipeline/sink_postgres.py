@@ -27,6 +27,29 @@ Rows = dict[tuple[Any, ...], tuple[dict[str, Any], Any]]
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
 
 
+# A password in a DSN: a URL's in its user info or a parameter; a key=value string's pair.
+_URL_PASSWORDS = (
+    (re.compile(r"(://[^/@:?#]*:)[^/?#]*@"), r"\1***@"),
+    (re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE), r"\1***"),
+)
+_PAIR_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
+
+
+def redacted(dsn: str) -> str:
+    """``dsn`` with its password, if any, shown as ``***``.
+
+    >>> redacted("postgresql://app:s3cr@t@db:5432/app?password=x&sslmode=require")
+    'postgresql://app:***@db:5432/app?password=***&sslmode=require'
+    >>> redacted("host=db user=app password='a b' dbname=app")
+    'host=db user=app password=*** dbname=app'
+    """
+    if "://" not in dsn:
+        return _PAIR_PASSWORD.sub(r"\1***", dsn)
+    for pattern, replacement in _URL_PASSWORDS:
+        dsn = pattern.sub(replacement, dsn)
+    return dsn
+
+
 @dataclass(frozen=True)
 class PostgresTarget:
     """Where and how a sink writes: the server (a libpq DSN), the table (``name`` or
@@ -37,6 +60,12 @@ class PostgresTarget:
     table: tuple[str, ...]
     key_columns: tuple[str, ...]
     columns: Callable[[Any, Any], Mapping[str, Any]]
+
+    def __repr__(self) -> str:  # never the DSN's password: reprs end up in logs
+        return (
+            f"PostgresTarget(dsn={redacted(self.dsn)!r}, table={self.table!r}, "
+            f"key_columns={self.key_columns!r}, columns={self.columns!r})"
+        )
 
     @staticmethod
     def of(dsn: Any, table: Any, key_columns: Any, columns: Any) -> PostgresTarget:

@@ -28,6 +28,7 @@ from psycopg.types.json import Jsonb
 from processor import faults
 from processor.checkpointing import prepared
 from processor.pipeline.sink_postgres import PostgresTarget, Rows, merge_row
+from processor.runtime.task import OutsideFailure
 
 if TYPE_CHECKING:
     from processor.config import Settings
@@ -80,6 +81,10 @@ Dead = Callable[[Exception, Any], None]
 Refuse = Callable[[tuple[Any, ...], Exception, Any], None]
 
 
+class ServerNotReady(OutsideFailure):
+    """The server is set up so that the sink cannot work (one line: the setting)."""
+
+
 class Fenced(RuntimeError):
     """A newer incarnation of this task raised the fence: this one is a zombie."""
 
@@ -126,6 +131,7 @@ class PostgresWriter:
         """Step (1) of the restore (`processor.checkpointing.prepared`), before the task's
         producer starts: the fence as its predecessors left it."""
         conn = self._connection()
+        check_server(conn)
         ensure_fences(conn)
         # A plain read: the row may be locked by a transaction a predecessor prepared.
         row = conn.execute(_READ_FENCE, (self.writer,)).fetchone()
@@ -293,6 +299,19 @@ class PostgresWriter:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def check_server(conn: psycopg.Connection[Any]) -> None:
+    """At the task's start, not at its first epoch with rows: PREPARE TRANSACTION fails on
+    a server whose max_prepared_transactions is 0 (PostgreSQL's default)."""
+    row = conn.execute("SHOW max_prepared_transactions").fetchone()
+    if row is not None and int(row[0]) == 0:
+        where = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+        raise ServerNotReady(
+            f"max_prepared_transactions is 0 on the PostgreSQL server at {where}: the "
+            "sink needs it above 0, at least the tasks writing into it (it takes a server "
+            "restart; docs/postgres.md: What the server needs)"
+        )
 
 
 def ensure_fences(conn: psycopg.Connection[Any]) -> None:

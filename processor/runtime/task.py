@@ -107,6 +107,11 @@ class PermanentTaskFailure(Exception):
     state = "failed"  # what the status page shows
 
 
+class OutsideFailure(Exception):
+    """A failure of something outside the job an operator fixes (a server's setting): the
+    task fails and retries, and its message, one line, says it all (no traceback)."""
+
+
 class Task:
     """Base of the two task kinds: lifecycle state and the last committed checkpoint."""
 

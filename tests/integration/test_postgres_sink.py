@@ -27,13 +27,14 @@ import psycopg
 import pytest
 from psycopg import conninfo, errors, sql
 
-from processor import Pipeline
+from processor import Pipeline, postgres_server
 from processor.commands import corpus
 from processor.pipeline.chain import StageChain
 from processor.pipeline.plan import plan
 from processor.pipeline.sink_postgres import PostgresTarget
-from processor.runtime.postgres_sink import Fenced, PostgresSinks, PostgresWriter
+from processor.runtime.postgres_sink import Fenced, PostgresSinks, PostgresWriter, ServerNotReady
 from processor.testing import MemoryState
+from tests.conftest import TEST_PG_PORT, postgres_base
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed, updates_per_key
 from tests.integration.postgres_pipeline import TABLES
@@ -204,6 +205,28 @@ def test_the_orphan_of_a_renamed_writer_is_resolved_at_the_next_start(
     sinks.commit(8, "s-0")
     assert _table(pg_database) == [("a", 2)]
     sinks.close()
+
+
+def test_max_prepared_transactions_0_is_one_line_at_the_start(
+    postgres_dsn: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A server of PostgreSQL's default (no prepared transactions) is found when the task
+    starts, not at its first epoch with rows, in one line naming the setting. (A server of
+    its own, on the session's port + 1: the setting takes a restart.)"""
+    with postgres_base(tmp_path_factory) as base:
+        data_dir = base / "data"
+        settings = {"max_prepared_transactions": "0"}
+        dsn = postgres_server.start(data_dir, TEST_PG_PORT + 1, settings=settings)
+        try:
+            writer = PostgresWriter("j.t-0.s", _target(dsn))
+            with pytest.raises(ServerNotReady) as raised:
+                writer.read_fence()
+            writer.close()
+        finally:
+            postgres_server.stop(data_dir)
+    message = str(raised.value)
+    assert "max_prepared_transactions is 0" in message and "\n" not in message
+    assert f":{TEST_PG_PORT + 1}/postgres" in message
 
 
 def _row_sink(dsn: str) -> tuple[StageChain, PostgresSinks]:

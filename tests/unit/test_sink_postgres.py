@@ -104,3 +104,23 @@ def test_rows_of_one_key_merge_column_by_column_in_order() -> None:
     add_rows(target, rows, batch, True, lambda exc, v: pytest.fail(f"dead {v}"))
     assert list(rows) == [("j",), ("k",)]  # k's row written after j's
     assert rows[("k",)] == ({"k": "k", "a": 3, "b": 2, "c": None}, {"a": 3, "c": None})
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://app:hunter2@db:5432/app",
+        "postgres://app:hunter2@db/app?sslmode=require",
+        "postgresql://app@db/app?password=hunter2&sslmode=require",
+        "host=db user=app password=hunter2 dbname=app",
+        "host=db password = 'hunter2 x' dbname=app",
+    ],
+)
+def test_a_targets_repr_never_shows_the_password(dsn: str) -> None:
+    target = PostgresTarget.of(dsn, "t", ["k"], _row)
+    assert "hunter2" not in repr(target)
+    assert "***" in repr(target) and "db" in repr(target)
+    p = Pipeline()
+    p.source("in").key_by(str).count().sink_postgres(dsn, "t", ["word"], _row)
+    (stage,) = [s for s in plan(p).stages if s.postgres_sinks]
+    assert "hunter2" not in repr(stage.postgres_sinks[0])
