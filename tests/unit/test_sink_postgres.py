@@ -124,3 +124,26 @@ def test_a_targets_repr_never_shows_the_password(dsn: str) -> None:
     p.source("in").key_by(str).count().sink_postgres(dsn, "t", ["word"], _row)
     (stage,) = [s for s in plan(p).stages if s.postgres_sinks]
     assert "hunter2" not in repr(stage.postgres_sinks[0])
+
+
+def test_the_prepared_command_says_whose_each_transaction_is() -> None:
+    """``processor postgres prepared``: the job's, by task (resolved); another job's and a
+    foreign id are listed and left alone."""
+    from processor.commands.postgres import Prepared, render, tasks_of
+    from processor.jobs.graph import JobGraph
+
+    p = Pipeline()
+    p.source("in").key_by(str).count().sink_postgres(DSN, "t", ["word"], _row)
+    graph = JobGraph("wc", plan(p))
+    keyed = next(s for s in graph.stages if s.postgres_sinks).name
+    ours = prepared.owner("wc", f"{keyed}-1", "old.sink_postgres")
+    found = [
+        Prepared(prepared.gid(ours, 2, 9), "2026-12-05T10:00:00+00:00", "app", ours, 2, 8),
+        Prepared("other." + prepared.gid(ours, 1, 1), "t", "app", "other." + ours, 1, 0),
+        Prepared("x.1.2\u00b2", "t", "dba", prepared.writer_of("x.1.2\u00b2")),
+    ]
+    assert tasks_of(graph, found) == {f"{keyed}-1": [ours]}
+    lines = render(graph, found)
+    assert lines[0].endswith(f"(job wc, task {keyed}-1, last committed in the table: 8)")
+    assert lines[1].endswith("(not this job's, last committed in the table: 0)")
+    assert lines[2].endswith("(not a processor transaction id)")
