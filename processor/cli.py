@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import SecretStr
 from pydantic_core import PydanticUndefined
 
+from processor.commands import postgres as postgres_command
 from processor.config import Settings, SettingsError, load_settings
 from processor.logs import configure_logging
 from processor.pipeline.api import PipelineError
@@ -212,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     acls.add_argument("--table", action="store_true", help="a Markdown table, not commands")
 
+    postgres_command.add_parser(sub, common)
     status = sub.add_parser("status", help="the coordinator's checkpoint and task status")
     status.add_argument("--url", default=COORDINATOR_URL, help="coordinator's metrics URL")
     status.add_argument("--history", type=int, default=10, help="checkpoints to show")
@@ -433,6 +435,8 @@ def _run(args: argparse.Namespace) -> int:
         stop = _stop_event()
         tail(settings, args.topic, options, stopped=stop.is_set)
         return 0
+    if command == "postgres":
+        return postgres_command.command(settings, args.dsn, args.resolve)
     if command == "acls":
         from processor.jobs import load_graph
         from processor.kafka import acls
@@ -488,12 +492,7 @@ def _savepoint(args: argparse.Namespace, settings: Settings) -> int:
 
 def _env(args: argparse.Namespace) -> dict[str, str]:
     """CLI overrides as environment for child processes."""
-    env = {
-        "PROCESSOR_" + name.upper(): str(value)
-        for name, value in _overrides(args).items()
-        if value is not None
-    }
-    return env
+    return {f"PROCESSOR_{k.upper()}": str(v) for k, v in _overrides(args).items() if v is not None}
 
 
 if __name__ == "__main__":

@@ -2,12 +2,13 @@
 
 Armed only through the environment, read once at import::
 
-    PROCESSOR_FAULT=<point>[@<task>][#<n>][:stop]
+    PROCESSOR_FAULT=<point>[@<task>][#<n>][:stop|:term]
 
 kills this process with SIGKILL the ``n``-th time (default: the first) ``<point>`` is reached,
 by ``<task>`` when one is named. With ``:stop`` it stops it there instead (SIGSTOP): a zombie
 frozen at that very step, which a test continues (SIGCONT) once its tasks have moved, to see
-it fenced. Unarmed, ``reach()`` is one comparison. A helper process that
+it fenced. With ``:term`` it asks it to stop there (SIGTERM): a clean stop that begins at
+that very step. Unarmed, ``reach()`` is one comparison. A helper process that
 runs a step for a worker (`serve`) kills that worker first, so a point means the same process
 wherever its step runs.
 """
@@ -36,9 +37,10 @@ POINTS = {
 class _Armed:
     def __init__(self, spec: str) -> None:
         spec, _, action = spec.partition(":")
-        if action not in ("", "stop"):
-            raise ValueError(f"PROCESSOR_FAULT: unknown action {action!r} (only :stop)")
-        self.signal = signal.SIGSTOP if action else signal.SIGKILL
+        actions = {"": signal.SIGKILL, "stop": signal.SIGSTOP, "term": signal.SIGTERM}
+        if action not in actions:
+            raise ValueError(f"PROCESSOR_FAULT: unknown action {action!r} (:stop or :term)")
+        self.signal = actions[action]
         spec, _, count = spec.partition("#")
         self.point, _, self.task = spec.partition("@")
         if self.point not in POINTS:

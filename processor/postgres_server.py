@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 HOST = "127.0.0.1"
@@ -90,8 +91,14 @@ def socket_dir(data_dir: Path) -> Path:
     return data_dir.parent / f"{data_dir.name}-socket"
 
 
-def start(data_dir: Path, port: int, timeout: float = START_TIMEOUT_S) -> str:
+def start(
+    data_dir: Path,
+    port: int,
+    timeout: float = START_TIMEOUT_S,
+    settings: Mapping[str, str] | None = None,
+) -> str:
     """Initialise ``data_dir`` if empty, start the server on ``port``, return its DSN.
+    ``settings`` replace some of `SETTINGS` (a test of a server set up wrong).
 
     Returns once the server accepts connections; raises PostgresServerError with the tail
     of its log when it did not within ``timeout`` seconds (and stops what did start).
@@ -106,7 +113,8 @@ def start(data_dir: Path, port: int, timeout: float = START_TIMEOUT_S) -> str:
     elif _running(bindir, data_dir):
         # Not ours to take over, nor (below, on failure) to stop.
         raise PostgresServerError(f"a server already runs on {data_dir}")
-    options = {**SETTINGS, "port": str(port), "unix_socket_directories": str(sockets)}
+    options = {**SETTINGS, **(settings or {}), "port": str(port)}
+    options["unix_socket_directories"] = str(sockets)
     log = data_dir / LOG_NAME
     command = [
         str(bindir / "pg_ctl"),

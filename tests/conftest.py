@@ -181,7 +181,7 @@ def postgres_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if os.environ.get("CI", "").lower() not in ("", "0", "false"):
             pytest.fail(message)
         pytest.skip(message)
-    with _postgres_base(tmp_path_factory) as base:
+    with postgres_base(tmp_path_factory) as base:
         data_dir = base / "data"
         dsn = postgres_server.start(data_dir, TEST_PG_PORT)
         try:
@@ -191,7 +191,7 @@ def postgres_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _postgres_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def postgres_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # As root the server runs as the 'postgres' user, who cannot enter pytest's temp area
     # (mode 0700, root's): a directory of its own under /tmp then, removed afterwards.
     if os.geteuid() != 0:

@@ -31,17 +31,27 @@ too: a row per writer (job, task, sink) with a number each incarnation raises at
   A stale restorer acting on an old c would otherwise roll back what Kafka just committed.
 - **Why a zombie cannot write after (5).** Its fence update waits for the raise, then finds
   a number that is not its own.
+- **Writers it replaced.** A sink renamed or removed leaves writers of the same task under
+  other names (`replaced`). The task's restore runs (1), (4) and (5) for them too: they
+  used its Kafka transactional id, so (2) fenced them and (3) is their decision as well.
+  A job started from another's savepoint has another transactional id: the old job's
+  writers are resolved by a restore of the old task that runs nothing, under the old name
+  (`processor.runtime.postgres_orphans`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 # PostgreSQL's limit on a transaction identifier (GID) is 200 bytes.
 MAX_GID_BYTES = 200
 # A writer's name leaves room in a gid for ".<fence>.<checkpoint>" (up to 40 digits).
 _MAX_OWNER_BYTES = 160
+# ASCII digits only: str.isdigit takes '²', which int() refuses.
+_NUMBER = re.compile(r"[0-9]+")
 
 
 def owner(job: str, task: str, sink: str) -> str:
@@ -79,9 +89,56 @@ def parse(writer: str, name: str) -> tuple[int, int] | None:
     if not name.startswith(prefix):
         return None
     fence, _, checkpoint = name[len(prefix) :].partition(".")
-    if not fence.isdigit() or not checkpoint.isdigit():
+    if not _NUMBER.fullmatch(fence) or not _NUMBER.fullmatch(checkpoint):
         return None
     return int(fence), int(checkpoint)
+
+
+def writer_of(name: str) -> str | None:
+    """The writer of transaction id ``name``, or None if it is not one of ours.
+
+    >>> writer_of("wc.count-0.pg.3.12"), writer_of("wc.count-0.pg.3.1²"), writer_of("x.1")
+    ('wc.count-0.pg', None, None)
+    """
+    writer, *numbers = name.rsplit(".", 2)
+    if len(numbers) != 2 or not all(_NUMBER.fullmatch(n) for n in numbers) or not writer:
+        return None
+    return writer
+
+
+def task_of(job: str, writer: str, stages: Collection[str]) -> str | None:
+    """Which task of ``job`` (``<stage>-<index>``, a stage of ``stages``) ``writer`` is of:
+    its name is ``<job>.<task>.<sink>``; the longest stage wins, as stage names hold dots.
+
+    >>> task_of("wc", "wc.lines.key_by-1.lines.key_by.count.sink_postgres", ["lines.key_by"])
+    'lines.key_by-1'
+    """
+    if not writer.startswith(job + "."):
+        return None
+    rest = writer[len(job) + 1 :]
+    found: str | None = None
+    for stage in stages:
+        if not rest.startswith(stage + "-"):
+            continue
+        index, dot, _ = rest[len(stage) + 1 :].partition(".")
+        if dot and _NUMBER.fullmatch(index) and (found is None or len(stage) > len(found)):
+            found = stage
+    if found is None:
+        return None
+    return rest[: rest.index(".", len(found) + 1)]
+
+
+def replaced(
+    job: str, task: str, current: Collection[str], stages: Collection[str], writers: Iterable[str]
+) -> list[str]:
+    """The writers among ``writers`` that task ``task`` of job ``job`` had and has no more
+    (``current``: its writers now): a sink renamed (an operator inserted before it, a new
+    ``name=``) or removed. Its restore resolves their prepared transactions as its own.
+
+    >>> replaced("wc", "s-0", ["wc.s-0.b"], ["s", "s-0.x"], ["wc.s-0.a", "wc.s-0.b", "wc.s-1.a"])
+    ['wc.s-0.a']
+    """
+    return sorted(w for w in set(writers) if w not in current and task_of(job, w, stages) == task)
 
 
 @dataclass(frozen=True)

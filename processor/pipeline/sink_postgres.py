@@ -5,7 +5,8 @@ and the rows of a batch, kept per epoch by the columns of the table's key (`add_
 Writing them, exactly once, is the task's (`processor.runtime.postgres_sink`), at each
 checkpoint. Rows wait for the checkpoint because a database transaction of the next epoch
 may not touch a row before the prepared transaction of this one is committed: its locks.
-Keeping the last row per key is what an upsert of each in turn would leave, in fewer rows.
+The rows of one key merge column by column, in order (`merge_row`): what an upsert of each
+in turn would leave, in fewer rows, wherever the checkpoints fall.
 """
 
 from __future__ import annotations
@@ -26,6 +27,29 @@ Rows = dict[tuple[Any, ...], tuple[dict[str, Any], Any]]
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
 
 
+# A password in a DSN: a URL's in its user info or a parameter; a key=value string's pair.
+_URL_PASSWORDS = (
+    (re.compile(r"(://[^/@:?#]*:)[^/?#]*@"), r"\1***@"),
+    (re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE), r"\1***"),
+)
+_PAIR_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
+
+
+def redacted(dsn: str) -> str:
+    """``dsn`` with its password, if any, shown as ``***``.
+
+    >>> redacted("postgresql://app:s3cr@t@db:5432/app?password=x&sslmode=require")
+    'postgresql://app:***@db:5432/app?password=***&sslmode=require'
+    >>> redacted("host=db user=app password='a b' dbname=app")
+    'host=db user=app password=*** dbname=app'
+    """
+    if "://" not in dsn:
+        return _PAIR_PASSWORD.sub(r"\1***", dsn)
+    for pattern, replacement in _URL_PASSWORDS:
+        dsn = pattern.sub(replacement, dsn)
+    return dsn
+
+
 @dataclass(frozen=True)
 class PostgresTarget:
     """Where and how a sink writes: the server (a libpq DSN), the table (``name`` or
@@ -36,6 +60,12 @@ class PostgresTarget:
     table: tuple[str, ...]
     key_columns: tuple[str, ...]
     columns: Callable[[Any, Any], Mapping[str, Any]]
+
+    def __repr__(self) -> str:  # never the DSN's password: reprs end up in logs
+        return (
+            f"PostgresTarget(dsn={redacted(self.dsn)!r}, table={self.table!r}, "
+            f"key_columns={self.key_columns!r}, columns={self.columns!r})"
+        )
 
     @staticmethod
     def of(dsn: Any, table: Any, key_columns: Any, columns: Any) -> PostgresTarget:
@@ -74,9 +104,8 @@ def add_rows(
     keyed: bool,
     dead: Callable[[Exception, Any], None],
 ) -> None:
-    """``batch``'s rows into ``rows`` (the last one per key wins, and moves to the end: the
-    order of the writes); ``dead(exc, value)`` for a record whose function raised or
-    returned no usable row."""
+    """``batch``'s rows into ``rows`` (merged into the key's row, `merge_row`);
+    ``dead(exc, value)`` for a record whose function raised or returned no usable row."""
     fn, keys = target.columns, target.key_columns
     for item in batch:
         if keyed:
@@ -103,5 +132,19 @@ def add_rows(
         except TypeError as exc:
             dead(RecordError(f"key column values of {shown(row)} are not hashable: {exc}"), value)
             continue
-        rows.pop(ident, None)
-        rows[ident] = (row, value)
+        merge_row(rows, ident, row, value)
+
+
+def merge_row(rows: Rows, ident: tuple[Any, ...], row: dict[str, Any], value: Any) -> None:
+    """``row`` of key ``ident`` after the one ``rows`` holds: its columns replace theirs, the
+    others stay (as two upserts in turn would leave them), and the key's row moves to the end
+    (the order of the writes). The merged row goes with ``value``, the newest record's.
+
+    >>> rows: Rows = {}
+    >>> merge_row(rows, ("k",), {"k": "k", "a": 1}, 1)
+    >>> merge_row(rows, ("k",), {"k": "k", "b": 2}, 2)
+    >>> rows
+    {('k',): ({'k': 'k', 'a': 1, 'b': 2}, 2)}
+    """
+    before = rows.pop(ident, None)
+    rows[ident] = ({**before[0], **row} if before is not None else row, value)

@@ -61,6 +61,7 @@ from processor.runtime.keyed_restore import (
 )
 from processor.runtime.keyed_time import TaskTime
 from processor.runtime.layout import check_snapshot as check_layout
+from processor.runtime.postgres_orphans import after_savepoint
 from processor.runtime.task import (
     TaskContext,
     check,
@@ -144,6 +145,7 @@ class KeyedTask(KeyedCheckpoints):
                     self._process(msgs, out, consumer)
                 if self._fed is not None:
                     self._fed.poll()
+            self._stop_postgres(out)
         finally:
             # A failed (perhaps fenced) task must not go on writing to storage: stop the
             # upload under way and drop the queued ones, retention above all.
@@ -168,6 +170,8 @@ class KeyedTask(KeyedCheckpoints):
         self.last_checkpoint = int(meta.get("checkpoint", 0))
         if self.postgres is not None:  # its prepared transactions: what Kafka decided
             self.postgres.recover(self.last_checkpoint)
+            if not self.last_checkpoint:  # and those of the job it started from
+                after_savepoint(self.settings, self.ctx.graph, self.ctx.task_id, self.postgres)
         committed: SnapshotRef | None = None
         if self.last_checkpoint:
             owner = meta.get("snapshot")

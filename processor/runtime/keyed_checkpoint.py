@@ -360,6 +360,16 @@ class KeyedCheckpoints(Task):
         )
         self._retainer.submit(self._retain, info.ref)
 
+    def _stop_postgres(self, out: TransactionalOutput) -> None:
+        """A clean stop: the checkpoint in flight finished (committed, or declined if its
+        snapshot fails), the open transaction aborted, then no PostgreSQL transaction of the
+        task stays prepared (`PostgresSinks.settle`)."""
+        if self.postgres is None:
+            return
+        self._finish_checkpoint(out, block=True)
+        out.abort()
+        self.postgres.settle(self.last_checkpoint)
+
     def _serve_committed(self, checkpoint_id: int) -> None:
         """After a restore (or a fallback's replay), the state in RocksDB is checkpoint
         ``checkpoint_id``'s, committed: requests may read it (0: nothing committed yet, so

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,8 @@ from psycopg.types.json import Jsonb
 
 from processor import faults
 from processor.checkpointing import prepared
-from processor.pipeline.sink_postgres import PostgresTarget, Rows
+from processor.pipeline.sink_postgres import PostgresTarget, Rows, merge_row
+from processor.runtime.task import OutsideFailure
 
 if TYPE_CHECKING:
     from processor.config import Settings
@@ -55,6 +56,9 @@ _CHECK_FENCE = sql.SQL("UPDATE {} SET checkpoint = %s WHERE writer = %s AND fenc
 _PREPARED = (
     "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)"
 )
+_WRITERS = sql.SQL("SELECT writer FROM {} WHERE starts_with(writer, %s)").format(
+    sql.Identifier(FENCES)
+)
 
 # Errors that are a row's fault: the row is dead, the others are written.
 _ROW_ERRORS: tuple[type[Exception], ...] = (
@@ -73,6 +77,12 @@ _TABLE_ERRORS: tuple[type[Exception], ...] = (
 )
 
 Dead = Callable[[Exception, Any], None]
+# A row the database refused: its key columns' values, the error, the value it came from.
+Refuse = Callable[[tuple[Any, ...], Exception, Any], None]
+
+
+class ServerNotReady(OutsideFailure):
+    """The server is set up so that the sink cannot work (one line: the setting)."""
 
 
 class Fenced(RuntimeError):
@@ -91,6 +101,18 @@ class PostgresWriter:
         # Prepared, not yet committed: checkpoint -> its rows (written again if declined).
         self.outstanding: dict[int, Rows] = {}
         self._statements: dict[tuple[str, ...], sql.Composed] = {}
+        # What its restores did with prepared transactions: (COMMIT or ROLLBACK, gid).
+        self.resolved: list[tuple[str, str]] = []
+
+    @staticmethod
+    def for_dsn(writer: str, dsn: str) -> PostgresWriter:
+        """A writer that only resolves and fences (it writes no rows): a replaced one."""
+        return PostgresWriter(writer, PostgresTarget(dsn, (), (), _no_row))
+
+    def has_prepared(self) -> bool:
+        """Whether the database holds a transaction this writer prepared."""
+        found = self._connection().execute(_PREPARED, (self.writer + ".",)).fetchall()
+        return any(prepared.parse(self.writer, r[0]) is not None for r in found)
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None:
@@ -109,8 +131,8 @@ class PostgresWriter:
         """Step (1) of the restore (`processor.checkpointing.prepared`), before the task's
         producer starts: the fence as its predecessors left it."""
         conn = self._connection()
-        with contextlib.suppress(errors.UniqueViolation):  # another task made it just now
-            conn.execute(_CREATE_FENCES)
+        check_server(conn)
+        ensure_fences(conn)
         # A plain read: the row may be locked by a transaction a predecessor prepared.
         row = conn.execute(_READ_FENCE, (self.writer,)).fetchone()
         if row is None:  # the writer's first start
@@ -153,6 +175,7 @@ class PostgresWriter:
                     conn.execute(sql.SQL(verb + " PREPARED {}").format(sql.Literal(name)))
                 except errors.UndefinedObject:
                     continue  # resolved meanwhile (by the incarnation that prepared it)
+                self.resolved.append((verb, name))
                 log.info("%s: %s PREPARED %s (checkpoint %d)", self.writer, verb, name, committed)
 
     def prepare(self, checkpoint_id: int, rows: Rows, dead: Dead) -> int:
@@ -161,41 +184,50 @@ class PostgresWriter:
         if not rows:
             return 0
         conn = self._connection()
+        refused: list[tuple[Any, ...]] = []
         try:
-            written = self._write(conn, checkpoint_id, rows, None)
+            self._write(conn, checkpoint_id, rows, None)
         except BaseException as exc:
             _abort(conn)
             if not isinstance(exc, _ROW_ERRORS) or isinstance(exc, _TABLE_ERRORS):
                 raise
+
+            def refuse(ident: tuple[Any, ...], exc: Exception, value: Any) -> None:
+                refused.append(ident)
+                dead(exc, value)
+
             try:  # which rows? each in a savepoint
-                written = self._write(conn, checkpoint_id, rows, dead)
+                self._write(conn, checkpoint_id, rows, refuse)
             except BaseException:
                 _abort(conn)
                 raise
-        self.outstanding[checkpoint_id] = rows
-        return written
+        # A refused row is dead once: it is not written again if the checkpoint is declined.
+        kept = dict(rows)
+        for ident in refused:
+            del kept[ident]
+        self.outstanding[checkpoint_id] = kept
+        return len(kept)
 
     def _write(
-        self, conn: psycopg.Connection[Any], checkpoint_id: int, rows: Rows, dead: Dead | None
-    ) -> int:
-        """One transaction: the fence, the rows (all at once, or with ``dead`` one by one in
-        savepoints), PREPARE TRANSACTION."""
+        self, conn: psycopg.Connection[Any], checkpoint_id: int, rows: Rows, refuse: Refuse | None
+    ) -> None:
+        """One transaction: the fence, the rows (all at once, or with ``refuse`` one by one
+        in savepoints), PREPARE TRANSACTION."""
         conn.execute("BEGIN")
         if conn.execute(_CHECK_FENCE, (checkpoint_id, self.writer, self._fence)).rowcount != 1:
             conn.execute("ROLLBACK")
             raise Fenced(f"{self.writer}: a newer incarnation raised its fence in {FENCES}")
-        groups: dict[tuple[str, ...], list[tuple[list[Any], Any]]] = {}
-        for row, value in rows.values():
-            groups.setdefault(tuple(row), []).append(([_param(v) for v in row.values()], value))
-        written = 0
+        groups: dict[tuple[str, ...], list[tuple[tuple[Any, ...], list[Any], Any]]] = {}
+        for ident, (row, value) in rows.items():
+            params = [_param(v) for v in row.values()]
+            groups.setdefault(tuple(row), []).append((ident, params, value))
         with conn.cursor() as cur:
             for columns, items in groups.items():
                 statement = self._statement(columns)
-                if dead is None:
-                    cur.executemany(statement, [params for params, _ in items])
-                    written += len(items)
+                if refuse is None:
+                    cur.executemany(statement, [params for _, params, _ in items])
                     continue
-                for params, value in items:
+                for ident, params, value in items:
                     cur.execute("SAVEPOINT row")
                     try:
                         cur.execute(statement, params)
@@ -203,13 +235,11 @@ class PostgresWriter:
                         raise
                     except _ROW_ERRORS as exc:
                         cur.execute("ROLLBACK TO SAVEPOINT row")
-                        dead(exc, value)
+                        refuse(ident, exc, value)
                         continue
                     cur.execute("RELEASE SAVEPOINT row")
-                    written += 1
         name = prepared.gid(self.writer, self._fence, checkpoint_id)
         conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(name)))
-        return written
 
     def _statement(self, columns: tuple[str, ...]) -> sql.Composed:
         """The upsert of a row with ``columns`` (a row that exists gets the other columns)."""
@@ -256,10 +286,43 @@ class PostgresWriter:
             self._connection().execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(name)))
         return rows
 
+    def settle(self, committed: int) -> None:
+        """A clean stop, every Kafka transaction of the task above ``committed`` aborted or
+        never to commit: commit what was prepared up to it, roll back the rest, so that
+        nothing stays prepared (its row locks would hold the next writer back)."""
+        self.commit(committed)
+        for checkpoint_id in sorted(self.outstanding):
+            self.decline(checkpoint_id)
+            log.info("%s: rolled back checkpoint %d at stop", self.writer, checkpoint_id)
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def check_server(conn: psycopg.Connection[Any]) -> None:
+    """At the task's start, not at its first epoch with rows: PREPARE TRANSACTION fails on
+    a server whose max_prepared_transactions is 0 (PostgreSQL's default)."""
+    row = conn.execute("SHOW max_prepared_transactions").fetchone()
+    if row is not None and int(row[0]) == 0:
+        where = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+        raise ServerNotReady(
+            f"max_prepared_transactions is 0 on the PostgreSQL server at {where}: the "
+            "sink needs it above 0, at least the tasks writing into it (it takes a server "
+            "restart; docs/postgres.md: What the server needs)"
+        )
+
+
+def ensure_fences(conn: psycopg.Connection[Any]) -> None:
+    """Create processor_sink_fences if it does not exist. Looked for first: CREATE TABLE IF
+    NOT EXISTS needs CREATE on the schema even when the table is there, which a role with
+    only DML on the two tables lacks (docs/postgres.md)."""
+    row = conn.execute("SELECT to_regclass(%s)", (FENCES,)).fetchone()
+    if row is not None and row[0] is not None:
+        return
+    with contextlib.suppress(errors.UniqueViolation):  # another task made it just now
+        conn.execute(_CREATE_FENCES)
 
 
 def _abort(conn: psycopg.Connection[Any]) -> None:
@@ -269,35 +332,81 @@ def _abort(conn: psycopg.Connection[Any]) -> None:
         conn.execute("ROLLBACK")
 
 
+def _no_row(key: Any, value: Any) -> dict[str, Any]:
+    raise AssertionError("a writer that only resolves writes no rows")
+
+
 def _param(value: Any) -> Any:
     """A row's value as psycopg takes it: a dict as jsonb (lists are arrays already)."""
     return Jsonb(value) if type(value) is dict else value
 
 
 class PostgresSinks:
-    """The PostgreSQL sinks of one task: what its checkpoints do with them."""
+    """The PostgreSQL sinks of one task: what its checkpoints do with them.
 
-    def __init__(self, writers: dict[str, PostgresWriter]) -> None:
+    ``owner``: the task's job, its id and the job's stage names, to find the writers it
+    replaces (`prepared.replaced`): those of a sink renamed or removed since it last ran.
+    Their restore is the task's own, so their prepared transactions are resolved as its own.
+    """
+
+    def __init__(
+        self,
+        writers: dict[str, PostgresWriter],
+        owner: tuple[str, str, tuple[str, ...]] = ("", "", ()),
+    ) -> None:
         self.writers = writers
+        self.owner = owner
+        self.replaced: list[PostgresWriter] = []  # from read_fences to recover
 
     @staticmethod
-    def of(settings: Settings, task_id: str, stage: Stage) -> PostgresSinks | None:
+    def of(
+        settings: Settings, task_id: str, stage: Stage, stages: Iterable[str] = ()
+    ) -> PostgresSinks | None:
         """The task's, or None if its stage writes into no PostgreSQL table (no cost)."""
         writers = {}
         for node in stage.postgres_sinks:
             assert node.postgres is not None
             writer = prepared.owner(settings.job_name, task_id, node.name)
             writers[node.name] = PostgresWriter(writer, node.postgres)
-        return PostgresSinks(writers) if writers else None
+        owner = (settings.job_name, task_id, tuple(stages) or (stage.name,))
+        return PostgresSinks(writers, owner) if writers else None
+
+    def writers_of(self, job: str) -> list[PostgresWriter]:
+        """Writers of this task in job ``job`` (this one, or the one it started from) that
+        it does not have now, in the databases it writes into (their fences say which)."""
+        found: list[PostgresWriter] = []
+        names = {w.writer for w in self.writers.values()}
+        _, task, stages = self.owner
+        targets = {w.target.dsn: w.target for w in self.writers.values()}
+        for target in targets.values():
+            with psycopg.connect(target.dsn, autocommit=True, connect_timeout=10) as conn:
+                ensure_fences(conn)
+                rows = conn.execute(_WRITERS, (f"{job}.{task}.",)).fetchall()
+            gone = prepared.replaced(job, task, names, stages, (r[0] for r in rows))
+            found.extend(PostgresWriter.for_dsn(name, target.dsn) for name in gone)
+        return found
 
     def read_fences(self) -> None:
-        """Before the task's producer starts (`PostgresWriter.read_fence`)."""
+        """Before the task's producer starts (`PostgresWriter.read_fence`): its writers',
+        and those of the writers it replaces."""
         for writer in self.writers.values():
             writer.read_fence()
+        self.replaced = self.writers_of(self.owner[0]) if self.owner[0] else []
+        for writer in self.replaced:
+            writer.read_fence()
+            log.info("%s: replaces writer %s", self.owner[1], writer.writer)
 
     def recover(self, committed: int) -> None:
+        """Steps (4) and (5) for its writers and those it replaces (then closed: they have
+        nothing more to do, and a zombie of theirs finds its fence raised)."""
         for writer in self.writers.values():
             writer.recover(committed)
+        replaced, self.replaced = self.replaced, []
+        for writer in replaced:
+            try:
+                writer.recover(committed)
+            finally:
+                writer.close()
 
     def prepare(self, checkpoint_id: int, chain: StageChain, task_id: str) -> int:
         """The epoch's rows of every sink, prepared; refused rows into the chain's dead
@@ -320,14 +429,18 @@ class PostgresSinks:
 
     def decline(self, checkpoint_id: int, chain: StageChain) -> None:
         """Roll back the declined checkpoint's transactions; their rows go first into the
-        next epoch's (a newer row of the same key replaces its own)."""
+        next epoch's (a newer row of the same key merges into its own, `merge_row`)."""
         for name, writer in self.writers.items():
             rows = writer.decline(checkpoint_id)
             if rows:
-                for ident, row in chain.rows.get(name, {}).items():
-                    rows.pop(ident, None)
-                    rows[ident] = row
+                for ident, (row, value) in chain.rows.get(name, {}).items():
+                    merge_row(rows, ident, row, value)
                 chain.rows[name] = rows
+
+    def settle(self, committed: int) -> None:
+        """A clean stop (`PostgresWriter.settle`)."""
+        for writer in self.writers.values():
+            writer.settle(committed)
 
     def close(self) -> None:
         for writer in self.writers.values():

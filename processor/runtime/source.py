@@ -36,6 +36,7 @@ from processor.pipeline.dead import Position
 from processor.pipeline.time import NO_WATERMARK, SourceWatermarks
 from processor.runtime import gaps, source_meta
 from processor.runtime.deadletter import DeadLetters
+from processor.runtime.postgres_orphans import after_savepoint
 from processor.runtime.priority import KEYED_SYNC
 from processor.runtime.task import (
     ClosedEpoch,
@@ -142,6 +143,7 @@ class SourceTask(Task):
                 newest = self._committing.checkpoint_id if self._committing else 0
                 if self._requested > max(self.last_checkpoint, newest):
                     self._checkpoint(self._requested, out, consumer)
+            self._stop_postgres(out)
         finally:
             out.close()
             consumer.close()
@@ -168,6 +170,8 @@ class SourceTask(Task):
             )
         if self.postgres is not None:  # its prepared transactions: what Kafka decided
             self.postgres.recover(self.last_checkpoint)
+            if not self.last_checkpoint:  # and those of the job it started from
+                after_savepoint(self.settings, self.ctx.graph, self.ctx.task_id, self.postgres)
         consumer.assign(start)
         log.info(
             "%s: resuming %s at %s (checkpoint %d)",
@@ -354,6 +358,16 @@ class SourceTask(Task):
             lag,
             {str(p): o for p, o in self._positions.items()},
         )
+
+    def _stop_postgres(self, out: TransactionalOutput) -> None:
+        """A clean stop: the commit in flight finished, the open transaction aborted, then no
+        PostgreSQL transaction of the task stays prepared (`PostgresSinks.settle`)."""
+        if self.postgres is None:
+            return
+        if self._committing is not None:
+            self._finish_commit(out, block=True)
+        out.abort()
+        self.postgres.settle(self.last_checkpoint)
 
     def _prepare_rows(self, checkpoint_id: int, out: TransactionalOutput) -> None:
         """The epoch's PostgreSQL rows, prepared before Kafka transaction n commits; the rows

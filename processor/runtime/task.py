@@ -107,6 +107,11 @@ class PermanentTaskFailure(Exception):
     state = "failed"  # what the status page shows
 
 
+class OutsideFailure(Exception):
+    """A failure of something outside the job an operator fixes (a server's setting): the
+    task fails and retries, and its message, one line, says it all (no traceback)."""
+
+
 class Task:
     """Base of the two task kinds: lifecycle state and the last committed checkpoint."""
 
@@ -195,7 +200,8 @@ def postgres_sinks(ctx: TaskContext) -> PostgresSinks | None:
         return None
     from processor.runtime.postgres_sink import PostgresSinks
 
-    return PostgresSinks.of(ctx.settings, ctx.task_id, ctx.stage)
+    stages = [s.name for s in ctx.graph.stages]
+    return PostgresSinks.of(ctx.settings, ctx.task_id, ctx.stage, stages)
 
 
 def check(msg: Message) -> bool:

@@ -33,7 +33,7 @@ from processor.runtime.query import QueryRegistry
 from processor.runtime.query_forward import advertised_url
 from processor.runtime.query_routes import StateRoutes
 from processor.runtime.source import SourceTask
-from processor.runtime.task import PermanentTaskFailure, Task, TaskContext
+from processor.runtime.task import OutsideFailure, PermanentTaskFailure, Task, TaskContext
 from processor.state.dirs import private_dir
 
 log = logging.getLogger(__name__)
@@ -85,9 +85,10 @@ class TaskRunner:
             self.task.state = "failed"
             cause = unmasked(raised)
             self.error = f"{type(cause).__name__}: {cause}"
-            # Kafka's errors (a fenced producer, a broker away) are expected and say it all;
-            # anything else is a bug somewhere, and its traceback is what finds it.
-            expected = isinstance(cause, KafkaException)
+            # Kafka's errors (a fenced producer, a broker away) are expected and say it all,
+            # as outside ones do; anything else is a bug somewhere, and its traceback is what
+            # finds it.
+            expected = isinstance(cause, KafkaException | OutsideFailure)
             log.error(
                 "task %s failed: %s", self.task.ctx.task_id, self.error, exc_info=not expected
             )

@@ -13,6 +13,8 @@ from typing import Any
 from processor import Pipeline
 
 DSN = os.environ.get("PROCESSOR_TEST_PG_SINK_DSN", "postgresql://unset@127.0.0.1/unset")
+# Set: a map inserted before the counts' table sink, which renames it (and its writers).
+INSERT_MAP = bool(os.environ.get("PROCESSOR_TEST_PG_INSERT_MAP"))
 
 TABLES = """
 CREATE TABLE word_counts (word text PRIMARY KEY, n bigint NOT NULL);
@@ -45,7 +47,8 @@ def build(lines: str = "lines", counts: str = "counts") -> Pipeline:
     words = p.source(lines, value="json").flat_map(_words)
     keyed = words.key_by(lambda pair: pair[0])
     counted = keyed.count()
-    counted.sink_postgres(DSN, "word_counts", ["word"], lambda w, n: {"word": w, "n": n})
+    into_table = counted.map(lambda n: n) if INSERT_MAP else counted
+    into_table.sink_postgres(DSN, "word_counts", ["word"], lambda w, n: {"word": w, "n": n})
     counted.sink(counts)
     keyed.process(_first_sight, name="first").sink_postgres(
         DSN,

@@ -265,3 +265,28 @@ def test_gid_and_its_parts() -> None:
     assert prepared.parse("job.count.0", name) is None  # sink "pg.3" is another writer's
     with pytest.raises(ValueError):
         prepared.gid("w" * 200, 1, 1)
+
+
+def test_a_foreign_gid_is_skipped_not_raised() -> None:
+    """'²' is a digit to str.isdigit, not to int(): such a gid is someone else's."""
+    found = [prepared.gid(WRITER, 1, 4), WRITER + ".1.4\u00b2", WRITER + ".\u00b2.4"]
+    assert prepared.parse(WRITER, found[1]) is None
+    assert prepared.resolve(WRITER, found, 4, 1) == prepared.Resolution((found[0],), ())
+    assert prepared.writer_of(found[1]) is None
+
+
+def test_the_writers_a_task_replaces_are_its_own_only() -> None:
+    """A task's writers of sinks it no longer has: same job and task, another sink; not
+    another task's, even one whose stage name starts like this task's id."""
+    stages = ["lines", "lines.key_by", "lines.key_by-0.x"]
+    writers = [
+        "wc.lines.key_by-0.lines.key_by.count.sink_postgres",  # renamed: replaced
+        "wc.lines.key_by-0.lines.key_by.count.map.sink_postgres",  # its current writer
+        "wc.lines.key_by-1.lines.key_by.count.sink_postgres",  # another task
+        "wc.lines.key_by-0.x-0.sink",  # stage lines.key_by-0.x's task
+        "old.lines.key_by-0.lines.key_by.count.sink_postgres",  # another job
+    ]
+    current = [writers[1]]
+    assert prepared.replaced("wc", "lines.key_by-0", current, stages, writers) == [writers[0]]
+    assert prepared.replaced("old", "lines.key_by-0", current, stages, writers) == [writers[4]]
+    assert prepared.task_of("wc", writers[3], stages) == "lines.key_by-0.x-0"

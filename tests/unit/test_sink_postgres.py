@@ -93,3 +93,57 @@ def test_a_long_writer_name_still_fits_a_transaction_id() -> None:
     assert len(name.encode()) <= prepared.MAX_GID_BYTES
     assert prepared.parse(writer, name) == (2**62, 2**62)
     assert writer != prepared.owner("job" * 40, "stage-0", "sink" * 31)
+
+
+def test_rows_of_one_key_merge_column_by_column_in_order() -> None:
+    """Hole 5 of issue #40: ``{k, a: 1}`` then ``{k, b: 2}`` in one epoch leave a = 1, b = 2,
+    as two upserts in turn would; a later column value replaces an earlier one."""
+    target = PostgresTarget.of(DSN, "t", ["k"], lambda k, v: {"k": k, **v})
+    rows: Rows = {}
+    batch = [("k", {"a": 1}), ("j", {"a": 0}), ("k", {"b": 2}), ("k", {"a": 3, "c": None})]
+    add_rows(target, rows, batch, True, lambda exc, v: pytest.fail(f"dead {v}"))
+    assert list(rows) == [("j",), ("k",)]  # k's row written after j's
+    assert rows[("k",)] == ({"k": "k", "a": 3, "b": 2, "c": None}, {"a": 3, "c": None})
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://app:hunter2@db:5432/app",
+        "postgres://app:hunter2@db/app?sslmode=require",
+        "postgresql://app@db/app?password=hunter2&sslmode=require",
+        "host=db user=app password=hunter2 dbname=app",
+        "host=db password = 'hunter2 x' dbname=app",
+    ],
+)
+def test_a_targets_repr_never_shows_the_password(dsn: str) -> None:
+    target = PostgresTarget.of(dsn, "t", ["k"], _row)
+    assert "hunter2" not in repr(target)
+    assert "***" in repr(target) and "db" in repr(target)
+    p = Pipeline()
+    p.source("in").key_by(str).count().sink_postgres(dsn, "t", ["word"], _row)
+    (stage,) = [s for s in plan(p).stages if s.postgres_sinks]
+    assert "hunter2" not in repr(stage.postgres_sinks[0])
+
+
+def test_the_prepared_command_says_whose_each_transaction_is() -> None:
+    """``processor postgres prepared``: the job's, by task (resolved); another job's and a
+    foreign id are listed and left alone."""
+    from processor.commands.postgres import Prepared, render, tasks_of
+    from processor.jobs.graph import JobGraph
+
+    p = Pipeline()
+    p.source("in").key_by(str).count().sink_postgres(DSN, "t", ["word"], _row)
+    graph = JobGraph("wc", plan(p))
+    keyed = next(s for s in graph.stages if s.postgres_sinks).name
+    ours = prepared.owner("wc", f"{keyed}-1", "old.sink_postgres")
+    found = [
+        Prepared(prepared.gid(ours, 2, 9), "2026-12-05T10:00:00+00:00", "app", ours, 2, 8),
+        Prepared("other." + prepared.gid(ours, 1, 1), "t", "app", "other." + ours, 1, 0),
+        Prepared("x.1.2\u00b2", "t", "dba", prepared.writer_of("x.1.2\u00b2")),
+    ]
+    assert tasks_of(graph, found) == {f"{keyed}-1": [ours]}
+    lines = render(graph, found)
+    assert lines[0].endswith(f"(job wc, task {keyed}-1, last committed in the table: 8)")
+    assert lines[1].endswith("(not this job's, last committed in the table: 0)")
+    assert lines[2].endswith("(not a processor transaction id)")
