@@ -4,8 +4,11 @@ its status pages (`processor.runtime.status`)."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import time
 from collections.abc import Callable, Iterator, Mapping
+from urllib.parse import urlencode
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -94,7 +97,37 @@ def serve(
 
 
 def _authorized(request: Request, secret: bytes) -> bool:
+    if SIGNATURE_HEADER in request.headers:
+        return _signed(request, secret, time.time())
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer":
         given = (request.query.get("token") or [""])[0]
     return hmac.compare_digest(given.strip().encode(), secret)
+
+
+# The coordinator's credential when it forwards a state request to a worker: not the token
+# itself (the worker's URL comes from the control topic, which others may write), but an
+# HMAC with it of the request's path, query and time, good for `SIGNATURE_WINDOW_S`.
+SIGNATURE_HEADER = "x-processor-signature"
+SIGNATURE_WINDOW_S = 30
+
+
+def signature(secret: bytes, path: str, query: Mapping[str, list[str]], at: int) -> str:
+    """The ``X-Processor-Signature`` of a GET of ``path`` (not percent-encoded) with
+    ``query`` (``?token=`` aside) at ``at`` (Unix seconds).
+
+    Example: ``signature(b"t", "/state/counts/apple", {}, 1700000000)`` ->
+    ``"1700000000:<64 hex digits>"``
+    """
+    canonical = urlencode(sorted((k, v) for k, v in query.items() if k != "token"), doseq=True)
+    text = f"{at}\n{path}\n{canonical}".encode()
+    return f"{at}:{hmac.new(secret, text, hashlib.sha256).hexdigest()}"
+
+
+def _signed(request: Request, secret: bytes, now: float) -> bool:
+    given = request.headers.get(SIGNATURE_HEADER, "")
+    at = given.partition(":")[0]
+    if not at.isdecimal() or len(at) > 12 or abs(now - int(at)) > SIGNATURE_WINDOW_S:
+        return False
+    expected = signature(secret, request.path, request.query, int(at))
+    return hmac.compare_digest(given.encode(), expected.encode())

@@ -288,6 +288,9 @@ class WorkerRegistry:
             del self.workers[w]
         return dead
 
+    def is_alive(self, worker: str) -> bool:
+        return worker in self.workers
+
     @property
     def alive(self) -> list[str]:
         return sorted(self.workers)

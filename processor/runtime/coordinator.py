@@ -46,6 +46,7 @@ from processor.runtime.query_forward import ForwardRoutes, WorkerDirectory
 from processor.runtime.status import StatusBoard
 from processor.runtime.status_history import StatusHistory
 from processor.runtime.task_reports import TaskReports
+from processor.worker_hosts import WorkerHosts
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,11 @@ class CoordinatorService:
         self._repeated = ("", 0.0, 0)  # reason last logged, when, failures held back since
         self._skipped_control = internal.SkippedRecords(settings.job_name, settings.control_topic)
         # Queryable state: where each task's worker serves it (None: PROCESSOR_STATE_API off).
-        self.state_workers = WorkerDirectory() if settings.state_api == "on" else None
+        self.state_workers = (
+            WorkerDirectory(WorkerHosts.parse(settings.state_api_workers))
+            if settings.state_api == "on"
+            else None
+        )
         self._skipped_checkpoints = internal.SkippedRecords(
             settings.job_name, settings.checkpoints_topic
         )
@@ -201,7 +206,8 @@ class CoordinatorService:
             return None
         timeout_s = self.settings.state_api_timeout_ms / 1000
         partitions = self.settings.shuffle_partitions
-        return ForwardRoutes(self.graph, partitions, self.state_workers, timeout_s)
+        token = self.settings.api_token.get_secret_value()
+        return ForwardRoutes(self.graph, partitions, self.state_workers, timeout_s, token)
 
     def _run(self, stop: threading.Event, exit_when_idle: bool, exit_when_stopped: bool) -> bool:
         s = self.settings
@@ -291,7 +297,9 @@ class CoordinatorService:
                                 log.error("job stopped: task %s: %s", task, status.reason)
                                 return True
                     elif isinstance(message, control.Endpoint) and self.state_workers:
-                        self.state_workers.endpoint(message.worker, message.url)
+                        alive = registry.is_alive(message.worker)
+                        if self.state_workers.endpoint(message.worker, message.url, alive):
+                            self._skipped_control.skip(raw, msg.offset())
                     elif isinstance(message, control.Ack):
                         self._task_lag[message.task] = message.lag
                         if message.watermark_ms is not None:
@@ -334,7 +342,7 @@ class CoordinatorService:
                     )
                     metrics.workers_alive.labels(**self._labels).set(len(registry.alive))
                     if self.state_workers is not None:
-                        self.state_workers.placed(placement)
+                        self.state_workers.placed(placement, registry.alive)
                     self._publish_status(checkpoints, registry, placement, now)
                     next_assign = now + heartbeat_s
                 ready = len(seen_running) == len(tasks) or now >= first_trigger_by
