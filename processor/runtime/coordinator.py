@@ -136,7 +136,9 @@ class CoordinatorService:
                     position = max(position, (msg.offset() or 0) + 1)
         finally:
             consumer.close()
-        self.history = sorted(records.values(), key=lambda r: int(r["id"]))
+        self.history, dropped = internal.plausible_history(list(records.values()), time.time())
+        for record in dropped:
+            self._skipped_checkpoints.skip(json.dumps(record).encode(), None)
         self.hour = StatusHistory()
         self.hour.rebuild(self.history)
         return int(self.history[-1]["id"]) if self.history else 0
@@ -286,8 +288,14 @@ class CoordinatorService:
                         if registry.heartbeat(worker, incarnation, now):
                             changed = True
                         self.task_reports.heard(worker, restarted, message.tasks)
+                        if not all(
+                            [checkpoints.observe(t.checkpoint) for t in message.tasks.values()]
+                        ):
+                            # Its liveness counts; an id above the history is not learnt.
+                            self._skipped_control.skip(raw, msg.offset())
                         for task, status in message.tasks.items():
-                            checkpoints.observe(status.checkpoint)
+                            if task not in checkpoints.tasks:
+                                continue  # not a task of this job
                             if status.state == "running":
                                 seen_running.add(task)
                             given_up = status.state in ("failed", "stopped")
@@ -301,6 +309,9 @@ class CoordinatorService:
                         if self.state_workers.endpoint(message.worker, message.url, alive):
                             self._skipped_control.skip(raw, msg.offset())
                     elif isinstance(message, control.Ack):
+                        if not self._known(message.task, message.checkpoint, checkpoints):
+                            self._skipped_control.skip(raw, msg.offset())
+                            continue
                         self._task_lag[message.task] = message.lag
                         if message.watermark_ms is not None:
                             self._task_watermark[message.task] = message.watermark_ms
@@ -310,6 +321,9 @@ class CoordinatorService:
                             quiet = done.records_in == 0 and done.lag == 0
                             idle_streak = idle_streak + 1 if quiet else 0
                     elif isinstance(message, control.Decline):
+                        if not self._known(message.task, message.checkpoint, checkpoints):
+                            self._skipped_control.skip(raw, msg.offset())
+                            continue
                         failed = checkpoints.on_decline(
                             message.checkpoint, message.task, message.reason
                         )
@@ -381,6 +395,11 @@ class CoordinatorService:
             control_consumer.close()
             self._producer.flush(5)
         return False
+
+    @staticmethod
+    def _known(task: str, checkpoint_id: int, checkpoints: CheckpointCoordinator) -> bool:
+        """An ack or decline of a task of the job, for an id its history allows."""
+        return task in checkpoints.tasks and checkpoints.plausible(checkpoint_id)
 
     def _send(self, message: control.Message) -> None:
         self._producer.produce(self.settings.control_topic, control.encode(message))
