@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     Field,
@@ -240,6 +242,10 @@ class Settings(BaseSettings):
     # (processor/worker_hosts.py): host names, .domain suffixes, IP networks.
     state_api_workers: str = DEFAULT_WORKER_HOSTS
     metrics_host: str = "127.0.0.1"  # 0.0.0.0 in containers, so that Prometheus can scrape
+    # Host names (comma-separated) the HTTP side answers pages to when PROCESSOR_API_TOKEN is
+    # not set, besides IP addresses, localhost and this machine's name: a name of another
+    # site in Host is a web page reading it by DNS rebinding (processor/endpoints.py).
+    http_hosts: str = Field(default="", pattern=r"^[A-Za-z0-9.,:\[\] -]*$")
     # /healthz fails once the main loop has not gone round for this long (a stuck loop).
     health_timeout_ms: int = Field(default=60_000, ge=1000)
     # The status page links here (the job's Grafana dashboard); empty: no link.
@@ -289,6 +295,13 @@ class Settings(BaseSettings):
                 raise ValueError("must be a directory or an s3://bucket/prefix location")
             return S3Location.parse(value)
         return value
+
+    @property
+    def http_host_names(self) -> frozenset[str]:
+        """`http_hosts`, localhost, this machine's name and `state_api_url`'s, lower-case."""
+        given = {name.strip().lower() for name in self.http_hosts.split(",") if name.strip()}
+        advertised = urlsplit(self.state_api_url).hostname or "localhost"
+        return frozenset({*given, "localhost", socket.gethostname().lower(), advertised})
 
     @field_validator("state_api_workers")
     @classmethod

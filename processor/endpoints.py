@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import time
 from collections.abc import Callable, Iterator, Mapping
 from urllib.parse import urlencode
@@ -58,6 +59,7 @@ def serve(
     token: str = "",
     pages: Callable[[Request], Response | None] | None = None,
     slow: tuple[str, ...] = (),
+    hosts: frozenset[str] = frozenset(),
 ) -> HttpServer:
     """Serve the endpoints in a daemon thread; returns the server (``.shutdown()`` stops it).
 
@@ -65,17 +67,22 @@ def serve(
     found), such as the coordinator's status page; those under a ``slow`` prefix run off the
     server's loop (`HttpServer`). ``labels`` are added to every exported
     sample. ``token`` (``PROCESSOR_API_TOKEN``): every other path wants
-    ``Authorization: Bearer <token>`` (or ``?token=`` for a browser). Served on a loopback
-    address, requests must name it in their ``Host``.
+    ``Authorization: Bearer <token>`` (or ``?token=`` for a browser). Against DNS rebinding
+    (a page of another site that reaches this server under its own name): served on a
+    loopback address, every request must name a loopback name (or one of ``hosts``) in its
+    ``Host``; served for the network without a token, every request but ``/metrics`` and
+    ``/healthz`` must name an IP address, a loopback name or one of ``hosts``.
     """
     registry = LabelledRegistry(labels) if labels else REGISTRY
-    check_host = host in LOOPBACK_NAMES
+    loopback = host in LOOPBACK_NAMES
+    names = LOOPBACK_NAMES | {name.lower() for name in hosts}
     secret = token.encode()
 
     def app(request: Request) -> Response:
-        if check_host and _host_name(request.headers.get("host", "")) not in LOOPBACK_NAMES:
-            return Response(421, "text/plain", b"this server answers to 127.0.0.1 only\n")
         path = request.path
+        checked = loopback or (not secret and path not in OPEN_PATHS)
+        if checked and not _host_allowed(request.headers.get("host", ""), names, loopback):
+            return Response(421, "text/plain", b"this server does not answer to that Host\n")
         if path == "/metrics":
             return Response(200, CONTENT_TYPE_LATEST, generate_latest(registry))
         if path == "/healthz" and health is not None:
@@ -94,6 +101,20 @@ def serve(
         return answer
 
     return HttpServer(host, port, app, slow)
+
+
+def _host_allowed(header: str, names: frozenset[str], loopback: bool) -> bool:
+    """Whether a request's ``Host`` may be answered. An IP address is never a rebinding
+    (that needs a name the attacker's DNS answers), except on loopback where only its own
+    names are expected."""
+    name = _host_name(header).lower()
+    if name in names:
+        return True
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return not loopback
 
 
 def _authorized(request: Request, secret: bytes) -> bool:

@@ -191,6 +191,7 @@ class CoordinatorService:
                     self.health,
                     token=s.api_token.get_secret_value(),
                     state=self._state_routes(),
+                    hosts=s.http_host_names,
                 )
             except OSError as exc:
                 raise SettingsError(
