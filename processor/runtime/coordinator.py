@@ -51,6 +51,7 @@ from processor.worker_hosts import WorkerHosts
 log = logging.getLogger(__name__)
 
 CHECKPOINT_HISTORY = 100  # completed checkpoints kept in the compacted topic
+MAX_REFUSALS_LOGGED = 10  # worker URLs refused, logged one by one (then only counted)
 
 
 class CoordinatorService:
@@ -307,8 +308,10 @@ class CoordinatorService:
                                 return True
                     elif isinstance(message, control.Endpoint) and self.state_workers:
                         alive = registry.is_alive(message.worker)
-                        if self.state_workers.endpoint(message.worker, message.url, alive):
+                        refused = self.state_workers.endpoint(message.worker, message.url, alive)
+                        if refused is not None:
                             self._skipped_control.skip(raw, msg.offset())
+                            self._refused_endpoint(refused)
                     elif isinstance(message, control.Ack):
                         if not self._known(message.task, message.checkpoint, checkpoints):
                             self._skipped_control.skip(raw, msg.offset())
@@ -396,6 +399,12 @@ class CoordinatorService:
             control_consumer.close()
             self._producer.flush(5)
         return False
+
+    def _refused_endpoint(self, reason: str) -> None:
+        """The first few refused worker URLs, each with its reason (a flood: counted only)."""
+        self._counts["refused_endpoints"] += 1
+        if self._counts["refused_endpoints"] <= MAX_REFUSALS_LOGGED:
+            log.warning("not forwarding state requests there: %s", reason[:300])
 
     @staticmethod
     def _known(task: str, checkpoint_id: int, checkpoints: CheckpointCoordinator) -> bool:
