@@ -367,14 +367,10 @@ def _run(args: argparse.Namespace) -> int:
         from processor.runtime.worker import Worker
 
         worker = Worker(settings)
-        metrics.serve(
-            settings.metrics_port,
-            settings.metrics_host,
-            worker.health,
-            worker.worker_id,
-            settings.api_token.get_secret_value(),
-            worker.state_routes(),
-        )
+        token = settings.api_token.get_secret_value()
+        port, host, names = settings.metrics_port, settings.metrics_host, settings.http_host_names
+        routes = worker.state_routes()
+        metrics.serve(port, host, worker.health, worker.worker_id, token, routes, names)
         worker.run(_stop_event())
         return 0
     if command == "local":

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     Field,
@@ -25,6 +27,7 @@ from pydantic_settings import (
 from pydantic_settings import SettingsError as SourceError
 
 from processor.topics import CHECKPOINTS, CONTROL, DLQ, job_topic, shuffle_topic
+from processor.worker_hosts import DEFAULT_WORKER_HOSTS, WorkerHosts
 
 # S3's rules for new bucket names (no dots-only or IP-like checks: the server has the last word).
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -238,7 +241,14 @@ class Settings(BaseSettings):
     # The address others (the coordinator) reach this worker's metrics port at, for state
     # requests; empty: http://<metrics_host>:<metrics_port>, the host name for 0.0.0.0.
     state_api_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
+    # The hosts a worker's announced state URL may name, for the coordinator to forward to
+    # (processor/worker_hosts.py): host names, .domain suffixes, IP networks.
+    state_api_workers: str = DEFAULT_WORKER_HOSTS
     metrics_host: str = "127.0.0.1"  # 0.0.0.0 in containers, so that Prometheus can scrape
+    # Host names (comma-separated) the HTTP side answers pages to when PROCESSOR_API_TOKEN is
+    # not set, besides IP addresses, localhost and this machine's name: a name of another
+    # site in Host is a web page reading it by DNS rebinding (processor/endpoints.py).
+    http_hosts: str = Field(default="", pattern=r"^[A-Za-z0-9.,:\[\] -]*$")
     # /healthz fails once the main loop has not gone round for this long (a stuck loop).
     health_timeout_ms: int = Field(default=60_000, ge=1000)
     # The status page links here (the job's Grafana dashboard); empty: no link.
@@ -287,6 +297,19 @@ class Settings(BaseSettings):
             if not value.startswith("s3://"):
                 raise ValueError("must be a directory or an s3://bucket/prefix location")
             return S3Location.parse(value)
+        return value
+
+    @property
+    def http_host_names(self) -> frozenset[str]:
+        """`http_hosts`, localhost, this machine's name and `state_api_url`'s, lower-case."""
+        given = {name.strip().lower() for name in self.http_hosts.split(",") if name.strip()}
+        advertised = urlsplit(self.state_api_url).hostname or "localhost"
+        return frozenset({*given, "localhost", socket.gethostname().lower(), advertised})
+
+    @field_validator("state_api_workers")
+    @classmethod
+    def _worker_hosts(cls, value: str) -> str:
+        WorkerHosts.parse(value)  # its ValueError says which entry
         return value
 
     @field_validator("s3_endpoint_url")

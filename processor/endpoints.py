@@ -4,8 +4,12 @@ its status pages (`processor.runtime.status`)."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import ipaddress
+import time
 from collections.abc import Callable, Iterator, Mapping
+from urllib.parse import urlencode
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -55,6 +59,7 @@ def serve(
     token: str = "",
     pages: Callable[[Request], Response | None] | None = None,
     slow: tuple[str, ...] = (),
+    hosts: frozenset[str] = frozenset(),
 ) -> HttpServer:
     """Serve the endpoints in a daemon thread; returns the server (``.shutdown()`` stops it).
 
@@ -62,17 +67,22 @@ def serve(
     found), such as the coordinator's status page; those under a ``slow`` prefix run off the
     server's loop (`HttpServer`). ``labels`` are added to every exported
     sample. ``token`` (``PROCESSOR_API_TOKEN``): every other path wants
-    ``Authorization: Bearer <token>`` (or ``?token=`` for a browser). Served on a loopback
-    address, requests must name it in their ``Host``.
+    ``Authorization: Bearer <token>`` (or ``?token=`` for a browser). Against DNS rebinding
+    (a page of another site that reaches this server under its own name): served on a
+    loopback address, every request must name a loopback name (or one of ``hosts``) in its
+    ``Host``; served for the network without a token, every request but ``/metrics`` and
+    ``/healthz`` must name an IP address, a loopback name or one of ``hosts``.
     """
     registry = LabelledRegistry(labels) if labels else REGISTRY
-    check_host = host in LOOPBACK_NAMES
+    loopback = host in LOOPBACK_NAMES
+    names = LOOPBACK_NAMES | {name.lower() for name in hosts}
     secret = token.encode()
 
     def app(request: Request) -> Response:
-        if check_host and _host_name(request.headers.get("host", "")) not in LOOPBACK_NAMES:
-            return Response(421, "text/plain", b"this server answers to 127.0.0.1 only\n")
         path = request.path
+        checked = loopback or (not secret and path not in OPEN_PATHS)
+        if checked and not _host_allowed(request.headers.get("host", ""), names, loopback):
+            return Response(421, "text/plain", b"this server does not answer to that Host\n")
         if path == "/metrics":
             return Response(200, CONTENT_TYPE_LATEST, generate_latest(registry))
         if path == "/healthz" and health is not None:
@@ -93,8 +103,52 @@ def serve(
     return HttpServer(host, port, app, slow)
 
 
+def _host_allowed(header: str, names: frozenset[str], loopback: bool) -> bool:
+    """Whether a request's ``Host`` may be answered. An IP address is never a rebinding
+    (that needs a name the attacker's DNS answers), except on loopback where only its own
+    names are expected."""
+    name = _host_name(header).lower()
+    if name in names:
+        return True
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return not loopback
+
+
 def _authorized(request: Request, secret: bytes) -> bool:
+    if SIGNATURE_HEADER in request.headers:
+        return _signed(request, secret, time.time())
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer":
         given = (request.query.get("token") or [""])[0]
     return hmac.compare_digest(given.strip().encode(), secret)
+
+
+# The coordinator's credential when it forwards a state request to a worker: not the token
+# itself (the worker's URL comes from the control topic, which others may write), but an
+# HMAC with it of the request's path, query and time, good for `SIGNATURE_WINDOW_S`.
+SIGNATURE_HEADER = "x-processor-signature"
+SIGNATURE_WINDOW_S = 30
+
+
+def signature(secret: bytes, path: str, query: Mapping[str, list[str]], at: int) -> str:
+    """The ``X-Processor-Signature`` of a GET of ``path`` (not percent-encoded) with
+    ``query`` (``?token=`` aside) at ``at`` (Unix seconds).
+
+    Example: ``signature(b"t", "/state/counts/apple", {}, 1700000000)`` ->
+    ``"1700000000:<64 hex digits>"``
+    """
+    canonical = urlencode(sorted((k, v) for k, v in query.items() if k != "token"), doseq=True)
+    text = f"{at}\n{path}\n{canonical}".encode()
+    return f"{at}:{hmac.new(secret, text, hashlib.sha256).hexdigest()}"
+
+
+def _signed(request: Request, secret: bytes, now: float) -> bool:
+    given = request.headers.get(SIGNATURE_HEADER, "")
+    at = given.partition(":")[0]
+    if not at.isdecimal() or len(at) > 12 or abs(now - int(at)) > SIGNATURE_WINDOW_S:
+        return False
+    expected = signature(secret, request.path, request.query, int(at))
+    return hmac.compare_digest(given.encode(), expected.encode())

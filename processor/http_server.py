@@ -47,6 +47,16 @@ SLOW_THREADS = 4
 MAX_SLOW_PENDING = 32
 
 
+# On every answer, unless the handler gives its own: nothing is cached, sniffed as another
+# type, framed by another site, or allowed to load anything (a page that needs more, as the
+# status page's inline script and style, names it in its own Content-Security-Policy).
+SAFE_HEADERS = (
+    ("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Cache-Control", "no-store"),
+)
+
+
 @dataclass(frozen=True)
 class Request:
     method: str
@@ -89,8 +99,11 @@ def parse_head(head: bytes) -> Request | Response:
         if not sep or not name or name != name.strip():
             return _text(400, "bad header line")
         headers[name.lower()] = value.strip()
-    parts = urlsplit(target)
-    return Request(method, unquote(parts.path) or "/", parse_qs(parts.query), headers)
+    try:
+        parts = urlsplit(target)  # ValueError: "http://[x/", an IPv6 host that is not one
+        return Request(method, unquote(parts.path) or "/", parse_qs(parts.query), headers)
+    except ValueError:
+        return _text(400, "bad request target")
 
 
 class HttpServer:
@@ -196,11 +209,13 @@ class HttpServer:
     @staticmethod
     async def _write(writer: asyncio.StreamWriter, response: Response, head_only: bool) -> None:
         reason = HTTPStatus(response.status).phrase
+        own = {name.lower() for name, _ in response.headers}
         lines = [
             f"HTTP/1.1 {response.status} {reason}",
             f"Content-Type: {response.content_type}",
             f"Content-Length: {len(response.body)}",
             "Connection: close",
+            *(f"{name}: {value}" for name, value in SAFE_HEADERS if name.lower() not in own),
             *(f"{name}: {value}" for name, value in response.headers),
         ]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))

@@ -197,6 +197,7 @@ def serve(
     worker: str = "",
     token: str = "",
     pages: Callable[[Request], Response | None] | None = None,
+    hosts: frozenset[str] = frozenset(),
 ) -> None:
     """Serve /metrics and /healthz on host:port (port 0: not at all).
 
@@ -210,7 +211,7 @@ def serve(
             labels = {"worker": worker} if worker else None
             # State reads may wait on a task: off the loop that answers /healthz.
             slow = ("/state/",) if pages is not None else ()
-            endpoints.serve(host, port, health, labels, token, pages, slow)
+            endpoints.serve(host, port, health, labels, token, pages, slow, hosts)
         except OSError as exc:
             raise SettingsError(
                 f"invalid setting PROCESSOR_METRICS_PORT: cannot serve {host}:{port} "

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from processor.models.control import Ack
+from processor.models.limits import MAX_ID_JUMP
 
 
 @dataclass
@@ -96,6 +97,11 @@ class CheckpointCoordinator:
     ) -> None:
         self.tasks = frozenset(tasks)
         self.last_id = last_id
+        # Ids are taken from this coordinator's own history: the last completed checkpoint
+        # it read, plus one per checkpoint it triggers. A task may name an id above that
+        # (it committed its part of checkpoints that failed), but not by more than
+        # MAX_ID_JUMP: such an id is not from this job and is never handed out (issue 41).
+        self.ceiling = last_id + MAX_ID_JUMP
         self.last_completed: CompletedCheckpoint | None = None
         self.timeout_s = timeout_s
         self.max_pending = max_pending
@@ -105,9 +111,17 @@ class CheckpointCoordinator:
         self.max_concurrent = max_concurrent
         self.pending: dict[int, PendingCheckpoint] = {}
 
-    def observe(self, checkpoint_id: int) -> None:
-        """An id seen elsewhere (a task, an earlier coordinator): never hand it out again."""
+    def plausible(self, checkpoint_id: int) -> bool:
+        """Whether a task may name ``checkpoint_id``: at most ``ceiling``."""
+        return checkpoint_id <= self.ceiling
+
+    def observe(self, checkpoint_id: int) -> bool:
+        """An id seen elsewhere (a task, an earlier coordinator): never hand it out again.
+        False (and nothing learnt) for an id that is not `plausible`."""
+        if not self.plausible(checkpoint_id):
+            return False
         self.last_id = max(self.last_id, checkpoint_id)
+        return True
 
     @property
     def newest_pending(self) -> PendingCheckpoint | None:
@@ -135,6 +149,7 @@ class CheckpointCoordinator:
 
     def trigger(self, now: float) -> tuple[int, list[FailedCheckpoint]]:
         self.last_id += 1
+        self.ceiling += 1
         self.pending[self.last_id] = PendingCheckpoint(self.last_id, now)
         failed: list[FailedCheckpoint] = []
         while len(self.pending) > self.max_pending:
@@ -144,7 +159,8 @@ class CheckpointCoordinator:
         return self.last_id, failed
 
     def on_ack(self, ack: Ack, now: float) -> CompletedCheckpoint | None:
-        self.observe(ack.checkpoint)
+        if not self.observe(ack.checkpoint):
+            return None
         pending = self.pending.get(ack.checkpoint)
         if pending is None or ack.task not in self.tasks:
             return None
@@ -160,7 +176,8 @@ class CheckpointCoordinator:
         return done
 
     def on_decline(self, checkpoint_id: int, task: str, reason: str) -> FailedCheckpoint | None:
-        self.observe(checkpoint_id)
+        if not self.observe(checkpoint_id):
+            return None
         if self.pending.pop(checkpoint_id, None) is None:
             return None
         return FailedCheckpoint(checkpoint_id, f"declined by {task}: {reason}")

@@ -13,8 +13,26 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
+from processor.models.limits import (
+    INT64_MAX,
+    MAX_CLOCK_SKEW_S,
+    MAX_ID,
+    MAX_SECONDS,
+    MAX_WALL_TIME_S,
+)
+
 # A field this version does not know makes a message invalid, not half-read.
 _STRICT = ConfigDict(extra="forbid")
+
+# Every number is range-checked (issue 41, item 3): a message out of range decodes to None,
+# as one of the wrong type does. -1: a failed task's checkpoint, "none".
+Id = Annotated[int, Field(ge=-1, le=MAX_ID)]
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Offset = Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]
+Millis = Annotated[int, Field(ge=-MAX_ID, le=MAX_ID)]  # an event time's watermark
+Tasks = Annotated[int, Field(ge=0, le=1 << 20)]  # partitions, tasks of a stage
+Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS, allow_inf_nan=False)]
+WallTime = Annotated[float, Field(ge=0.0, le=MAX_WALL_TIME_S, allow_inf_nan=False)]
 
 
 @dataclass(frozen=True)
@@ -22,7 +40,7 @@ class TaskStatus:
     __pydantic_config__ = _STRICT
 
     state: str  # starting | running | failed | stopped (PROCESSOR_ON_ERROR=stop)
-    checkpoint: int  # last committed checkpoint id of the task
+    checkpoint: Id  # last committed checkpoint id of the task
     reason: str = ""  # why it failed for good or stopped (it is not restarted)
 
 
@@ -40,12 +58,12 @@ class Heartbeat:
 class Assignment:
     __pydantic_config__ = _STRICT
 
-    generation: int
-    input_partitions: int
+    generation: Id
+    input_partitions: Tasks
     tasks: dict[str, str]  # task id -> worker id
     coordinator: str = ""  # incarnation of the coordinator that made it
     # Tasks per stage: a keyed task's input channels are the tasks of the stage upstream.
-    stages: dict[str, int] = field(default_factory=dict)
+    stages: dict[str, Tasks] = field(default_factory=dict)
     kind: Literal["assignment"] = "assignment"
 
 
@@ -53,7 +71,7 @@ class Assignment:
 class Trigger:
     __pydantic_config__ = _STRICT
 
-    checkpoint: int
+    checkpoint: Id
     triggered_at: float
     kind: Literal["trigger"] = "trigger"
 
@@ -65,29 +83,29 @@ class Ack:
     __pydantic_config__ = _STRICT
 
     task: str
-    checkpoint: int
+    checkpoint: Id
     worker: str
-    records_in: int  # records processed in the epoch that this checkpoint closes
-    records_out: int
-    lag: int  # records left in the task's inputs when the barrier was handled
-    positions: dict[str, int]  # input partition (or channel) -> committed position
-    state_bytes: int = 0  # full size of the snapshot
-    uploaded_bytes: int = 0  # what this checkpoint copied (incremental)
-    alignment_s: float = 0.0
+    records_in: Count  # records processed in the epoch that this checkpoint closes
+    records_out: Count
+    lag: Count  # records left in the task's inputs when the barrier was handled
+    positions: dict[str, Offset]  # input partition (or channel) -> committed position
+    state_bytes: Count = 0  # full size of the snapshot
+    uploaded_bytes: Count = 0  # what this checkpoint copied (incremental)
+    alignment_s: Seconds = 0.0
     # The task thread's time on the checkpoint's synchronous part (flush of the epoch's
     # output, barriers, RocksDB checkpoint, waits for the previous checkpoint): processing
     # stops for this long. Upload and commit run in the background.
-    sync_s: float = 0.0
-    sync_cpu_s: float = 0.0  # the CPU time of it (sync_s less waits for the GIL and the network)
-    flush_cpu_s: float = 0.0  # of which: writing the epoch's output (and, keyed, its state)
+    sync_s: Seconds = 0.0
+    sync_cpu_s: Seconds = 0.0  # the CPU time of it (sync_s less waits for the GIL and the network)
+    flush_cpu_s: Seconds = 0.0  # of which: writing the epoch's output (and, keyed, its state)
     # The task thread's CPU time from the previous barrier to this one: over the time between
     # the two checkpoints, how busy the task was (the status page's busy %); 0 at the first.
-    busy_cpu_s: float = 0.0
-    upload_s: float = 0.0
-    commit_s: float = 0.0  # the commit round trip, in the background
+    busy_cpu_s: Seconds = 0.0
+    upload_s: Seconds = 0.0
+    commit_s: Seconds = 0.0  # the commit round trip, in the background
     snapshot: str = ""  # a keyed task's snapshot owner: (checkpoint, snapshot) names it
     # The task's event-time watermark at the barrier (ms since the epoch), in a timed job.
-    watermark_ms: int | None = None
+    watermark_ms: Millis | None = None
     kind: Literal["ack"] = "ack"
 
 
@@ -96,7 +114,7 @@ class Decline:
     __pydantic_config__ = _STRICT
 
     task: str
-    checkpoint: int
+    checkpoint: Id
     reason: str
     kind: Literal["decline"] = "decline"
 
@@ -109,7 +127,7 @@ class Lease:
     __pydantic_config__ = _STRICT
 
     incarnation: str
-    renewed_at: float
+    renewed_at: WallTime
     kind: Literal["lease"] = "lease"
 
 
@@ -147,3 +165,21 @@ def decode(raw: bytes) -> Message | None:
         return _MESSAGE.validate_json(raw, strict=True)
     except ValidationError:
         return None
+
+
+def ahead_of(message: Message, now_s: float) -> bool:
+    """Whether ``message`` names a time further ahead of ``now_s`` (the reader's wall clock)
+    than `MAX_CLOCK_SKEW_S`: no live process of the job sends that. An assignment's
+    generation is its coordinator's wall clock at start, in ms, plus one per change; a
+    lease renewal carries its coordinator's wall clock.
+
+    >>> ahead_of(Lease("c1", 1_000.0), now_s=1_000.0)
+    False
+    >>> ahead_of(Assignment(10**15, 1, {}), now_s=1_700_000_000.0)
+    True
+    """
+    if isinstance(message, Assignment):
+        return message.generation > (now_s + MAX_CLOCK_SKEW_S) * 1000
+    if isinstance(message, Lease):
+        return message.renewed_at > now_s + MAX_CLOCK_SKEW_S
+    return False

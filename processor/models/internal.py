@@ -25,6 +25,8 @@ from pydantic import Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from processor import metrics
+from processor.models.control import Count, Offset, Seconds, WallTime
+from processor.models.limits import MAX_CLOCK_SKEW_S, MAX_ID, MAX_ID_JUMP
 
 log = logging.getLogger(__name__)
 
@@ -35,29 +37,29 @@ class TaskEntry(TypedDict, total=False):
     """One task of a completed checkpoint (``CompletedCheckpoint.to_json``)."""
 
     worker: str
-    positions: dict[str, int]
+    positions: dict[str, Offset]
     snapshot: str | None
     owner: str | None
-    state_bytes: int
-    uploaded_bytes: int
-    alignment_s: float
-    sync_s: float
-    upload_s: float
-    commit_s: float
-    records_in: int
-    busy_cpu_s: float
+    state_bytes: Count
+    uploaded_bytes: Count
+    alignment_s: Seconds
+    sync_s: Seconds
+    upload_s: Seconds
+    commit_s: Seconds
+    records_in: Count
+    busy_cpu_s: Seconds
 
 
 class CheckpointRecord(TypedDict, total=False):
     """A record of ``<job>.checkpoints``: one completed checkpoint."""
 
-    id: Annotated[int, Field(ge=1)]
-    triggered_at: float
-    completed_at: float
-    duration_s: float
-    uploaded_bytes: int
-    state_bytes: int
-    records_in: int
+    id: Annotated[int, Field(ge=1, le=MAX_ID)]
+    triggered_at: WallTime
+    completed_at: WallTime
+    duration_s: Seconds
+    uploaded_bytes: Count
+    state_bytes: Count
+    records_in: Count
     tasks: dict[str, TaskEntry]
 
 
@@ -73,6 +75,33 @@ def checkpoint_record(raw: bytes) -> dict[str, Any] | None:
     if "id" not in record or "tasks" not in record:
         return None
     return dict(record)
+
+
+def plausible_history(
+    records: list[dict[str, Any]], now_s: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The completed checkpoints (`checkpoint_record`) that can be this job's, by id, and
+    the others. Ids grow from 0 by one per trigger, and at most `MAX_ID_JUMP` between two
+    completed checkpoints (the failed ones between them): a record whose id is further above
+    the one below it (the first: above 0) was not written by the job's coordinator, nor is
+    any record above it; nor is one that completed more than `MAX_CLOCK_SKEW_S` from now.
+
+    >>> kept, dropped = plausible_history([{"id": 3}, {"id": 2**62}, {"id": 4}], 0.0)
+    >>> [r["id"] for r in kept], [r["id"] for r in dropped]
+    ([3, 4], [4611686018427387904])
+    """
+    kept: list[dict[str, Any]] = []
+    dropped: list[dict[str, Any]] = []
+    below: int | None = 0  # None: an id jumped, so every record above is dropped
+    for record in sorted(records, key=lambda r: int(r["id"])):
+        if below is not None and int(record["id"]) - below > MAX_ID_JUMP:
+            below = None
+        if below is None or float(record.get("completed_at", 0.0)) > now_s + MAX_CLOCK_SKEW_S:
+            dropped.append(record)
+        else:
+            kept.append(record)
+            below = int(record["id"])
+    return kept, dropped
 
 
 class SkippedRecords:

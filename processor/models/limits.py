@@ -152,3 +152,23 @@ def event_time_error(ts: Any) -> str:
         f"event time {ts!r:.40} is not an integer of ms within ±2^53 (about 285,000 years "
         "around 1970)"
     )
+
+
+# Internal records (``<job>.control``, ``<job>.checkpoints``) are range-checked where they
+# are read (issue 41, item 3): a number out of these ranges is a forged or broken record,
+# skipped and counted, never an OverflowError or an id that overflows its 64-bit field.
+INT64_MAX = (1 << 63) - 1
+# Checkpoint ids and assignment generations: far inside int64, so that the next one (a
+# barrier id, id + 1) always fits; one a millisecond for 146 million years.
+MAX_ID = 1 << 62
+# How far above the coordinator's own history (its last completed checkpoint, plus the ones
+# it triggered since) a checkpoint id a worker names may be: ids that tasks committed in
+# checkpoints that failed. Above: not from this job, ignored and counted.
+MAX_ID_JUMP = 1 << 32
+# Durations and sizes in seconds that a checkpoint may report (about 31 years).
+MAX_SECONDS = 1e9
+# Wall-clock times (Unix seconds) of internal records: from 1970 to the year 36812.
+MAX_WALL_TIME_S = float(1 << 40)
+# How far ahead of a reader's clock another process of the job may be. A generation or a
+# lease renewal further ahead than that is not from a live process of the job.
+MAX_CLOCK_SKEW_S = 600.0

@@ -30,6 +30,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from processor.models.control import Assignment
+
 
 def assign(
     tasks: Iterable[str], workers: Iterable[str], current: Mapping[str, str]
@@ -288,6 +290,39 @@ class WorkerRegistry:
             del self.workers[w]
         return dead
 
+    def is_alive(self, worker: str) -> bool:
+        return worker in self.workers
+
     @property
     def alive(self) -> list[str]:
         return sorted(self.workers)
+
+
+class FollowedAssignment:
+    """The assignment a worker follows: the newest generation, as long as its coordinator
+    keeps sending it (every heartbeat interval). One not heard again for ``timeout_s`` (its
+    coordinator died, or it was a forged record with a generation no coordinator has) gives
+    way to the next assignment of any generation, so a forged one cannot hold the workers
+    for longer than that (issue 41).
+
+    Example::
+
+        followed = FollowedAssignment(timeout_s=3.0)
+        followed.offer(Assignment(10, 4, {}), now=0.0)  # True: taken
+        followed.offer(Assignment(9, 4, {}), now=1.0)   # False: older, and 10 is recent
+        followed.offer(Assignment(9, 4, {}), now=4.0)   # True: 10 was not heard again
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.current: Assignment | None = None
+        self._heard = float("-inf")
+
+    def offer(self, assignment: Assignment, now: float) -> bool:
+        """Whether ``assignment`` (received at ``now``, monotonic seconds) is followed now."""
+        generation = self.current.generation if self.current is not None else -1
+        if assignment.generation < generation and now - self._heard <= self.timeout_s:
+            return False
+        self.current = assignment
+        self._heard = now
+        return True

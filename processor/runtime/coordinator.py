@@ -46,10 +46,12 @@ from processor.runtime.query_forward import ForwardRoutes, WorkerDirectory
 from processor.runtime.status import StatusBoard
 from processor.runtime.status_history import StatusHistory
 from processor.runtime.task_reports import TaskReports
+from processor.worker_hosts import WorkerHosts
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_HISTORY = 100  # completed checkpoints kept in the compacted topic
+MAX_REFUSALS_LOGGED = 10  # worker URLs refused, logged one by one (then only counted)
 
 
 class CoordinatorService:
@@ -75,7 +77,11 @@ class CoordinatorService:
         self._repeated = ("", 0.0, 0)  # reason last logged, when, failures held back since
         self._skipped_control = internal.SkippedRecords(settings.job_name, settings.control_topic)
         # Queryable state: where each task's worker serves it (None: PROCESSOR_STATE_API off).
-        self.state_workers = WorkerDirectory() if settings.state_api == "on" else None
+        self.state_workers = (
+            WorkerDirectory(WorkerHosts.parse(settings.state_api_workers))
+            if settings.state_api == "on"
+            else None
+        )
         self._skipped_checkpoints = internal.SkippedRecords(
             settings.job_name, settings.checkpoints_topic
         )
@@ -131,7 +137,9 @@ class CoordinatorService:
                     position = max(position, (msg.offset() or 0) + 1)
         finally:
             consumer.close()
-        self.history = sorted(records.values(), key=lambda r: int(r["id"]))
+        self.history, dropped = internal.plausible_history(list(records.values()), time.time())
+        for record in dropped:
+            self._skipped_checkpoints.skip(json.dumps(record).encode(), None)
         self.hour = StatusHistory()
         self.hour.rebuild(self.history)
         return int(self.history[-1]["id"]) if self.history else 0
@@ -184,6 +192,7 @@ class CoordinatorService:
                     self.health,
                     token=s.api_token.get_secret_value(),
                     state=self._state_routes(),
+                    hosts=s.http_host_names,
                 )
             except OSError as exc:
                 raise SettingsError(
@@ -201,7 +210,8 @@ class CoordinatorService:
             return None
         timeout_s = self.settings.state_api_timeout_ms / 1000
         partitions = self.settings.shuffle_partitions
-        return ForwardRoutes(self.graph, partitions, self.state_workers, timeout_s)
+        token = self.settings.api_token.get_secret_value()
+        return ForwardRoutes(self.graph, partitions, self.state_workers, timeout_s, token)
 
     def _run(self, stop: threading.Event, exit_when_idle: bool, exit_when_stopped: bool) -> bool:
         s = self.settings
@@ -280,8 +290,14 @@ class CoordinatorService:
                         if registry.heartbeat(worker, incarnation, now):
                             changed = True
                         self.task_reports.heard(worker, restarted, message.tasks)
+                        if not all(
+                            [checkpoints.observe(t.checkpoint) for t in message.tasks.values()]
+                        ):
+                            # Its liveness counts; an id above the history is not learnt.
+                            self._skipped_control.skip(raw, msg.offset())
                         for task, status in message.tasks.items():
-                            checkpoints.observe(status.checkpoint)
+                            if task not in checkpoints.tasks:
+                                continue  # not a task of this job
                             if status.state == "running":
                                 seen_running.add(task)
                             given_up = status.state in ("failed", "stopped")
@@ -291,8 +307,15 @@ class CoordinatorService:
                                 log.error("job stopped: task %s: %s", task, status.reason)
                                 return True
                     elif isinstance(message, control.Endpoint) and self.state_workers:
-                        self.state_workers.endpoint(message.worker, message.url)
+                        alive = registry.is_alive(message.worker)
+                        refused = self.state_workers.endpoint(message.worker, message.url, alive)
+                        if refused is not None:
+                            self._skipped_control.skip(raw, msg.offset())
+                            self._refused_endpoint(refused)
                     elif isinstance(message, control.Ack):
+                        if not self._known(message.task, message.checkpoint, checkpoints):
+                            self._skipped_control.skip(raw, msg.offset())
+                            continue
                         self._task_lag[message.task] = message.lag
                         if message.watermark_ms is not None:
                             self._task_watermark[message.task] = message.watermark_ms
@@ -302,6 +325,9 @@ class CoordinatorService:
                             quiet = done.records_in == 0 and done.lag == 0
                             idle_streak = idle_streak + 1 if quiet else 0
                     elif isinstance(message, control.Decline):
+                        if not self._known(message.task, message.checkpoint, checkpoints):
+                            self._skipped_control.skip(raw, msg.offset())
+                            continue
                         failed = checkpoints.on_decline(
                             message.checkpoint, message.task, message.reason
                         )
@@ -334,7 +360,7 @@ class CoordinatorService:
                     )
                     metrics.workers_alive.labels(**self._labels).set(len(registry.alive))
                     if self.state_workers is not None:
-                        self.state_workers.placed(placement)
+                        self.state_workers.placed(placement, registry.alive)
                     self._publish_status(checkpoints, registry, placement, now)
                     next_assign = now + heartbeat_s
                 ready = len(seen_running) == len(tasks) or now >= first_trigger_by
@@ -373,6 +399,17 @@ class CoordinatorService:
             control_consumer.close()
             self._producer.flush(5)
         return False
+
+    def _refused_endpoint(self, reason: str) -> None:
+        """The first few refused worker URLs, each with its reason (a flood: counted only)."""
+        self._counts["refused_endpoints"] += 1
+        if self._counts["refused_endpoints"] <= MAX_REFUSALS_LOGGED:
+            log.warning("not forwarding state requests there: %s", reason[:300])
+
+    @staticmethod
+    def _known(task: str, checkpoint_id: int, checkpoints: CheckpointCoordinator) -> bool:
+        """An ack or decline of a task of the job, for an id its history allows."""
+        return task in checkpoints.tasks and checkpoints.plausible(checkpoint_id)
 
     def _send(self, message: control.Message) -> None:
         self._producer.produce(self.settings.control_topic, control.encode(message))

@@ -165,8 +165,8 @@ class CoordinatorLease:
             for msg in consumer.consume(1000, 0.2):
                 if msg.error() is not None or not msg.value():
                     continue
-                message = control.decode(msg.value() or b"")
-                if isinstance(message, control.Lease) and message.incarnation != self.incarnation:
+                message = lease_renewal(msg.value() or b"")
+                if message is not None and message.incarnation != self.incarnation:
                     newest = (message.incarnation, message.renewed_at)
             # The consumer's position moves past transaction markers (the leases' own), which
             # are never returned and can be the topic's last offsets.
@@ -176,8 +176,8 @@ class CoordinatorLease:
     def _renewed_by(self, consumer: Consumer, incarnation: str) -> bool:
         for msg in consumer.consume(100, 0.05):
             if msg.error() is None and msg.value():
-                message = control.decode(msg.value() or b"")
-                if isinstance(message, control.Lease) and message.incarnation == incarnation:
+                message = lease_renewal(msg.value() or b"")
+                if message is not None and message.incarnation == incarnation:
                     return True
         return False
 
@@ -237,6 +237,16 @@ class CoordinatorLease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(COMMIT_TIMEOUT_S + 5)
+
+
+def lease_renewal(raw: bytes) -> control.Lease | None:
+    """A lease renewal in range: its time a number of seconds since 1970, and not further
+    ahead of this clock than `MAX_CLOCK_SKEW_S` (a forged one from the future would look
+    fresh for that long)."""
+    message = control.decode(raw)
+    if not isinstance(message, control.Lease) or control.ahead_of(message, time.time()):
+        return None
+    return message
 
 
 class _Acquirable(Protocol):

@@ -65,11 +65,11 @@ def key_candidates(shown: str) -> list[str]:
         literal = ast.literal_eval(shown)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return found
-    if isinstance(literal, str) or str(literal) != shown:
-        return found  # "'a'" is not how a sink shows the key 'a'
     try:
+        if isinstance(literal, str) or str(literal) != shown:
+            return found  # "'a'" is not how a sink shows the key 'a'
         text = key_text(literal)
-    except RecordError:
+    except (RecordError, ValueError):  # ValueError: an int of more than 4,300 digits
         return found
     return [*found, text] if text not in found else found
 

@@ -7,6 +7,8 @@ one reference; the HTTP thread only ever reads the latest document, so no lock i
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 import time
@@ -43,6 +45,42 @@ class StatusBoard:
         self.document = document  # one reference swap: readers see the old or the new
 
 
+# The status page's inline style and script, allowed by their hashes in its
+# Content-Security-Policy and nothing else (no other script, style, frame or form).
+PAGE_STYLE = """
+body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.3em; } h2 { font-size: 1.05em; margin-top: 1.5em; }
+table { border-collapse: collapse; } td, th { padding: 3px 10px; text-align: left; }
+th { border-bottom: 1px solid #999; } tr:nth-child(even) { background: #f4f4f4; }
+tr.failed td:nth-child(2) { color: #b00020; font-weight: bold; }
+tr.completed td:nth-child(2) { color: #137333; }
+.grid { display: flex; gap: 3em; flex-wrap: wrap; }
+svg text { font-family: system-ui, sans-serif; }
+.alert { border: 1px solid #b00020; background: #fce8e6; padding: 4px 12px; }
+"""
+PAGE_SCRIPT = """
+setInterval(async () => {
+  try {
+    const page = await fetch(location.href, {cache: "no-store"});
+    if (!page.ok) return;
+    const doc = new DOMParser().parseFromString(await page.text(), "text/html");
+    document.body.replaceWith(doc.body);
+  } catch (e) {}  // the coordinator is away: keep what is shown, try again
+}, 2000);
+"""
+
+
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+PAGE_CSP = (
+    f"default-src 'none'; style-src {_csp_hash(PAGE_STYLE)}; "
+    f"script-src {_csp_hash(PAGE_SCRIPT)}; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
 def serve(
     board: StatusBoard | None,
     host: str,
@@ -51,6 +89,7 @@ def serve(
     labels: Mapping[str, str] | None = None,
     token: str = "",
     state: Callable[[Request], Response | None] | None = None,
+    hosts: frozenset[str] = frozenset(),
 ) -> HttpServer:
     """`processor.endpoints.serve` with the coordinator's pages: ``/api/status`` (JSON) and
     ``/`` (HTML) of ``board`` (None: a worker, which has none); ``state`` answers
@@ -66,11 +105,14 @@ def serve(
             body = json.dumps(board.document, indent=1).encode()
             return Response(200, "application/json", body)
         if request.path in ("/", "/index.html"):
-            return Response(200, "text/html; charset=utf-8", render_html(board.document).encode())
+            page = render_html(board.document).encode()
+            return Response(
+                200, "text/html; charset=utf-8", page, [("Content-Security-Policy", PAGE_CSP)]
+            )
         return Response(404, "text/plain", b"not found: try /, /api/status, /metrics or /healthz\n")
 
     slow = ("/state/",) if state is not None else ()
-    return endpoints.serve(host, port, health, labels, token, pages, slow)
+    return endpoints.serve(host, port, health, labels, token, pages, slow, hosts)
 
 
 def _fmt_bytes(n: float | None) -> str:
@@ -186,27 +228,8 @@ def render_html(doc: dict[str, Any]) -> str:
     return f"""<!doctype html>
 <html><head><meta charset="utf-8">
 <title>processor: {job}</title>
-<style>
-body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }}
-h1 {{ font-size: 1.3em; }} h2 {{ font-size: 1.05em; margin-top: 1.5em; }}
-table {{ border-collapse: collapse; }} td, th {{ padding: 3px 10px; text-align: left; }}
-th {{ border-bottom: 1px solid #999; }} tr:nth-child(even) {{ background: #f4f4f4; }}
-tr.failed td:nth-child(2) {{ color: #b00020; font-weight: bold; }}
-tr.completed td:nth-child(2) {{ color: #137333; }}
-.grid {{ display: flex; gap: 3em; flex-wrap: wrap; }}
-svg text {{ font-family: system-ui, sans-serif; }}
-.alert {{ border: 1px solid #b00020; background: #fce8e6; padding: 4px 12px; }}
-</style>
-<script>
-setInterval(async () => {{
-  try {{
-    const page = await fetch(location.href, {{cache: "no-store"}});
-    if (!page.ok) return;
-    const doc = new DOMParser().parseFromString(await page.text(), "text/html");
-    document.body.replaceWith(doc.body);
-  }} catch (e) {{}}  // the coordinator is away: keep what is shown, try again
-}}, 2000);
-</script></head><body>
+<style>{PAGE_STYLE}</style>
+<script>{PAGE_SCRIPT}</script></head><body>
 <h1>processor &mdash; job {job}</h1>
 {alert}<p>{summary}{dashboard}</p>
 <div class="grid">

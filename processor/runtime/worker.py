@@ -28,6 +28,8 @@ from processor.jobs.graph import TaskId
 from processor.kafka import clients
 from processor.kafka.purge import ShufflePurger
 from processor.models import control, internal
+from processor.models.limits import MAX_ID_JUMP
+from processor.runtime.assignment import FollowedAssignment
 from processor.runtime.keyed import KeyedTask
 from processor.runtime.query import QueryRegistry
 from processor.runtime.query_forward import advertised_url
@@ -133,8 +135,9 @@ class Worker:
                 )
                 for topic in self.graph.shuffle_topics
             }
-        self._generation = -1
+        self._followed = FollowedAssignment(settings.worker_timeout_ms / 1000)
         self._assignment: control.Assignment | None = None
+        self._newest_trigger = 0  # the highest checkpoint id this worker acted on
         # Queryable state: the gates of this worker's keyed tasks (None: the API is off).
         self.queries: QueryRegistry | None = None
         if settings.state_api == "on" and not settings.metrics_port:
@@ -172,10 +175,8 @@ class Worker:
                     raw = msg.value()
                     if msg.error() is None and raw:
                         message = control.decode(raw)
-                        if message is None:
+                        if message is None or not self._handle(message):
                             self._skipped_control.skip(raw, msg.offset())
-                        else:
-                            self._handle(message)
                 self._reconcile()
                 now = time.monotonic()
                 if now >= next_heartbeat:
@@ -204,13 +205,26 @@ class Worker:
                 announced = time.monotonic()
             stop.wait(0.5)
 
-    def _handle(self, message: control.Message) -> None:
-        if isinstance(message, control.Assignment) and message.generation >= self._generation:
-            self._generation = message.generation
-            self._assignment = message
+    def _handle(self, message: control.Message) -> bool:
+        """Act on a control message; False for one out of range (skipped and counted)."""
+        if control.ahead_of(message, time.time()):
+            return False
+        if isinstance(message, control.Assignment):
+            if self._followed.offer(message, time.monotonic()):
+                self._assignment = message
         elif isinstance(message, control.Trigger):
+            if message.checkpoint > self._checkpoint_ceiling():
+                return False
+            self._newest_trigger = max(self._newest_trigger, message.checkpoint)
             for runner in self._runners.values():
                 runner.task.request_checkpoint(message.checkpoint, message.triggered_at)
+        return True
+
+    def _checkpoint_ceiling(self) -> int:
+        """The highest checkpoint id a trigger may name: at most `MAX_ID_JUMP` above what
+        this worker's tasks committed and the triggers it acted on (issue 41)."""
+        committed = [r.task.last_checkpoint for r in self._runners.values()]
+        return max([self._newest_trigger, *committed]) + MAX_ID_JUMP
 
     def _reconcile(self) -> None:
         assignment = self._assignment

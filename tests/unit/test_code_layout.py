@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
         "http_server",
         "endpoints",
         "metrics",
+        "worker_hosts",
     },
     {"models"},
     {"serde"},

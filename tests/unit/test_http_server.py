@@ -5,6 +5,8 @@ process that runs the task threads, and a page elsewhere could read 127.0.0.1:94
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import http.client
 import json
 import resource
@@ -12,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -120,6 +123,7 @@ def test_without_a_token_the_status_is_open() -> None:
         (b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n", 400),
         (b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n", 431),
         (b"GET /nothing HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 404),
+        (b"GET http://[x/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 400),  # issue 41
     ],
 )
 def test_bad_requests_get_an_answer_not_a_traceback(raw: bytes, status: int) -> None:
@@ -197,3 +201,86 @@ def test_slow_state_reads_run_off_the_loop_and_are_bounded(
     finally:
         release.set()
         server.shutdown()
+
+
+def _head(port: int, path: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path, headers=headers)
+        answer = conn.getresponse()
+        return answer.status, dict(answer.getheaders()), answer.read()
+    finally:
+        conn.close()
+
+
+def test_every_answer_is_not_cached_sniffed_or_framed(coordinator_port: int) -> None:
+    """Issue 41, item 6: Content-Security-Policy, nosniff, frame-ancestors, no-store."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for path, headers in [
+        ("/metrics", {}),
+        ("/healthz", {}),
+        ("/api/status", {}),  # 401
+        ("/api/status", auth),
+        ("/nothing", auth),
+        ("/", auth),
+    ]:
+        _, got, _ = _head(coordinator_port, path, headers)
+        assert got["X-Content-Type-Options"] == "nosniff", path
+        assert got["Cache-Control"] == "no-store", path
+        assert "frame-ancestors 'none'" in got["Content-Security-Policy"], path
+        assert "default-src 'none'" in got["Content-Security-Policy"], path
+    # The status page's own inline style and script, and only those, by their hashes.
+    status, got, page = _head(coordinator_port, "/", auth)
+    policy = got["Content-Security-Policy"]
+    for tag in ("style", "script"):
+        inline = page.decode().split(f"<{tag}>")[1].split(f"</{tag}>")[0]
+        digest = base64.b64encode(hashlib.sha256(inline.encode()).digest()).decode()
+        assert f"{tag}-src 'sha256-{digest}'" in policy, tag
+    assert status == 200 and policy.count("sha256-") == 2 and "unsafe" not in policy
+
+
+@pytest.mark.parametrize("hosts", [frozenset(), frozenset({"status.example"})])
+def test_without_a_token_pages_answer_only_to_allowed_hosts_on_the_network(
+    hosts: frozenset[str],
+) -> None:
+    """Issue 41, item 6: the image, compose and Kubernetes bind 0.0.0.0 with no token."""
+    server = serve(StatusBoard("j"), "0.0.0.0", 0, LoopHealth(30), hosts=hosts)
+    try:
+        port = server.server_port
+        assert _get(port, "/api/status", {"Host": "evil.example:9400"})[0] == 421
+        assert _get(port, "/", {"Host": "evil.example"})[0] == 421
+        for open_path in ("/metrics", "/healthz"):  # Prometheus, probes: by any name
+            assert _get(port, open_path, {"Host": "evil.example"})[0] == 200
+        for host in ["10.1.2.3:9400", "[fd00::7]:9400", "localhost:9400", *hosts]:
+            assert _get(port, "/api/status", {"Host": host})[0] == 200, host
+    finally:
+        server.shutdown()
+    with_token = serve(StatusBoard("j"), "0.0.0.0", 0, LoopHealth(30), token=TOKEN)
+    try:
+        headers = {"Host": "evil.example", "Authorization": f"Bearer {TOKEN}"}
+        assert _get(with_token.server_port, "/api/status", headers)[0] == 200
+    finally:
+        with_token.shutdown()
+
+
+def test_the_allowed_names_setting() -> None:
+    from processor.config import Settings
+
+    given = Settings(http_hosts="Status.Example, coord", state_api_url="http://W-1.svc:9401")
+    names = given.http_host_names
+    assert {"status.example", "coord", "localhost", socket.gethostname().lower()} <= names
+    assert "w-1.svc" in names  # the name the coordinator reaches a worker by
+    with pytest.raises(ValueError):
+        Settings(http_hosts="a/b")
+
+
+def test_a_key_of_4000_hex_digits_is_a_4xx_not_a_500(tmp_path: Path) -> None:
+    """Issue 41, Low: ``0x`` and 4,000 ``f``s is an int too long to show as text."""
+    from tests.unit.test_query_forward import GRAPH, STATE
+    from tests.unit.test_query_state import _Served
+
+    served = _Served(tmp_path, GRAPH, STATE)
+    try:
+        assert served.get("/state/counts/0x" + "f" * 4000).status == 404
+    finally:
+        served.close()

@@ -56,14 +56,17 @@ def test_a_key_routes_to_its_tasks_workers_url() -> None:
         [] if _task("\x005") == _task("5") else [_task("\x005")]
     )
     assert "not placed" in str(directory.locate(_task("apple")))
-    directory.placed({t: ("w1" if t < "count-2" else "w2") for t in stage_tasks(COUNTS, 4)})
+    placement = {t: ("w1" if t < "count-2" else "w2") for t in stage_tasks(COUNTS, 4)}
+    directory.placed(placement, ["w1", "w2"])
     assert "has not announced" in str(directory.locate("count-0"))
-    directory.endpoint("w1", "http://w1:9401")
-    directory.endpoint("w2", "http://w2:9401")
-    assert directory.locate("count-1") == Target("w1", "http://w1:9401")
-    assert directory.locate("count-3") == Target("w2", "http://w2:9401")
-    directory.endpoint("w2", "http://w2b:9401")  # restarted elsewhere: the newest URL
-    assert directory.locate("count-2") == Target("w2", "http://w2b:9401")
+    assert directory.endpoint("w1", "http://127.0.0.1:9401", alive=True) is None
+    assert directory.endpoint("w2", "http://127.0.0.2:9401/", alive=True) is None
+    assert directory.locate("count-1") == Target("w1", "http://127.0.0.1:9401")
+    assert directory.locate("count-3") == Target("w2", "http://127.0.0.2:9401")
+    directory.endpoint("w2", "http://localhost:9402", alive=True)  # restarted: the newest URL
+    assert directory.locate("count-2") == Target("w2", "http://localhost:9402")
+    directory.placed(placement, ["w1"])  # w2 is gone: its URL with it
+    assert "has not announced" in str(directory.locate("count-2"))
 
 
 def _scan(items: list[dict[str, Any]], tasks: dict[str, Any]) -> Response:
@@ -101,13 +104,13 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[WorkerDirectory, list[HttpServ
     """Workers w1 (tasks 0, 1) and w2 (tasks 2, 3), each serving its share, behind token t."""
     placement = {f"count-{p}": ("w1" if p < 2 else "w2") for p in range(PARTITIONS)}
     directory = WorkerDirectory()
-    directory.placed(placement)
+    directory.placed(placement, ["w1", "w2"])
     served, servers = [], []
     for worker in ("w1", "w2"):
         share = _Served(tmp_path / worker, GRAPH, STATE)
         share.registry.assigned(placement, [t for t, w in placement.items() if w == worker])
         url, server = _serve("t", StateRoutes(share.registry, worker, timeout_s=1))
-        directory.endpoint(worker, url)
+        directory.endpoint(worker, url, alive=True)
         served.append(share)
         servers.append(server)
     yield directory, servers
@@ -121,7 +124,7 @@ def test_the_coordinator_forwards_to_the_owning_worker(
     two_workers: tuple[WorkerDirectory, list[HttpServer]],
 ) -> None:
     directory, _ = two_workers
-    routes = ForwardRoutes(GRAPH, PARTITIONS, directory, timeout_s=1)
+    routes = ForwardRoutes(GRAPH, PARTITIONS, directory, timeout_s=1, token="t")
     coordinator = status.serve(None, "127.0.0.1", 0, token="t", state=routes)
     url = f"http://127.0.0.1:{coordinator.server_port}"
     try:
@@ -143,15 +146,16 @@ def test_the_coordinator_forwards_to_the_owning_worker(
             {
                 **{t: "w1" for t in stage_tasks(COUNTS, 4)},
                 apple: "w2" if apple < "count-2" else "w1",
-            }
+            },
+            ["w1", "w2"],
         )
         assert state.get([url], "counts", "apple", token="t", retry_s=0).status == 421
         # A worker that is away: 503, try again.
-        directory.endpoint("w1", "http://127.0.0.1:1")
-        directory.endpoint("w2", "http://127.0.0.1:1")
+        directory.endpoint("w1", "http://127.0.0.1:1", alive=True)
+        directory.endpoint("w2", "http://127.0.0.1:1", alive=True)
         away = state.request(state.key_url(url, "counts", "apple"), "t")
         assert away.status == 503 and "no answer" in away.doc["error"]
-        directory.placed({})
+        directory.placed({}, ["w1", "w2"])
         assert (
             "not placed" in state.request(state.key_url(url, "counts", "apple"), "t").doc["error"]
         )
