@@ -1,15 +1,15 @@
 """The Kafka ACLs a job's services need, and nothing more: the coordinator's principal and
 the workers' are kept apart, because the workers run user code.
 
-What the code does, and the ACL each call needs (READ, WRITE, CREATE, DELETE and
-ALTER_CONFIGS each imply DESCRIBE, which metadata, ListOffsets and OffsetFetch need):
+What the code does, and the ACL each call needs (READ, WRITE and DELETE each imply DESCRIBE,
+which metadata, ListOffsets and OffsetFetch need; CREATE and ALTER_CONFIGS do not):
 
 The coordinator (``runtime/coordinator.py``, ``lease.py``, ``job_topics.py``,
 ``job_savepoint.py``):
 
 - creates the job's topics at every start: ``<job>.control``, ``.checkpoints``, ``.dlq``,
-  ``.late``, the shuffles and feedback topics, the sinks (CREATE); sets the retention of
-  ``.dlq`` and ``.late`` (ALTER_CONFIGS);
+  ``.late``, the shuffles and feedback topics, the sinks (CREATE, and DESCRIBE to see them);
+  sets the retention of ``.dlq`` and ``.late`` (ALTER_CONFIGS);
 - reads and writes ``<job>.control`` (assignments, triggers, its lease) and
   ``<job>.checkpoints`` (the completed checkpoints) (READ, WRITE);
 - counts the sources' partitions, and on a first start from a savepoint commits its positions
@@ -145,15 +145,15 @@ def job_acls(
             "(OffsetCommit checks Read on the topic)",
         )
     for topic in sinks:
-        c.add(topic, ["Create"], "sink: created if missing")
+        c.add(topic, ["Create", "Describe"], "sink: created if missing")
     for topic in shuffles:
-        c.add(topic, ["Create"], "shuffle: created if missing")
+        c.add(topic, ["Create", "Describe"], "shuffle: created if missing")
     c.add(control, ["Create", "Read", "Write"], "assignments, triggers, its lease; heartbeats in")
     c.add(checkpoints, ["Create", "Read", "Write"], "the completed checkpoints: its alone")
     for topic in kept:
         c.add(
             topic,
-            ["Create", "AlterConfigs"],
+            ["Create", "Describe", "AlterConfigs"],
             "created if missing; retention.ms set at each start (PROCESSOR_DLQ_RETENTION_MS, "
             "_LATE_), without AlterConfigs a warning and the topic keeps its own",
         )

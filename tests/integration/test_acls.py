@@ -209,7 +209,7 @@ def test_without_a_listed_acl_the_job_says_so_and_writes_nothing(
         assert run.coordinator is not None
         assert run.coordinator.wait(60) == 2, run.log("coordinator")[-3000:]
         last = run.log("coordinator").strip().splitlines()[-1]
-        assert last.startswith("processor: Kafka at 127.0.0.1:20194 denied"), last
+        assert last.startswith(f"processor: Kafka at 127.0.0.1:{SASL_PORT} denied"), last
         assert error in last and "processor acls --coordinator-principal" in last, last
         if left_out != "sink":
             assert _records(broker, sink) == []

@@ -31,11 +31,11 @@ def test_word_count_needs_its_topics_groups_and_transactional_ids() -> None:
     settings = Settings(job_name="wc", input_topic="words", output_topic="counts")
     assert _rows(acls.graph_acls(settings, load_graph(settings))) == [
         ("coordinator", "topic", "words", "literal", ("Read",)),
-        ("coordinator", "topic", "counts", "literal", ("Create",)),
-        ("coordinator", "topic", "wc.shuffle", "literal", ("Create",)),
+        ("coordinator", "topic", "counts", "literal", ("Create", "Describe")),
+        ("coordinator", "topic", "wc.shuffle", "literal", ("Create", "Describe")),
         ("coordinator", "topic", "wc.control", "literal", ("Create", "Read", "Write")),
         ("coordinator", "topic", "wc.checkpoints", "literal", ("Create", "Read", "Write")),
-        ("coordinator", "topic", "wc.dlq", "literal", ("Create", "AlterConfigs")),
+        ("coordinator", "topic", "wc.dlq", "literal", ("Create", "Describe", "AlterConfigs")),
         ("coordinator", "group", "wc", "literal", ("Read",)),
         ("coordinator", "group", "wc.", "prefixed", ("Describe",)),
         ("coordinator", "transactional-id", "wc.coordinator", "literal", ("Write",)),
@@ -88,7 +88,13 @@ def test_no_purge_no_delete() -> None:
 
 def test_retention_of_the_dlq_and_late_topics_is_set_at_start() -> None:
     rows = _rows(acls.job_acls("wc", ["in"], ["out"], [], timed=True))
-    assert ("coordinator", "topic", "wc.late", "literal", ("Create", "AlterConfigs")) in rows
+    assert (
+        "coordinator",
+        "topic",
+        "wc.late",
+        "literal",
+        ("Create", "Describe", "AlterConfigs"),
+    ) in rows
     assert ("worker", "topic", "wc.late", "literal", ("Write",)) in rows
     binding = acls.bindings(acls.job_acls("wc", ["in"], ["out"], []), "User:svc")
     alter = AclOperation.ALTER_CONFIGS
@@ -124,7 +130,7 @@ def test_one_principal_gets_both_roles_rights_merged() -> None:
     rules = acls.job_acls("wc", ["words"], ["counts"], ["wc.shuffle"])
     merged = acls.combined(rules)
     by_name = {(r.resource, r.name): r.operations for r in merged}
-    assert by_name[("topic", "counts")] == ("Create", "Write")
+    assert by_name[("topic", "counts")] == ("Create", "Describe", "Write")
     assert by_name[("topic", "wc.control")] == ("Create", "Read", "Write")
     assert len(by_name) == len(merged)  # one rule per resource
     held = {(r.resource, r.name, op) for r in rules for op in r.operations}
