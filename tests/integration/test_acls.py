@@ -11,6 +11,8 @@ group's, the groups' prefix.)"""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +35,7 @@ from processor.jobs import load_graph
 from processor.kafka import acls
 from processor.kafka.broker import LocalBroker
 from tests.conftest import TEST_PORT
-from tests.integration.harness import JobRun, wait_until
+from tests.integration.harness import JobRun, SuccessorRun, wait_until
 
 # A broker of its own, below the ephemeral port range like every test port (tests/conftest.py),
 # 1,100 above the session's (PROCESSOR_TEST_KAFKA_PORT moves both): PLAINTEXT 20192 (the
@@ -87,8 +89,17 @@ def _job(broker: LocalBroker, workdir: Path) -> tuple[JobRun, list[acls.AclRule]
     name = uuid.uuid4().hex[:8]
     source, sink = f"acl-words-{name}", f"acl-counts-{name}"
     run = JobRun(broker.bootstrap, workdir, input_partitions=2, input_topic=source)
+    return run, _through_sasl(run, source, sink)
+
+
+def _through_sasl(run: JobRun, source: str, sink: str) -> list[acls.AclRule]:
+    """``run`` set to read ``source`` into ``sink`` through the SASL listener, the coordinator
+    logged in as its principal and the workers as theirs; the rules `processor acls` lists."""
     run.settings = load_settings(
-        bootstrap_servers=broker.bootstrap, job_name=run.job, input_topic=source, output_topic=sink
+        bootstrap_servers=run.settings.bootstrap_servers,
+        job_name=run.job,
+        input_topic=source,
+        output_topic=sink,
     )
     run.env.update(
         {
@@ -104,7 +115,7 @@ def _job(broker: LocalBroker, workdir: Path) -> tuple[JobRun, list[acls.AclRule]
     settings = load_settings(
         job_name=run.job, input_topic=source, output_topic=sink, shuffle_purge_interval_ms=200
     )
-    return run, acls.graph_acls(settings, load_graph(settings))
+    return acls.graph_acls(settings, load_graph(settings))
 
 
 def _grant(broker: LocalBroker, rules: list[acls.AclRule]) -> None:
@@ -274,3 +285,47 @@ def test_a_workers_principal_cannot_write_checkpoints_nor_take_the_lease(
     # And the coordinator's own login may do what the worker's may not.
     assert _produce(coordinator, f"{job}.checkpoints") is None
     assert _init_transactions(coordinator, f"{job}.coordinator") is None
+
+
+def test_a_savepoint_is_taken_and_applied_with_the_listed_acls(
+    broker: LocalBroker, tmp_path: Path
+) -> None:
+    """The coordinator's rules cover `processor savepoint` (run with its login) and a first
+    start from the savepoint, which commits the savepoint's positions as the group's."""
+    first, rules = _job(broker, tmp_path / "first")
+    _grant(broker, rules)
+    second: JobRun | None = None
+    try:
+        first.produce([b"alpha beta", b"beta gamma"] * 500)
+        first.start(workers=1)
+        first.wait_idle(180)
+        first.start_coordinator(exit_when_idle=False)
+        name = f"sp-{first.job}"
+        taken = subprocess.run(
+            [sys.executable, "-m", "processor", "savepoint", "--name", name],
+            env=first.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert taken.returncode == 0, taken.stderr[-3000:]
+        first.stop()
+
+        second = SuccessorRun(first, tmp_path / "second", input_topic=first.settings.input_topic)
+        _grant(
+            broker,
+            _through_sasl(second, first.settings.input_topic, first.settings.output_topic),
+        )
+        second.env["PROCESSOR_FROM_SAVEPOINT"] = name
+        second.produce([b"gamma delta"] * 300)
+        second.start(workers=1)
+        assert second.finish(240) > 0
+        assert f"starts from savepoint {name}" in second.log("coordinator")
+        denied = [
+            x for x in _broker_log(broker) for p in PRINCIPALS.values() if f"{p} is Denied" in x
+        ]
+        assert not denied, denied[:5]
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
