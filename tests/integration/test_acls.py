@@ -1,12 +1,13 @@
 """The job under Kafka's ACL authorizer, the coordinator and the workers each logged in as a
 principal of its own, granted exactly what ``processor/kafka/acls.py`` lists for it: the word
 count (a shuffle, a keyed count, the DLQ, purges) runs to exact output, and the broker logs
-no denial (so no rule is missing, even one the clients would shrug off). The workers'
+no denial (so no rule is missing, even one the clients would shrug off); so do a pipeline
+with a loop (feedback topics) and a job started from a savepoint. The workers'
 principal, which user code runs as, is refused writing ``<job>.checkpoints``, taking the
 coordinator's transactional id (its lease) and creating topics. Without the transactional-id
-rules, or the sink's, the coordinator exits 2 in one line and nothing is written. (Each other
-rule left out was seen to fail the first test too: the source's, the shuffle's Delete, the
-group's, the groups' prefix.)"""
+rules, or the sink's, the coordinator exits 2 in one line and nothing is written. (Also seen
+to fail a test here when left out or narrowed: the workers' Delete on a shuffle, the
+coordinator's Describe beside Create, its Read on the source and on the group.)"""
 
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ from processor.kafka import acls
 from processor.kafka.broker import LocalBroker
 from tests.conftest import TEST_PORT
 from tests.integration.harness import JobRun, SuccessorRun, wait_until
+from tests.integration.pipeline_run import PipelineRun
+from tests.integration.test_loop_jobs import EXAMPLE as COMPONENTS
+from tests.integration.test_loop_jobs import committed_components
+from tests.loopcheck import check_components, random_edges
 
 # A broker of its own, below the ephemeral port range like every test port (tests/conftest.py),
 # 1,100 above the session's (PROCESSOR_TEST_KAFKA_PORT moves both): PLAINTEXT 20192 (the
@@ -334,3 +339,46 @@ def test_a_savepoint_is_taken_and_applied_with_the_listed_acls(
         first.stop()
         if second is not None:
             second.stop()
+
+
+def test_a_loop_runs_exactly_once_with_the_listed_acls(broker: LocalBroker, tmp_path: Path) -> None:
+    """A pipeline with a loop (examples/components.py): a feedback topic, written, read and
+    purged by the workers and created by the coordinator, under each principal's rules."""
+    run = PipelineRun(
+        broker.bootstrap,
+        tmp_path,
+        COMPONENTS,
+        {"edges": "edges", "components": "components"},
+        shuffle_partitions="2",
+        shuffle_purge_interval_ms="200",
+    )
+    run.env.update(
+        {
+            "PROCESSOR_BOOTSTRAP_SERVERS": f"127.0.0.1:{SASL_PORT}",
+            "PROCESSOR_KAFKA_CONFIG": _kafka_config(COORDINATOR),
+        }
+    )
+    run.worker_env = {"PROCESSOR_KAFKA_CONFIG": _kafka_config(WORKER)}
+    settings = load_settings(
+        job_name=run.job, pipeline=run.env["PROCESSOR_PIPELINE"], shuffle_purge_interval_ms=200
+    )
+    graph = load_graph(settings)
+    assert graph.plan.loops, "a pipeline with a loop"
+    _grant(broker, acls.graph_acls(settings, graph))
+    data = random_edges(300, 600, seed=5)
+    try:
+        run.start(workers=2)
+        run.feed_topic("edges", [json.dumps(e).encode() for e in data], seconds=2)
+        run.resume_feed()
+        run.drain(timeout=300)
+        records = committed_components(broker.bootstrap, run.topics["components"])
+        assert check_components(records, data) > 0
+        denied = [
+            x
+            for x in _broker_log(broker)
+            for p in PRINCIPALS.values()
+            if f"{p} is Denied" in x and run.job in x
+        ]
+        assert not denied, denied[:5]
+    finally:
+        run.stop()
