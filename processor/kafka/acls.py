@@ -1,22 +1,44 @@
-"""The Kafka ACLs a job's services (coordinator and workers) need, and nothing more.
+"""The Kafka ACLs a job's services need, and nothing more: the coordinator's principal and
+the workers' are kept apart, because the workers run user code.
 
-What the code does, and the ACL each call needs (READ, WRITE, CREATE and DELETE each imply
-DESCRIBE, which metadata, ListOffsets and OffsetFetch need):
+What the code does, and the ACL each call needs (READ, WRITE and DELETE each imply DESCRIBE,
+which metadata, ListOffsets and OffsetFetch need; CREATE and ALTER_CONFIGS do not):
 
-- source topics: consumed (READ); the coordinator reads their partition counts.
-- sink topics: written in the tasks' transactions (WRITE); created when missing (CREATE).
-- internal topics ``<job>.control``, ``.checkpoints``, ``.dlq``, ``.late`` and the shuffles
-  ``<job>.<stage>``: created by the coordinator (CREATE), written and read by every service.
-  A shuffle is also purged below what no snapshot needs (``delete_records``: DELETE).
-- group ``<job>``: the tasks' input positions, committed inside their transactions
-  (TxnOffsetCommit), read back at start (OffsetFetch), set from a savepoint (OffsetCommit).
-- groups ``<job>.*`` (``.coordinator``, ``.workers``, ``.lease-<uuid>``): consumers that only
-  ``assign``, never commit; librdkafka still looks their coordinator up (DESCRIBE).
-- transactional ids ``<job>.<stage>-<n>`` (one per task) and ``<job>.coordinator`` (the lease):
-  WRITE.
-- the cluster: nothing. A transactional producer needs WRITE on its id, not IdempotentWrite;
-  DescribeConfigs on the cluster is asked only on three brokers or more, and without it the
-  job sets ``min.insync.replicas=2`` on its topics itself (``kafka/replication.py``).
+The coordinator (``runtime/coordinator.py``, ``lease.py``, ``job_topics.py``,
+``job_savepoint.py``):
+
+- creates the job's topics at every start: ``<job>.control``, ``.checkpoints``, ``.dlq``,
+  ``.late``, the shuffles and feedback topics, the sinks (CREATE, and DESCRIBE to see them);
+  sets the retention of ``.dlq`` and ``.late`` (ALTER_CONFIGS);
+- reads and writes ``<job>.control`` (assignments, triggers, its lease) and
+  ``<job>.checkpoints`` (the completed checkpoints) (READ, WRITE);
+- counts the sources' partitions, and on a first start from a savepoint commits its positions
+  as the group ``<job>``'s (OffsetCommit: READ on the group and on each source topic);
+- holds the lease in transactions of the id ``<job>.coordinator`` (WRITE);
+- consumers that only ``assign`` (groups ``<job>.coordinator``, ``.lease-<uuid>``, and the
+  CLI's ``.cli``, ``.tail``, ``.reader``): librdkafka looks their coordinator up (DESCRIBE on
+  the prefix ``<job>.``).
+
+The workers (``runtime/worker.py``, the tasks):
+
+- consume the sources and the shuffles (READ), write the shuffles, the sinks, ``<job>.dlq`` and
+  ``<job>.late`` in their tasks' transactions (WRITE), purge the shuffles (DeleteRecords:
+  DELETE); read and write ``<job>.control`` (assignments in, heartbeats and acks out);
+- transactional ids ``<job>.<stage>-<n>``, one per task: WRITE on the prefix ``<job>.<stage>-``
+  of each stage, which cannot cover ``<job>.coordinator`` (a prefix ending in ``-`` matches
+  only longer names, and ``coordinator`` has no ``-``);
+- the group ``<job>``: each task commits its input positions inside its transaction
+  (AddOffsetsToTxn and TxnOffsetCommit check READ on the group) and reads them back at start.
+  That READ cannot be taken away without giving up exactly-once: it is also what lets a
+  worker's user code commit any position of the group outside a transaction (OffsetCommit),
+  which is no more than a task's own transactions can write anyway;
+- groups ``<job>.workers`` and ``<job>.credentials-check`` (DESCRIBE), and nothing else: no
+  CREATE anywhere, no access to ``<job>.checkpoints``, no WRITE on ``<job>.coordinator``.
+
+The cluster: nothing. A transactional producer needs WRITE on its id, an idempotent one WRITE
+on any topic, not IdempotentWrite; DescribeConfigs on the cluster is asked only on three
+brokers or more, and without it the job sets ``min.insync.replicas=2`` on its topics itself
+(``kafka/replication.py``).
 
 Prefixed ACLs on ``<job>.`` are safe because job names have no dots (``config.py``): the
 prefix of job ``a`` cannot cover job ``a-b``'s or ``a.b``'s resources. Pure: nothing here
@@ -40,22 +62,56 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from processor.config import Settings
 from processor.jobs.graph import JobGraph
+from processor.topics import CHECKPOINTS, CONTROL, DLQ, LATE, job_topic
 
 Resource = Literal["topic", "group", "transactional-id", "cluster"]
 Pattern = Literal["literal", "prefixed"]
 # Kafka's names, as kafka-acls.sh takes them.
 Operation = Literal["Read", "Write", "Create", "Delete", "Describe", "AlterConfigs"]
+# Whose rule: the coordinator's principal, or the workers' (which run user code).
+Role = Literal["coordinator", "worker"]
+ROLES: tuple[Role, ...] = ("coordinator", "worker")
 
 
 @dataclass(frozen=True)
 class AclRule:
-    """ALLOW ``operations`` on one resource (pattern) for the job's principal, and why."""
+    """ALLOW ``operations`` on one resource (pattern) for the principal of ``role``, and
+    why."""
 
     resource: Resource
     name: str
     pattern: Pattern
     operations: tuple[Operation, ...]
     why: str
+    role: Role = "coordinator"
+
+
+class _Rules:
+    """Rules of one role, one per literal resource: a topic that is both source and sink gets
+    one rule with both's operations."""
+
+    def __init__(self, role: Role) -> None:
+        self.role = role
+        self._held: dict[tuple[Resource, str, Pattern], tuple[list[Operation], list[str]]] = {}
+
+    def add(
+        self,
+        name: str,
+        ops: Sequence[Operation],
+        why: str,
+        resource: Resource = "topic",
+        pattern: Pattern = "literal",
+    ) -> None:
+        held, whys = self._held.setdefault((resource, name, pattern), ([], []))
+        held.extend(op for op in ops if op not in held)
+        if why not in whys:
+            whys.append(why)
+
+    def rules(self) -> list[AclRule]:
+        return [
+            AclRule(resource, name, pattern, tuple(ops), "; ".join(whys), self.role)
+            for (resource, name, pattern), (ops, whys) in self._held.items()
+        ]
 
 
 def job_acls(
@@ -65,74 +121,93 @@ def job_acls(
     shuffles: Iterable[str],
     purge: bool = True,
     timed: bool = False,
+    stages: Iterable[str] = ("split", "count"),
 ) -> list[AclRule]:
-    """The rules the services of job ``job`` need; ``shuffles``: its shuffle topics (a pipeline
-    may name one outside ``<job>.``); ``purge``: whether it purges them (a purge interval > 0);
-    ``timed``: whether it has event-time stages (and so a ``<job>.late`` topic).
+    """The rules the services of job ``job`` need: the coordinator's, then the workers'.
+
+    ``shuffles``: its shuffle and feedback topics (a pipeline may name one outside
+    ``<job>.``); ``purge``: whether the tasks purge them (a purge interval > 0); ``timed``:
+    whether it has event-time stages (and so a ``<job>.late`` topic); ``stages``: the names of
+    its stages, whose tasks' transactional ids are ``<job>.<stage>-<n>`` (the word count's by
+    default).
     """
     prefix = f"{job}."
-    rules: list[AclRule] = []
-    # A topic may be both (a pipeline reading its own sink): one rule with both's operations.
-    literal: dict[str, tuple[list[Operation], list[str]]] = {}
+    control, checkpoints = job_topic(job, CONTROL), job_topic(job, CHECKPOINTS)
+    kept = [job_topic(job, DLQ), *([job_topic(job, LATE)] if timed else [])]
+    sources, sinks, shuffles = sorted(set(sources)), sorted(set(sinks)), sorted(set(shuffles))
 
-    def add(topic: str, ops: Sequence[Operation], why: str) -> None:
-        held, whys = literal.setdefault(topic, ([], []))
-        held.extend(op for op in ops if op not in held)
-        whys.append(why)
-
-    # Topics under the prefix get what the prefixed rule below gives them already.
-    for topic in sorted(set(sources)):
-        if not topic.startswith(prefix):
-            add(topic, ["Read"], "source: consumed, partitions counted")
-    for topic in sorted(set(sinks)):
-        if not topic.startswith(prefix):
-            add(topic, ["Write", "Create"], "sink: written in transactions, created if missing")
-    for topic in sorted(set(shuffles)):
-        if not topic.startswith(prefix):
-            add(topic, ["Create", "Read", "Write"], "shuffle named by the pipeline")
-        if purge:
-            add(topic, ["Delete"], "shuffle: records no snapshot needs are purged (DeleteRecords)")
-    for topic in [f"{prefix}dlq", *([f"{prefix}late"] if timed else [])]:
-        add(
+    c = _Rules("coordinator")
+    for topic in sources:
+        c.add(
             topic,
-            ["AlterConfigs"],
-            "retention.ms set at each start (PROCESSOR_DLQ_RETENTION_MS, _LATE_); "
-            "without it, a warning and the topic keeps its own",
+            ["Read"],
+            "source: partitions counted; a savepoint's positions committed as the group's "
+            "(OffsetCommit checks Read on the topic)",
         )
-    for topic, (ops, whys) in literal.items():
-        rules.append(AclRule("topic", topic, "literal", tuple(ops), "; ".join(whys)))
-    rules += [
-        AclRule(
-            "topic",
-            prefix,
-            "prefixed",
-            ("Create", "Read", "Write"),
-            f"internal topics {prefix}control, .checkpoints, .dlq, .late, shuffles "
-            f"{prefix}<stage>: created at start, written and read by every service",
-        ),
-        AclRule(
-            "group",
-            job,
-            "literal",
-            ("Read",),
-            "the tasks' input positions: committed in their transactions, read at start",
-        ),
-        AclRule(
-            "group",
-            prefix,
-            "prefixed",
-            ("Describe",),
-            f"consumers that only assign ({prefix}coordinator, .workers, .lease-<uuid>)",
-        ),
-        AclRule(
+    for topic in sinks:
+        c.add(topic, ["Create", "Describe"], "sink: created if missing")
+    for topic in shuffles:
+        c.add(topic, ["Create", "Describe"], "shuffle: created if missing")
+    c.add(control, ["Create", "Read", "Write"], "assignments, triggers, its lease; heartbeats in")
+    c.add(checkpoints, ["Create", "Read", "Write"], "the completed checkpoints: its alone")
+    for topic in kept:
+        c.add(
+            topic,
+            ["Create", "Describe", "AlterConfigs"],
+            "created if missing; retention.ms set at each start (PROCESSOR_DLQ_RETENTION_MS, "
+            "_LATE_), without AlterConfigs a warning and the topic keeps its own",
+        )
+    c.add(
+        job,
+        ["Read"],
+        "on a first start from a savepoint, its positions committed as the job's",
+        "group",
+    )
+    c.add(
+        prefix,
+        ["Describe"],
+        f"consumers that only assign ({prefix}coordinator, .lease-<uuid>; the CLI's .cli, "
+        ".tail, .reader)",
+        "group",
+        "prefixed",
+    )
+    c.add(
+        f"{prefix}coordinator",
+        ["Write"],
+        "the lease: only one coordinator runs, a new one fences the old",
+        "transactional-id",
+    )
+
+    w = _Rules("worker")
+    for topic in sources:
+        w.add(topic, ["Read"], "source: consumed")
+    for topic in sinks:
+        w.add(topic, ["Write"], "sink: written in the tasks' transactions")
+    for topic in shuffles:
+        w.add(topic, ["Read", "Write"], "shuffle: written and consumed in transactions")
+        if purge:
+            w.add(topic, ["Delete"], "records no snapshot needs purged (DeleteRecords)")
+    w.add(control, ["Read", "Write"], "assignments and triggers in; heartbeats, acks out")
+    for topic in kept:
+        w.add(topic, ["Write"], "dead (and late) records, written in the tasks' transactions")
+    w.add(
+        job,
+        ["Read"],
+        "the tasks' input positions: committed in their transactions (TxnOffsetCommit needs "
+        "Read on the group: exactly-once cannot do without it), read back at start",
+        "group",
+    )
+    for group in (f"{prefix}workers", f"{prefix}credentials-check"):
+        w.add(group, ["Describe"], "a consumer that only assigns", "group")
+    for stage in dict.fromkeys(stages):
+        w.add(
+            f"{prefix}{stage}-",
+            ["Write"],
+            f"one per task of stage {stage} ({prefix}{stage}-<n>); never {prefix}coordinator",
             "transactional-id",
-            prefix,
             "prefixed",
-            ("Write",),
-            f"one per task ({prefix}<stage>-<n>) and the coordinator's lease ({prefix}coordinator)",
-        ),
-    ]
-    return rules
+        )
+    return c.rules() + w.rules()
 
 
 def graph_acls(settings: Settings, graph: JobGraph) -> list[AclRule]:
@@ -144,7 +219,22 @@ def graph_acls(settings: Settings, graph: JobGraph) -> list[AclRule]:
         graph.shuffle_topics,
         purge=settings.shuffle_purge_interval_ms > 0,
         timed=graph.plan.timed,
+        stages=[s.name for s in graph.stages],
     )
+
+
+def of(rules: Iterable[AclRule], role: Role) -> list[AclRule]:
+    """The rules of ``role``'s principal."""
+    return [r for r in rules if r.role == role]
+
+
+def combined(rules: Iterable[AclRule]) -> list[AclRule]:
+    """The rules of one principal that both roles share (the single-principal mode): a
+    resource both need gets one rule with both's operations."""
+    merged = _Rules("coordinator")
+    for r in rules:
+        merged.add(r.name, r.operations, f"{r.role}: {r.why}", r.resource, r.pattern)
+    return merged.rules()
 
 
 _KAFKA_NAMES = {"AlterConfigs": "ALTER_CONFIGS"}  # AclOperation's names that are not upper()
@@ -195,7 +285,7 @@ def command(rule: AclRule, principal: str, bootstrap: str, config_file: str = ""
 
 
 def render(rules: Iterable[AclRule], principal: str, bootstrap: str, config_file: str = "") -> str:
-    """A shell script: each rule's command after a comment saying why."""
+    """A shell script: each rule's command for ``principal`` after a comment saying why."""
     lines = []
     for rule in rules:
         lines.append(f"# {rule.why}")
@@ -203,10 +293,29 @@ def render(rules: Iterable[AclRule], principal: str, bootstrap: str, config_file
     return "\n".join(lines) + "\n"
 
 
-def table(rules: Iterable[AclRule]) -> str:
-    """The rules as a Markdown table (the one in docs/operations.md, Security)."""
-    lines = ["| Resource | Name | Pattern | Operations | Why |", "|---|---|---|---|---|"]
+def render_split(
+    rules: Sequence[AclRule], coordinator: str, worker: str, bootstrap: str, config_file: str = ""
+) -> str:
+    """The script granting the coordinator's rules to ``coordinator`` and the workers' to
+    ``worker``."""
+    return (
+        f"## The coordinator's principal, {coordinator}\n"
+        + render(of(rules, "coordinator"), coordinator, bootstrap, config_file)
+        + f"\n## The workers' principal, {worker} (they run user code: no Create, nothing on "
+        ".checkpoints, not the coordinator's transactional id)\n"
+        + render(of(rules, "worker"), worker, bootstrap, config_file)
+    )
+
+
+def table(rules: Iterable[AclRule], roles: bool = True) -> str:
+    """The rules as a Markdown table (the one in docs/operations.md, Security); ``roles``: with
+    a column saying whose principal each rule is for."""
+    head = "| Principal | Resource | Name | Pattern | Operations | Why |"
+    if not roles:
+        head = head.removeprefix("| Principal ")
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rules:
         ops = ", ".join(r.operations)
-        lines.append(f"| {r.resource} | `{r.name}` | {r.pattern} | {ops} | {r.why} |")
+        whose = f"| {r.role} " if roles else ""
+        lines.append(f"{whose}| {r.resource} | `{r.name}` | {r.pattern} | {ops} | {r.why} |")
     return "\n".join(lines) + "\n"

@@ -127,8 +127,8 @@ def check_denied(settings: Settings, exc: BaseException) -> None:
     if isinstance(err, KafkaError) and err.code() in _DENIED:
         raise AccessDenied(
             f"Kafka at {settings.bootstrap_servers} denied the job's principal an operation "
-            f"({err.str()}): `processor acls --principal User:<name>` prints the ACLs the job "
-            "needs"
+            f"({err.str()}): `processor acls --coordinator-principal User:<name> "
+            "--worker-principal User:<name>` prints the ACLs each needs"
         ) from None
 
 

@@ -81,6 +81,8 @@ class JobRun:
         # to run it inside a network namespace (tests/netns.py). That execs the worker, so
         # the pid in ``workers`` is still the worker's own and kill_worker's signals reach it.
         self.worker_prefix: dict[int, list[str]] = {}
+        # Settings of the workers only, over ``env``: e.g. their own Kafka principal's login.
+        self.worker_env: dict[str, str] = {}
         self._feeder: threading.Thread | None = None
         self.halfway = threading.Event()  # a feed that holds half-way has got there
         self._resume = threading.Event()
@@ -239,6 +241,7 @@ class JobRun:
             "--worker-id",
             f"worker-{index}",
             prefix=self.worker_prefix.get(index, ()),
+            **self.worker_env,
             PROCESSOR_METRICS_PORT=str(metrics_port),
             PROCESSOR_FAULT=fault,
         )

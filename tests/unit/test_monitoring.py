@@ -563,6 +563,15 @@ SECRET_SETTINGS = {
 }
 
 
+# The workers log in to Kafka as a principal of their own, with less than the coordinator's
+# (processor/kafka/acls.py): their Secret holds that login.
+SECRETS = {
+    "Deployment": "processor-secrets",
+    "Job": "processor-secrets",
+    "StatefulSet": "processor-worker-secrets",
+}
+
+
 def test_k8s_secrets_are_files_not_environment(
     manifests: dict[str, list[dict[str, Any]]], config_map: dict[str, Any]
 ) -> None:
@@ -582,7 +591,7 @@ def test_k8s_secrets_are_files_not_environment(
         mount = mounts[secrets_dir]
         assert mount.get("readOnly") is True, kind
         (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
-        assert volume["secret"]["secretName"] == "processor-secrets", kind
+        assert volume["secret"]["secretName"] == SECRETS[kind], kind
         assert volume["secret"]["defaultMode"] == 0o400, kind
         assert all(item.get("mode", 0o400) == 0o400 for item in volume["secret"].get("items", []))
         # Files of a Secret volume belong to root: the image's user reads them through the
