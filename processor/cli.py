@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import SecretStr
 from pydantic_core import PydanticUndefined
 
+from processor.commands import acls as acls_command
 from processor.commands import postgres as postgres_command
 from processor.config import Settings, SettingsError, load_settings
 from processor.logs import configure_logging
@@ -204,25 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(a job that is stopped)",
     )
 
-    acls = sub.add_parser(
-        "acls", parents=[common], help="the Kafka ACLs the job needs, as kafka-acls.sh commands"
-    )
-    acls.add_argument(
-        "--coordinator-principal", default="", help="the coordinator's principal, User:<name>"
-    )
-    acls.add_argument(
-        "--worker-principal", default="", help="the workers' principal (they run user code)"
-    )
-    acls.add_argument(
-        "--principal",
-        default="",
-        help="one principal for both (every right of each): rather give two principals",
-    )
-    acls.add_argument(
-        "--command-config", default="", help="kafka-acls.sh --command-config (the admin's login)"
-    )
-    acls.add_argument("--table", action="store_true", help="a Markdown table, not commands")
-
+    acls_command.add_parser(sub, common)
     postgres_command.add_parser(sub, common)
     status = sub.add_parser("status", help="the coordinator's checkpoint and task status")
     status.add_argument("--url", default=COORDINATOR_URL, help="coordinator's metrics URL")
@@ -444,32 +427,7 @@ def _run(args: argparse.Namespace) -> int:
     if command == "postgres":
         return postgres_command.command(settings, args.dsn, args.resolve)
     if command == "acls":
-        from processor.jobs import load_graph
-        from processor.kafka import acls
-
-        coordinator, worker = args.coordinator_principal, args.worker_principal
-        both = bool(coordinator and worker)
-        if (args.principal and (coordinator or worker)) or ((coordinator or worker) and not both):
-            print(
-                "processor: give --coordinator-principal and --worker-principal, or "
-                "--principal alone (one principal for both)",
-                file=sys.stderr,
-            )
-            return 2
-        if not (args.principal or both or args.table):
-            print("processor: give --coordinator-principal and --worker-principal", file=sys.stderr)
-            return 2
-        rules = acls.graph_acls(settings, load_graph(settings))
-        if args.principal:
-            rules = acls.combined(rules)
-        servers, config_file = settings.bootstrap_servers, args.command_config
-        if args.table:
-            print(acls.table(rules, roles=not args.principal), end="")
-        elif args.principal:
-            print(acls.render(rules, args.principal, servers, config_file), end="")
-        else:
-            print(acls.render_split(rules, coordinator, worker, servers, config_file), end="")
-        return 0
+        return acls_command.command(settings, args)
     if command == "demo":
         from processor.commands.demo import run_demo
 

@@ -288,8 +288,7 @@ class KeyedTask(KeyedCheckpoints):
         combined = self.stage.combiner is not None
         widths, sides = self.stage.pair_widths, self._sides
         flush_keys = self.settings.flush_keys
-        # Only right after a fallback restore: a replayed record's output is committed
-        # already, so it goes into the state only.
+        # Only right after a fallback restore: a replayed record's output is committed already.
         quiet = self._replay_to > 0
         applied = 0
         for msg in msgs:
@@ -345,14 +344,12 @@ class KeyedTask(KeyedCheckpoints):
         self._m_in.inc(applied)
         if chain.late:
             self._count_late()
-        # Dead records wait for the flush like the other output: the open transaction may be
-        # the previous epoch's, still waiting for its snapshot.
+        # Dead records wait for the flush too: the open transaction may be the previous epoch's.
         if chain.buffered >= flush_keys and not quiet:
             self._flush(out, operators=False)
 
     def _flush_early(self, out: TransactionalOutput, quiet: bool) -> None:
-        """The aggregations' keys outgrew ``flush_keys``: checked after each shuffle record,
-        so a replay after a fallback flushes where the first run did (quietly)."""
+        """After a shuffle record, by the log alone: a replay flushes where the first run did."""
         assert self.chain is not None
         if quiet:
             self.chain.flush(quiet=True)
