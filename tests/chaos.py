@@ -96,10 +96,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
-from functools import partial
 from pathlib import Path
-
-from confluent_kafka import TopicPartition
 
 from processor.commands import corpus
 from processor.commands.counts import read_records, read_updates
@@ -109,7 +106,6 @@ from processor.kafka.cluster import LocalCluster
 from processor.pipeline.api import Pipeline
 from processor.pipeline.load import load_pipeline
 from processor.pipeline.plan import plan
-from processor.runtime.task import committed_after_fencing
 from processor.topics import INTERNAL_SUFFIXES, job_topic
 from tests import anomalies, broker_faults, network_faults, reference
 from tests.anomalies import Anomalies
@@ -429,7 +425,8 @@ def _fall_back(run: JobRun, rng: random.Random) -> None:
         run.kill_worker(i, signal.SIGSTOP)
     root = run.workdir / "checkpoints" / run.job
     tasks = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-    committed = [m for m in map(partial(_committed_manifest, run), tasks) if m is not None]
+    manifests = [run.committed_manifest(*_task(p.name)) for p in tasks]
+    committed = [m for m in manifests if m is not None]
     if committed:
         rng.choice(committed).unlink()
     for i in alive:
@@ -439,18 +436,10 @@ def _fall_back(run: JobRun, rng: random.Random) -> None:
         run.start_worker(i)
 
 
-def _committed_manifest(run: JobRun, task_dir: Path) -> Path | None:
-    """The manifest of the snapshot a keyed task (``<stage>-<partition>``) last committed."""
-    stage, _, partition = task_dir.name.rpartition("-")
-    tp = TopicPartition(f"{run.job}.{stage}", int(partition))
-    (committed,) = committed_after_fencing(run.settings, [tp])
-    try:
-        meta = json.loads(committed.metadata or "{}")
-        path = task_dir / meta["snapshot"] / f"chk-{int(meta['checkpoint']):012d}"
-    except (ValueError, KeyError, TypeError):
-        return None  # nothing committed yet
-    manifest = path / "_snapshot.json"
-    return manifest if manifest.exists() else None
+def _task(name: str) -> tuple[str, int]:
+    """A keyed task's stage and partition, from its name ``<stage>-<partition>``."""
+    stage, _, partition = name.rpartition("-")
+    return stage, int(partition)
 
 
 def _verify(run: JobRun, summary: Summary) -> None:

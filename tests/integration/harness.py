@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from processor.jobs.wordcount import words
 from processor.kafka import clients
 from processor.kafka.replication import topic_replication
 from processor.models import control
+from processor.runtime.task import committed_after_fencing
 from processor.state.rocksdb.snapshots import unseal_manifest
 
 T = TypeVar("T")
@@ -333,6 +335,21 @@ class JobRun:
                 f"{word}: final {values[-1]} != exact {self.expected[word]}"
             )
         return sum(len(v) for v in updates.values())
+
+    def committed_manifest(self, stage: str, partition: int) -> Path | None:
+        """The manifest of the snapshot keyed task ``<stage>-<partition>`` last committed (its
+        shuffle is ``<job>.<stage>``; local storage), None before its first commit. Removing
+        it makes the task's next restore fall back to an older snapshot."""
+        tp = TopicPartition(f"{self.job}.{stage}", partition)
+        (committed,) = committed_after_fencing(self.settings, [tp])
+        try:
+            meta = json.loads(committed.metadata or "{}")
+            chk = f"chk-{int(meta['checkpoint']):012d}"
+        except (ValueError, KeyError, TypeError):
+            return None
+        task_dir = self.workdir / "checkpoints" / self.job / f"{stage}-{partition}"
+        manifest = task_dir / str(meta["snapshot"]) / chk / "_snapshot.json"
+        return manifest if manifest.exists() else None
 
     def snapshot_manifests(self) -> list[dict[str, object]]:
         root = self.workdir / "checkpoints" / self.job

@@ -7,15 +7,11 @@ plus the count update that produced it (a reduce set back to the older snapshot 
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from pathlib import Path
 
-from confluent_kafka import TopicPartition
-
 from processor.pipeline.plan import plan
-from processor.runtime.task import committed_after_fencing
 from tests.integration.after_count_pipeline import threshold
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed, updates_per_key
@@ -28,12 +24,9 @@ def _lose_committed_snapshots(run: PipelineRun, stage: str) -> None:
     """The manifest of each keyed task's committed snapshot, removed: the next start must fall
     back to an older one."""
     for partition in range(2):
-        tp = TopicPartition(f"{run.job}.{stage}", partition)
-        (committed,) = committed_after_fencing(run.settings, [tp])
-        meta = json.loads(committed.metadata or "{}")
-        task_dir = run.workdir / "checkpoints" / run.job / f"{stage}-{partition}"
-        snapshot = task_dir / meta["snapshot"] / f"chk-{int(meta['checkpoint']):012d}"
-        (snapshot / "_snapshot.json").unlink()
+        manifest = run.committed_manifest(stage, partition)
+        assert manifest is not None, f"{stage}-{partition} committed nothing"
+        manifest.unlink()
 
 
 def test_a_fallback_rebuilds_the_operators_after_a_count(

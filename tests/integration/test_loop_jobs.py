@@ -18,7 +18,6 @@ from confluent_kafka import OFFSET_END, Producer, TopicPartition
 
 from processor.kafka import clients
 from processor.pipeline.plan import plan
-from processor.runtime.task import committed_after_fencing
 from processor.testing import run as run_directly
 from processor.topics import feedback_topic
 from tests.integration.harness import wait_until
@@ -191,14 +190,10 @@ def test_retries_fall_back_to_an_older_snapshot_and_replay_the_loop(
         run.wait_for_checkpoints(4)
         for i in range(2):
             run.kill_worker(i)
-        shuffle = f"{run.job}.by-job"
         for partition in range(2):
-            tp = TopicPartition(shuffle, partition)
-            (committed,) = committed_after_fencing(run.settings, [tp])
-            meta = json.loads(committed.metadata or "{}")
-            task_dir = run.workdir / "checkpoints" / run.job / f"by-job-{partition}"
-            snapshot = task_dir / meta["snapshot"] / f"chk-{int(meta['checkpoint']):012d}"
-            (snapshot / "_snapshot.json").unlink()
+            manifest = run.committed_manifest("by-job", partition)
+            assert manifest is not None, f"by-job-{partition} committed nothing"
+            manifest.unlink()
         for i in range(2):
             run.start_worker(i)
         run.drain(timeout=300)
