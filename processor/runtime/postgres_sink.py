@@ -10,7 +10,9 @@ in `processor.checkpointing.prepared`, which holds the decision; this module is 
 
 A row the database refuses (a wrong type, a NUL in text, a constraint) is a dead record with
 the value it came from: the epoch is written again row by row, each in a savepoint, to find
-which. A table that is missing, or not writable, fails the task (it retries), never a row.
+which. A deferred constraint fails only at PREPARE and names no row: then every row of the
+epoch is dead, with its error. A table that is missing, or not writable, fails the task (it
+retries), never a row.
 """
 
 from __future__ import annotations
@@ -198,15 +200,40 @@ class PostgresWriter:
 
             try:  # which rows? each in a savepoint
                 self._write(conn, checkpoint_id, rows, refuse)
-            except BaseException:
+            except BaseException as again:
                 _abort(conn)
-                raise
+                if not isinstance(again, _ROW_ERRORS) or isinstance(again, _TABLE_ERRORS):
+                    raise
+                # Every row passed alone and PREPARE still failed: a deferred constraint,
+                # which names no row. The epoch's rows are dead, and its transaction holds the
+                # fence alone, rather than fail at every restart.
+                self._refuse_all(conn, checkpoint_id, rows, refused, again, refuse)
         # A refused row is dead once: it is not written again if the checkpoint is declined.
         kept = dict(rows)
         for ident in refused:
             del kept[ident]
         self.outstanding[checkpoint_id] = kept
         return len(kept)
+
+    def _refuse_all(
+        self,
+        conn: psycopg.Connection[Any],
+        checkpoint_id: int,
+        rows: Rows,
+        refused: list[tuple[Any, ...]],
+        exc: Exception,
+        refuse: Refuse,
+    ) -> None:
+        """Each of ``rows`` not refused yet dead with ``exc``; the epoch prepared empty."""
+        log.error("%s: checkpoint %d's rows fail at PREPARE: %s", self.writer, checkpoint_id, exc)
+        for ident, (_, value) in rows.items():
+            if ident not in refused:
+                refuse(ident, exc, value)
+        try:
+            self._write(conn, checkpoint_id, {}, None)
+        except BaseException:
+            _abort(conn)
+            raise
 
     def _write(
         self, conn: psycopg.Connection[Any], checkpoint_id: int, rows: Rows, refuse: Refuse | None

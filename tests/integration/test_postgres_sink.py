@@ -260,6 +260,32 @@ def test_a_refused_row_is_dead_once_when_its_checkpoint_is_declined(pg_database:
     sinks.close()
 
 
+def test_a_deferred_constraint_failing_at_prepare_makes_the_epoch_dead(pg_database: str) -> None:
+    """A deferred constraint is checked at PREPARE, after every row passed alone: the epoch's
+    rows are dead records (with the error) and its transaction prepares empty, rather than
+    fail the task at every restart; the next epoch writes."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE parents (id text PRIMARY KEY)")
+        conn.execute(
+            "CREATE TABLE t (k text PRIMARY KEY, v integer, parent text REFERENCES parents (id)"
+            " DEFERRABLE INITIALLY DEFERRED)"
+        )
+        conn.execute("INSERT INTO parents VALUES ('p')")
+    chain, sinks = _row_sink(pg_database)
+    chain.values([{"k": "a", "v": 1, "parent": "p"}, {"k": "b", "v": 2, "parent": "none"}])
+    assert sinks.prepare(1, chain, "in-0") == 0
+    dead = chain.take_dead()
+    assert sorted(json.loads(d.value)["k"] for d in dead) == ["a", "b"]
+    assert all("parent" in d.error or "foreign key" in d.error for d in dead)
+    sinks.commit(1, "in-0")
+    chain.values([{"k": "c", "v": 3, "parent": "p"}])
+    assert sinks.prepare(2, chain, "in-0") == 1
+    sinks.commit(2, "in-0")
+    assert _table(pg_database) == [("c", 3)]
+    assert _prepared(pg_database) == []
+    sinks.close()
+
+
 def test_rows_of_one_key_merge_column_by_column_through_a_declined_checkpoint(
     pg_database: str,
 ) -> None:
