@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from processor.pipeline.ops import key_of
+from processor.redact import redacted
 from processor.serde.codec import RecordError, shown
 
 # An epoch's rows of one sink: by the values of the key columns, the row and the value it
@@ -25,29 +26,6 @@ from processor.serde.codec import RecordError, shown
 Rows = dict[tuple[Any, ...], tuple[dict[str, Any], Any]]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
-
-
-# A password in a DSN: a URL's in its user info or a parameter; a key=value string's pair.
-_URL_PASSWORDS = (
-    (re.compile(r"(://[^/@:?#]*:)[^/?#]*@"), r"\1***@"),
-    (re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE), r"\1***"),
-)
-_PAIR_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
-
-
-def redacted(dsn: str) -> str:
-    """``dsn`` with its password, if any, shown as ``***``.
-
-    >>> redacted("postgresql://app:s3cr@t@db:5432/app?password=x&sslmode=require")
-    'postgresql://app:***@db:5432/app?password=***&sslmode=require'
-    >>> redacted("host=db user=app password='a b' dbname=app")
-    'host=db user=app password=*** dbname=app'
-    """
-    if "://" not in dsn:
-        return _PAIR_PASSWORD.sub(r"\1***", dsn)
-    for pattern, replacement in _URL_PASSWORDS:
-        dsn = pattern.sub(replacement, dsn)
-    return dsn
 
 
 @dataclass(frozen=True)

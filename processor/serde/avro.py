@@ -31,6 +31,7 @@ from typing import Any
 import fastavro
 
 from processor.errors import PipelineError
+from processor.redact import redacted
 from processor.serde.avro_bounds import Plan, schema_problem
 from processor.serde.codec import RecordError, Unavailable
 
@@ -136,7 +137,8 @@ class Avro:
         return value
 
     def __repr__(self) -> str:
-        where = "" if self.registry_url is None else f", registry_url={self.registry_url!r}"
+        url = self.registry_url
+        where = "" if url is None else f", registry_url={redacted(url)!r}"
         parsed = self._parsed
         name = parsed.get("name", parsed.get("type")) if isinstance(parsed, dict) else parsed
         return f"Avro({name!r}{where})"
@@ -152,10 +154,10 @@ class Avro:
         except SchemaRegistryError as exc:
             status = exc.http_status_code
             if status is None or status < 0 or status in _RETRY_STATUS:
-                raise Unavailable(f"schema registry {self.registry_url}: {exc}") from exc
+                raise Unavailable(redacted(f"schema registry {self.registry_url}: {exc}")) from exc
             raise
         except (httpx.TransportError, OSError) as exc:
-            raise Unavailable(f"schema registry {self.registry_url}: {exc}") from exc
+            raise Unavailable(redacted(f"schema registry {self.registry_url}: {exc}")) from exc
 
     def _client(self) -> Any:
         """The registry client (made once, under the lock, by the first serializer or

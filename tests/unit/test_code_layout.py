@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
         "endpoints",
         "metrics",
         "worker_hosts",
+        "redact",
     },
     {"models"},
     {"serde"},

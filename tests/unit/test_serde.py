@@ -199,3 +199,20 @@ def test_source_takes_a_serde_and_keeps_builtins_by_name() -> None:
         p.source("c", value="xml")  # type: ignore[arg-type]
     with pytest.raises(PipelineError, match="serde"):
         p.source("d", value=42)  # type: ignore[arg-type]
+
+
+def test_a_registry_urls_credentials_are_never_shown() -> None:
+    """Issue #41 item 5: ``http://user:pass@host`` in the serde's repr and in the Unavailable
+    message (a task's failure line) shows the password as ***."""
+    from processor.serde.avro import Avro
+    from processor.serde.codec import Unavailable
+
+    schema = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}
+    serde = Avro(schema, registry_url="http://app:s3cret@127.0.0.1:9/")
+    assert "s3cret" not in repr(serde) and "app:***@" in repr(serde)
+    try:
+        serde.for_topic("topic").dumps({"a": 1})
+    except Unavailable as exc:
+        assert "s3cret" not in str(exc) and "***" in str(exc)
+    else:
+        raise AssertionError("nothing listens on port 9: the registry must be unavailable")
