@@ -54,6 +54,8 @@ SHARED_ENV = {
     "PROCESSOR_OUTPUT_TOPIC": "word-counts",
     "PROCESSOR_METRICS_PORT": "9400",
     "PROCESSOR_METRICS_HOST": "0.0.0.0",
+    # Dead records' bytes stay out of the DLQ (issue 41): where and why only.
+    "PROCESSOR_DLQ_MODE": "metadata",
     # The status page's link, as the host's browser reaches the compose Grafana.
     "PROCESSOR_GRAFANA_URL": "http://127.0.0.1:3000/d/processor",
 }
