@@ -12,10 +12,12 @@ done
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+# The dependencies from the lock (hashes checked), then the project itself without them.
+stamp=.venv/.installed-$(cat pyproject.toml requirements-test.lock | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[test,s3,postgres]'
+  .venv/bin/python -m pip install --quiet --require-hashes -r requirements-test.lock
+  .venv/bin/python -m pip install --quiet --no-deps -e .
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

@@ -336,6 +336,20 @@ def _lock(path: Path = LOCK) -> dict[str, tuple[str, list[str]]]:
     return entries
 
 
+def test_the_tests_lock_pins_what_the_image_does_and_setup_uses_it() -> None:
+    """deploy/setup.sh installs requirements-test.lock with hashes (issue 41: the test tools
+    were unlocked); where both locks pin a package they pin the same version and hashes, so
+    the tests run what the image ships."""
+    image, tests = _lock(), _lock(ROOT / "requirements-test.lock")
+    assert {"ruff", "mypy", "pytest"} <= tests.keys()
+    differ = {n: (image[n][0], tests[n][0]) for n in image.keys() & tests.keys()}
+    assert {n: v for n, v in differ.items() if v[0] != v[1]} == {}
+    assert image.keys() <= tests.keys(), "the tests' lock lacks a package the image has"
+    setup = (ROOT / "deploy" / "setup.sh").read_text(encoding="utf-8")
+    assert "--require-hashes -r requirements-test.lock" in setup
+    assert "--no-deps -e ." in setup
+
+
 def test_dockerfile_installs_the_lock_with_hashes(stages: list[Stage]) -> None:
     builder = next(s for s in stages if s.name == "builder")
     copies = [i.args.split() for i in builder.all("COPY")]
