@@ -1,0 +1,78 @@
+"""Nexmark q5, hot items: per sliding window of 10 s every 2 s, ``{auction, count,
+window_start, window_end}`` for the auction(s) with the most bids (all of them on a tie).
+
+Input: the ``nexmark`` crate's events (see ``q0.py``).
+
+SQL (windows as Flink writes them)::
+
+    SELECT AuctionBids.auction, AuctionBids.num
+    FROM (SELECT auction, count(*) AS num, window_start AS starttime, window_end AS endtime
+          FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND,
+                         INTERVAL '10' SECOND))
+          GROUP BY auction, window_start, window_end) AS AuctionBids
+    JOIN (SELECT max(num) AS maxn, starttime, endtime
+          FROM (... the same counts ...) GROUP BY starttime, endtime) AS MaxBids
+    ON AuctionBids.starttime = MaxBids.starttime AND AuctionBids.endtime = MaxBids.endtime
+       AND AuctionBids.num >= MaxBids.maxn
+
+The inner ``GROUP BY`` is ``key_by(auction).window(size_ms=10_000, slide_ms=2_000).count()``;
+the join with the per-window maximum is a top-N (N = 1 with ties) per window. Two API gaps
+of issue #42 show:
+
+- a window's result does not carry its window: the bounds come back from the result's key
+  ``"<auction>@<start>"`` (the int auction id as text) in a ``map(meta=True)``;
+- no top-N per window: the counts are keyed again by their window's start and gathered by a
+  second, tumbling window of one slide (2 s). Every count of one hopping window has the
+  event time end - 1, so all of them fall in the one slide ``[end - 2 s, end)`` and it
+  closes, with the watermark that closed the counts, once they have all come.
+"""
+
+from processor import Pipeline
+
+OUT_OF_ORDERNESS_MS = 1000
+SIZE_MS, SLIDE_MS = 10_000, 2_000
+
+
+def event_time(event):
+    return next(iter(event.values()))["date_time"]
+
+
+def counted(count, meta):
+    auction, start = meta.key.rsplit("@", 1)
+    start = int(start)
+    return {
+        "auction": int(auction),
+        "count": count,
+        "window_start": start,
+        "window_end": start + SIZE_MS,
+    }
+
+
+def keep_top(top, row):
+    """The rows with the highest count so far (``row`` one more, or a list of them)."""
+    rows = row if isinstance(row, list) else [row]
+    best = max([r["count"] for r in top + rows], default=0)
+    return [r for r in top + rows if r["count"] == best]
+
+
+def build(events="nexmark", output="nexmark-q5", out_of_orderness_ms=OUT_OF_ORDERNESS_MS):
+    p = Pipeline()
+    source = p.source(
+        events, value="json", timestamp=event_time, out_of_orderness_ms=out_of_orderness_ms
+    )
+    (
+        source.filter(lambda e: "Bid" in e)
+        .key_by(lambda e: e["Bid"]["auction"])
+        .window(size_ms=SIZE_MS, slide_ms=SLIDE_MS)
+        .count()
+        .map(counted, meta=True)
+        .key_by(lambda r: r["window_start"])
+        .window(size_ms=SLIDE_MS)
+        .aggregate([], keep_top, merge=keep_top)
+        .flat_map(lambda rows: rows)
+        .sink(output)
+    )
+    return p
+
+
+pipeline = build()
