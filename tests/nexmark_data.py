@@ -5,9 +5,10 @@ the tests of examples/nexmark/q0.py ... q8.py.
 An event is ``{"Person": {...}}``, ``{"Auction": {...}}`` or ``{"Bid": {...}}`` with the
 crate's field names (its ``event.rs``): ids from 1000, categories 10 to 14, states of the
 crate's six in lower case, prices in cents. Relationships as the crate makes them: an auction's
-seller is a person already registered (often the latest: a "hot" seller), a bid is for a recent
-auction (often the hottest) and sometimes, as the crate's ``auction_id_lead`` allows, for one
-a few ids ahead that may not exist yet. Event times rise by ``STEP_MS`` an event; the order the
+seller is a person already registered (often the latest: a "hot" seller); a bid is for the
+hot auction of the latest ten, one of the last 20, one of the last 100 (the crate's in-flight
+auctions) or, as the crate's ``auction_id_lead`` allows, one a few ids ahead that may come
+later or never. Event times rise by ``STEP_MS`` an event; the order the
 events are sent in is shuffled within ``DISORDER_MS`` (each event delayed by less than that),
 so a source with that out-of-orderness never finds one late.
 """
@@ -91,8 +92,10 @@ class Generator:
         roll = rng.random()
         if roll < 0.4:
             auction = last - last % 10  # the hot auction of the latest ten
-        elif roll < 0.95:
+        elif roll < 0.75:
             auction = rng.choice(self.auctions[-20:])
+        elif roll < 0.95:
+            auction = rng.choice(self.auctions[-100:])  # the crate's in-flight auctions
         else:
             auction = last + rng.randrange(1, 4)  # ahead: may come later, or never
         channel = rng.choice(CHANNELS)

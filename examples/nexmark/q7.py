@@ -41,18 +41,14 @@ def highest(top, bid):
     return [b for b in top + bids if b["price"] == best]
 
 
+def fields(bid):
+    """What the output needs of a bid (the window keeps no more)."""
+    return {k: bid[k] for k in ("auction", "bidder", "price", "date_time")}
+
+
 def rows(top, meta):
     end = int(meta.key.rsplit("@", 1)[1]) + SIZE_MS
-    return [
-        {
-            "auction": b["auction"],
-            "bidder": b["bidder"],
-            "price": b["price"],
-            "date_time": b["date_time"],
-            "window_end": end,
-        }
-        for b in top
-    ]
+    return [{**b, "window_end": end} for b in top]
 
 
 def build(events="nexmark", output="nexmark-q7", out_of_orderness_ms=OUT_OF_ORDERNESS_MS):
@@ -62,7 +58,7 @@ def build(events="nexmark", output="nexmark-q7", out_of_orderness_ms=OUT_OF_ORDE
     )
     (
         source.filter(lambda e: "Bid" in e)
-        .map(lambda e: e["Bid"])
+        .map(lambda e: fields(e["Bid"]))
         .key_by(lambda b: b["date_time"] // SIZE_MS)
         .window(size_ms=SIZE_MS)
         .aggregate([], highest, merge=highest)

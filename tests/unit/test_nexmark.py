@@ -45,9 +45,10 @@ def _last_per_key(output: list[tuple[Any, Any]]) -> dict[str, Any]:
     return {key: value for key, value in output}
 
 
-@pytest.fixture(scope="module")
-def stream() -> list[nexmark.Event]:
-    return nexmark.events(EVENTS, seed=42)
+@pytest.fixture(scope="module", params=[42, 7])
+def stream(request: pytest.FixtureRequest) -> list[nexmark.Event]:
+    seed: int = request.param
+    return nexmark.events(EVENTS, seed=seed)
 
 
 def test_the_events_are_like_the_crates(stream: list[nexmark.Event]) -> None:
@@ -119,3 +120,32 @@ def test_every_query_has_the_contracts_build() -> None:
         assert [s.topic for s in pipeline.sinks] == ["out"]
         default = runpy.run_path(str(QUERIES / f"q{n}.py"))["pipeline"]
         assert [s.topic for s in default.sinks] == [f"nexmark-q{n}"]
+
+
+# Lines as ``nexmark --no-wait`` prints them: serde's externally tagged enum, the struct's
+# fields in their order (the Person is the crate's own test event; extras shortened).
+CRATE_LINES = [
+    b'{"Person":{"id":1000,"name":"vicky noris","email_address":"yplkvgz@qbxfg.com",'
+    b'"credit_card":"7878 5821 1864 2539","city":"cheyenne","state":"az",'
+    b'"date_time":1700000000000,"extra":"lwaiyhjhrk"}}',
+    b'{"Auction":{"id":1000,"item_name":"wkfrqmedhoczahvrgjzf","description":"qt",'
+    b'"initial_bid":1416,"reserve":2282,"date_time":1700000000000,"expires":1700000000180,'
+    b'"seller":1000,"category":10,"extra":"x"}}',
+    b'{"Bid":{"auction":1000,"bidder":1001,"price":2070,"channel":"Google",'
+    b'"url":"https://www.nexmark.com/googl/item.htm?query=1","date_time":1700000000000,'
+    b'"extra":"y"}}',
+]
+
+
+def test_the_crates_lines_go_through() -> None:
+    """The crate's JSON lines as they come (bytes, decoded by the source): q0 passes the bid
+    through whole, q4 prices its auction."""
+    outputs = {}
+    for query in ("q0", "q4"):
+        driver = Driver(_build(query))
+        for line in CRATE_LINES:
+            driver.send("nexmark", line)
+        driver.finish()
+        outputs[query] = driver.output(f"nexmark-{query}")
+    assert outputs["q0"] == [(None, json.loads(CRATE_LINES[2])["Bid"])]
+    assert outputs["q4"] == [("10", {"category": 10, "avg_price": 2070.0})]
