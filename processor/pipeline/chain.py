@@ -265,10 +265,14 @@ class StageChain:
     @property
     def buffered(self) -> int:
         """Keys and records waiting for `flush`/`take_sinks`: what an early flush bounds."""
+        return self.pending + self.output_buffered
+
+    @property
+    def output_buffered(self) -> int:
+        """Records waiting for `take_sinks` and the shuffles' takes, and dead records: the
+        output alone, which a task may drain at any point without a flush."""
         return (
-            sum(len(op.dirty) for op in self._aggregates)
-            + sum(len(op.latest) for op in self._keepers if isinstance(op, PerRecordAggregate))
-            + sum(map(len, self.shuffles.values()))
+            sum(map(len, self.shuffles.values()))
             + sum(map(len, self.sinks.values()))
             + sum(map(len, self.headed.values()))
             + len(self.dead)

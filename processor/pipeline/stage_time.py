@@ -48,7 +48,7 @@ def advance(chain: StageChain, watermark: int, quiet: bool) -> None:
     if chain.floors is not None and watermark >= chain.floors.highest:
         chain.inherit(None)  # passed: every key's lateness is the task's own again
     if chain._join is not None:
-        chain._join.fire(watermark, quiet)
+        chain._join.fire(watermark)
     for op in chain._fired:
         # Only now: the results of the windows before it came under its old watermark.
         node = op.node

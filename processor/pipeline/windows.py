@@ -216,10 +216,9 @@ class WindowOperator(_Timed):
         self._timer(end + self.lateness, text)
         self._store(text, state)
 
-    def fire(self, watermark: int, quiet: bool) -> list[Item]:
-        """Close the windows the watermark passed: their results (in a replay too, ``quiet``:
-        what follows the window rebuilds its state from them)."""
-        del quiet  # the children drop what a replay must not output
+    def fire(self, watermark: int) -> list[Item]:
+        """Close the windows the watermark passed: their results (in a replay too: what
+        follows the window rebuilds its state from them, and sinks drop them)."""
         out: list[Item] = []
         for text in self.due(watermark):
             state = self._get(text)
@@ -319,9 +318,8 @@ class JoinOperator(_Timed):
             self._store(text, state)
         return out
 
-    def fire(self, watermark: int, quiet: bool) -> list[Item]:
+    def fire(self, watermark: int) -> list[Item]:
         """Drop the records no future record can meet (older than watermark - within)."""
-        del quiet  # expiry emits nothing
         horizon = watermark - self.within
         for text in self.due(watermark):
             state = self._get(text)

@@ -345,7 +345,7 @@ class KeyedTask(KeyedCheckpoints):
         if chain.late:
             self._count_late()
         # Dead records wait for the flush too: the open transaction may be the previous epoch's.
-        if chain.buffered >= flush_keys and not quiet:
+        if chain.output_buffered >= flush_keys and not quiet:
             self._flush(out, operators=False)
 
     def _flush_early(self, out: TransactionalOutput, quiet: bool) -> None:

@@ -464,14 +464,7 @@ def test_workers_stopped_by_sigterm_leave_nothing_prepared(
     assert _prepared(pg_database) == []
     run_.start_worker(0)
     run_.start_worker(1)
-    count = "SELECT word, n FROM word_counts"
-    wait_until(lambda: dict(_table(pg_database, count)) == words, 180, "every count in the table")
-    run_.wait_for_checkpoints(3)  # a write too many would be committed by now
-    assert dict(_table(pg_database, count)) == dict(words)
-    log: dict[bytes | None, list[bytes]] = {}
-    for word, n in _table(pg_database, "SELECT word, n FROM count_log ORDER BY id"):
-        log.setdefault(word.encode(), []).append(str(n).encode())
-    assert log == updates_per_key(read_committed(kafka_bootstrap, run_.topics["counts"]))
+    _finishes_like_the_reference(run_, pg_database, words)
 
 
 def test_a_map_inserted_before_the_sink_resolves_the_old_writers_orphans(
@@ -505,14 +498,7 @@ def test_a_map_inserted_before_the_sink_resolves_the_old_writers_orphans(
     run_.start_coordinator(exit_when_idle=False)
     for index in (0, 1):
         run_.start_worker(index)
-    count = "SELECT word, n FROM word_counts"
-    wait_until(lambda: dict(_table(pg_database, count)) == words, 180, "every count in the table")
-    run_.wait_for_checkpoints(3)  # a write too many would be committed by now
-    assert dict(_table(pg_database, count)) == dict(words)
-    log: dict[bytes | None, list[bytes]] = {}
-    for word, n in _table(pg_database, "SELECT word, n FROM count_log ORDER BY id"):
-        log.setdefault(word.encode(), []).append(str(n).encode())
-    assert log == updates_per_key(read_committed(kafka_bootstrap, run_.topics["counts"]))
+    _finishes_like_the_reference(run_, pg_database, words)
     assert not any(gid in _prepared(pg_database) for gid in orphans)
     for index in (0, 1):
         assert "lock timeout" not in run_.log(f"worker-{index}")

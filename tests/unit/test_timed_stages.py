@@ -377,7 +377,7 @@ def test_output_mark_is_the_earliest_result_still_possible(shape: str) -> None:
             op = WindowOperator(node, lambda _: UNSET, lambda *_: None)
             late: list[Any] = []
             out = op.add([(("a", ts), "v")], watermark, late)
-            out += op.fire(10**6, quiet=False)
+            out += op.fire(10**6)
             times += [t for (_, t), _ in out]
         assert times, "some records are not late"
         assert held(watermark) == min(watermark, *times), watermark

@@ -190,7 +190,7 @@ class Window(Operator):
     def advance(self, mark: int, before: int, quiet: bool) -> None:
         """Its input's watermark rose to ``mark``: the windows it closed flow on."""
         del before  # a window closes by the watermark alone
-        out = self.windows.fire(mark, quiet)
+        out = self.windows.fire(mark)
         if out:
             self.emit(out, quiet)
 
