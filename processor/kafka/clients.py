@@ -236,6 +236,14 @@ def topic_partitions(client: AdminClient | Consumer, topic: str, timeout: float 
     return len(info.partitions)
 
 
+def cluster_id(
+    client: AdminClient | Consumer, topic: str | None = None, timeout: float = 10
+) -> str | None:
+    """The Kafka cluster's id (from the metadata of ``topic`` alone, when given)."""
+    found: str | None = client.list_topics(topic, timeout=timeout).cluster_id
+    return found
+
+
 def ensure_topic(
     client: AdminClient,
     topic: str,

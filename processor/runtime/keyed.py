@@ -130,7 +130,7 @@ class KeyedTask(KeyedCheckpoints):
             task_id = self.ctx.task_id
             self._snapshots = SnapshotProcess(s, f"{s.job_name}/{task_id}", task_id)
             if self.postgres is not None:  # before the producer fences its predecessors
-                self.postgres.read_fences()
+                self.postgres.read_fences(clients.cluster_id(consumer, self.topic))
             out.init()
             inputs = [TopicPartition(self.topic, self.partition)]
             out.abort_leftovers(output_partitions(consumer, self.output_topics()), consumer, inputs)

@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 from processor import faults
 from processor.checkpointing import prepared
 from processor.pipeline.sink_postgres import PostgresTarget, Rows, merge_row
+from processor.runtime import postgres_claim
 from processor.runtime.task import OutsideFailure
 
 if TYPE_CHECKING:
@@ -142,6 +143,11 @@ class PostgresWriter:
             row = conn.execute(_READ_FENCE, (self.writer,)).fetchone()
             assert row is not None
         self._seen = int(row[0])
+
+    def claim(self, job: str, cluster: str) -> None:
+        """After `read_fence`: claim ``job`` in this database for Kafka cluster ``cluster``
+        (`processor.runtime.postgres_claim`)."""
+        postgres_claim.claim(self._connection(), FENCES, job, cluster)
 
     def recover(self, committed: int) -> None:
         """Steps (4) and (5), with the predecessors fenced in Kafka and ``committed`` the
@@ -413,11 +419,16 @@ class PostgresSinks:
             found.extend(PostgresWriter.for_dsn(name, target.dsn) for name in gone)
         return found
 
-    def read_fences(self) -> None:
+    def read_fences(self, cluster: str | None = None) -> None:
         """Before the task's producer starts (`PostgresWriter.read_fence`): its writers',
-        and those of the writers it replaces."""
+        and those of the writers it replaces. ``cluster``: the Kafka cluster's id, which
+        must be the one the job's name is claimed for in each database (`postgres_claim`)."""
+        claimed: set[str] = set()
         for writer in self.writers.values():
             writer.read_fence()
+            if cluster and self.owner[0] and writer.target.dsn not in claimed:
+                writer.claim(self.owner[0], cluster)
+                claimed.add(writer.target.dsn)
         self.replaced = self.writers_of(self.owner[0]) if self.owner[0] else []
         for writer in self.replaced:
             writer.read_fence()

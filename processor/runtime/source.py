@@ -118,7 +118,7 @@ class SourceTask(Task):
         consumer = clients.task_consumer(s)
         try:
             if self.postgres is not None:  # before the producer fences its predecessors
-                self.postgres.read_fences()
+                self.postgres.read_fences(clients.cluster_id(consumer, self.topic))
             out.init()
             inputs = [TopicPartition(self.topic, p) for p in self.partitions]
             out.abort_leftovers(output_partitions(consumer, self.output_topics()), consumer, inputs)
