@@ -5,8 +5,18 @@
 # PostgreSQL tests, a real PostgreSQL server (port 15432) from Debian's package.
 # Extra arguments go to pytest, e.g.  bash deploy/test.sh tests/unit -q  (the 40 slowest tests
 # are listed at the end: where CI time goes)
+#
+#   bash deploy/test.sh --fast   the edit loop's tier: lint, types and the unit tests that need
+#                                no server (no broker, S3 or PostgreSQL), in about 2-3 minutes
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  ruff check processor tests bench examples
+  ruff format --check processor tests bench examples
+  mypy processor tests bench
+  exec python -m pytest tests/unit -q -m "not server and not integration" "$@"
+fi
 # The status page is tested in a real browser: Debian's Chromium, installed here when missing
 # (as root; elsewhere that test says it is skipped).
 if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

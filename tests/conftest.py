@@ -50,6 +50,18 @@ TEST_PG_PORT = int(os.environ.get("PROCESSOR_TEST_PG_PORT", "15432"))
 
 NewTopicFactory = Callable[..., str]
 
+# Fixtures that start a server (or need one): a test using any of them is marked `server`,
+# and `deploy/test.sh --fast` leaves it out (`-m "not server and not integration"`).
+SERVER_FIXTURES = frozenset(
+    {"local_broker", "kafka_bootstrap", "admin", "new_topic", "s3_server", "postgres_dsn"}
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
+
 
 @pytest.fixture(scope="session")
 def local_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker | None]:

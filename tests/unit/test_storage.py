@@ -12,7 +12,7 @@ import pytest
 from processor.state.storage import CheckpointStorage, DirectoryStorage, SnapshotMissing
 
 
-@pytest.fixture(params=["directory", "s3"])
+@pytest.fixture(params=["directory", pytest.param("s3", marks=pytest.mark.server)])
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> CheckpointStorage:
     if request.param == "directory":
         return DirectoryStorage(tmp_path / "store")
