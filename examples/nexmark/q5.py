@@ -16,15 +16,12 @@ SQL (windows as Flink writes them)::
        AND AuctionBids.num >= MaxBids.maxn
 
 The inner ``GROUP BY`` is ``key_by(auction).window(size_ms=10_000, slide_ms=2_000).count()``;
-the join with the per-window maximum is a top-N (N = 1 with ties) per window. Two API gaps
-of issue #42 show:
-
-- a window's result does not carry its window: the bounds come back from the result's key
-  ``"<auction>@<start>"`` (the int auction id as text) in a ``map(meta=True)``;
-- no top-N per window: the counts are keyed again by their window's start and gathered by a
-  second, tumbling window of one slide (2 s). Every count of one hopping window has the
-  event time end - 1, so all of them fall in the one slide ``[end - 2 s, end)`` and it
-  closes, with the watermark that closed the counts, once they have all come.
+the join with the per-window maximum is a top-N (N = 1 with ties) per window. Each count
+comes with its window (``window(bounds=True)``: ``{key, start, end, value}``). One API gap of
+issue #42 shows: no top-N per window. The counts are keyed again by their window's start and
+gathered by a second, tumbling window of one slide (2 s). Every count of one hopping window
+has the event time end - 1, so all of them fall in the one slide ``[end - 2 s, end)`` and it
+closes, with the watermark that closed the counts, once they have all come.
 """
 
 from processor import Pipeline
@@ -37,14 +34,12 @@ def event_time(event):
     return next(iter(event.values()))["date_time"]
 
 
-def counted(count, meta):
-    auction, start = meta.key.rsplit("@", 1)
-    start = int(start)
+def counted(result):
     return {
-        "auction": int(auction),
-        "count": count,
-        "window_start": start,
-        "window_end": start + SIZE_MS,
+        "auction": result["key"],
+        "count": result["value"],
+        "window_start": result["start"],
+        "window_end": result["end"],
     }
 
 
@@ -63,9 +58,9 @@ def build(events="nexmark", output="nexmark-q5", out_of_orderness_ms=OUT_OF_ORDE
     (
         source.filter(lambda e: "Bid" in e)
         .key_by(lambda e: e["Bid"]["auction"])
-        .window(size_ms=SIZE_MS, slide_ms=SLIDE_MS)
+        .window(size_ms=SIZE_MS, slide_ms=SLIDE_MS, bounds=True)
         .count()
-        .map(counted, meta=True)
+        .map(counted)
         .key_by(lambda r: r["window_start"])
         .window(size_ms=SLIDE_MS)
         .aggregate([], keep_top, merge=keep_top)

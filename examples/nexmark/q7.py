@@ -15,13 +15,10 @@ SQL (windows as Flink writes them)::
 
 (``window_end`` in place of ``B.extra``, and the bid's window strictly ``[start, end)``.)
 The maximum and the join back to its bids are one aggregation per window that keeps the bids
-of the highest price. Two API gaps of issue #42 show:
-
-- no window over a whole stream: the bids are keyed by their window by hand,
-  ``date_time // 10_000``, then windowed per key (each key has exactly one window), which
-  spreads the windows over the tasks instead of putting every bid on one;
-- a window's result does not carry its window: its end comes back from the key
-  ``"<window>@<start>"`` in a ``map(meta=True)``.
+of the highest price, its end from ``window(bounds=True)``. One API gap of issue #42 shows: no
+window over a whole stream. The bids are keyed by their window by hand, ``date_time //
+10_000``, then windowed per key (each key has exactly one window), which spreads the windows
+over the tasks instead of putting every bid on one.
 """
 
 from processor import Pipeline
@@ -46,9 +43,8 @@ def fields(bid):
     return {k: bid[k] for k in ("auction", "bidder", "price", "date_time")}
 
 
-def rows(top, meta):
-    end = int(meta.key.rsplit("@", 1)[1]) + SIZE_MS
-    return [{**b, "window_end": end} for b in top]
+def rows(result):
+    return [{**b, "window_end": result["end"]} for b in result["value"]]
 
 
 def build(events="nexmark", output="nexmark-q7", out_of_orderness_ms=OUT_OF_ORDERNESS_MS):
@@ -60,9 +56,9 @@ def build(events="nexmark", output="nexmark-q7", out_of_orderness_ms=OUT_OF_ORDE
         source.filter(lambda e: "Bid" in e)
         .map(lambda e: fields(e["Bid"]))
         .key_by(lambda b: b["date_time"] // SIZE_MS)
-        .window(size_ms=SIZE_MS)
+        .window(size_ms=SIZE_MS, bounds=True)
         .aggregate([], highest, merge=highest)
-        .flat_map(rows, meta=True)
+        .flat_map(rows)
         .sink(output)
     )
     return p

@@ -16,9 +16,8 @@ SQL (windows as Flink writes them)::
 
 A window join: persons and auctions tagged in one ``flat_map``, keyed by the person's id
 (the auction's seller) and windowed together, one aggregation per person and window that
-notes the person and whether an auction came; a window with both gives one row. Gap of issue
-#42: a window's result does not carry its window, so ``window_start`` comes back from the key
-``"<id>@<start>"`` in a ``flat_map(meta=True)``.
+notes the person and whether an auction came; a window with both gives one row, with its
+window's start (``window(bounds=True)``: ``{key, start, end, value}``).
 """
 
 from processor import Pipeline
@@ -47,11 +46,11 @@ def note(seen, side):
     return {**seen, "auction": True}
 
 
-def new_user(seen, meta):
+def new_user(result):
+    seen = result["value"]
     if seen["name"] is None or not seen["auction"]:
         return []
-    person, start = meta.key.rsplit("@", 1)
-    return [{"id": int(person), "name": seen["name"], "window_start": int(start)}]
+    return [{"id": result["key"], "name": seen["name"], "window_start": result["start"]}]
 
 
 def build(events="nexmark", output="nexmark-q8", out_of_orderness_ms=OUT_OF_ORDERNESS_MS):
@@ -62,9 +61,9 @@ def build(events="nexmark", output="nexmark-q8", out_of_orderness_ms=OUT_OF_ORDE
     (
         source.flat_map(sides)
         .key_by(lambda s: s["id"])
-        .window(size_ms=SIZE_MS)
+        .window(size_ms=SIZE_MS, bounds=True)
         .aggregate({"name": None, "auction": False}, note)
-        .flat_map(new_user, meta=True)
+        .flat_map(new_user)
         .sink(output)
     )
     return p

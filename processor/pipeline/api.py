@@ -318,12 +318,21 @@ class KeyedStream(Aggregations, Stream):
         gap_ms: int | None = None,
         lateness_ms: int = 0,
         name: str | None = None,
+        bounds: bool = False,
     ) -> WindowedStream:
         """Event-time windows per key: tumbling (``size_ms``), hopping (``size_ms`` and
         ``slide_ms``) or session (``gap_ms``: a window closes after that long without a
         record of its key). The aggregation that follows emits once per window, when the
         watermark passes the window's end plus ``lateness_ms``, under the key
-        ``"<key>@<window start ms>"``; records for windows emitted already are late."""
+        ``"<key>@<window start ms>"``; records for windows emitted already are late.
+
+        ``bounds=True``: each result (each record a windowed ``process`` emits) comes as
+        ``{"key": <key>, "start": <ms>, "end": <ms>, "value": <result>}``, the window
+        ``[start, end)``, so that what follows needs no key parsing::
+
+            counts.key_by(lambda b: b["auction"]).window(size_ms=10_000, bounds=True).count()
+            # -> {"key": 7, "start": 20000, "end": 30000, "value": 3}
+        """
         where = f"window(size_ms={size_ms}, slide_ms={slide_ms}, gap_ms={gap_ms})"
         node = self._then("window", name)
         if gap_ms is not None:
@@ -339,6 +348,9 @@ class KeyedStream(Aggregations, Stream):
                 if node.slide_ms > node.size_ms:
                     raise PipelineError(f"{where}: slide_ms larger than size_ms skips records")
         node.lateness_ms = check_ms(lateness_ms, f"{where} lateness_ms")
+        if not isinstance(bounds, bool):
+            raise PipelineError(f"{where}: bounds must be True or False")
+        node.bounds = bounds
         return WindowedStream(self.pipeline, node)
 
     def join(self, other: KeyedStream, within_ms: int, name: str | None = None) -> KeyedStream:

@@ -63,6 +63,7 @@ class Node:
     slide_ms: int = 0  # hopping (0: tumbling, or a session window when gap_ms is set)
     gap_ms: int = 0  # session windows
     lateness_ms: int = 0
+    bounds: bool = False  # window: results as {key, start, end, value}
     within_ms: int = 0  # join
     other: Node | None = None  # join: the right input's key_by
     # key_by: the loop (kind "loop") its records feed back into (`processor.pipeline.loops`)

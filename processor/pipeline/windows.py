@@ -108,6 +108,7 @@ class WindowOperator(_Timed):
         self._process = node.kind == "process"
         self._fold = None if self._process else folder(node)
         self._merge = merger(node) if self.gap and not self._process else None
+        self._bounds = window.bounds
 
     def output_mark(self, watermark: int) -> int:
         """The watermark of this operator's output when its input's is ``watermark``: no
@@ -186,6 +187,8 @@ class WindowOperator(_Timed):
         if not emitted:
             return []
         result, at = self._result_key(text, start), start + self.size - 1
+        if self._bounds:
+            return [((result, at), self._bounded(text, start, at + 1, e)) for e in emitted]
         return [((result, at), e) for e in emitted]
 
     def _session(self, item: Item, watermark: int, late: list[Item]) -> None:
@@ -233,12 +236,19 @@ class WindowOperator(_Timed):
                 del state[str(start)]
                 if not self._process:
                     acc = held[1] if self.gap else held
+                    if self._bounds:
+                        acc = self._bounded(text, start, end, acc)
                     out.append(((self._result_key(text, start), end - 1), acc))
             self._store(text, state)
             nxt = self._next_timer(state)
             if nxt is not None:
                 self._timer(nxt, text)
         return out
+
+    @staticmethod
+    def _bounded(text: str, start: int, end: int, value: Any) -> dict[str, Any]:
+        """A result with its key and window ``[start, end)`` (``window(bounds=True)``)."""
+        return {"key": key_of(text), "start": start, "end": end, "value": value}
 
     @staticmethod
     def _result_key(text: str, start: int) -> str:

@@ -459,3 +459,62 @@ def test_one_source_on_both_sides_of_a_join() -> None:
     assert [u.name for u in join.upstreams] == ["a", "a"]
     assert graph.channels(join, {"a": 2, join.name: 2}) == 4
     assert graph.channel_base("y", {"a": 2}) == 2
+
+
+def test_window_bounds_come_with_each_result() -> None:
+    """``window(bounds=True)``: each result is ``{key, start, end, value}`` (issue #42: the
+    Nexmark queries parsed ``"<key>@<start>"``); the key as ``key_by`` returned it."""
+    from processor import Pipeline
+    from processor.testing import Driver
+
+    def first(value: Any, state: Any) -> list[Any]:
+        if state.get() is None:
+            state.set(True)
+            return [value["v"]]
+        return []
+
+    p = Pipeline()
+    s = p.source("in", value="json", timestamp=lambda r: r["t"])
+    s.key_by(lambda r: r["k"]).window(size_ms=1000, bounds=True).count().sink("tumbling")
+    hop = s.key_by(lambda r: r["k"]).window(size_ms=1000, slide_ms=500, bounds=True)
+    hop.aggregate(0, lambda acc, r: acc + r["v"]).sink("hopping")
+    s.key_by(lambda r: r["k"]).window(gap_ms=300, bounds=True).count().sink("sessions")
+    s.key_by(lambda r: r["k"]).window(size_ms=1000, bounds=True).process(first).sink("first")
+    s.key_by(lambda r: r["k"]).window(size_ms=1000).count().sink("plain")
+    d = Driver(p)
+    for k, v, t in [(7, 1, 100), (7, 2, 200), ("x", 3, 700), (7, 4, 1100)]:
+        d.send("in", {"k": k, "v": v, "t": t})
+    d.finish()
+
+    def values(topic: str) -> list[Any]:
+        return sorted((v for _, v in d.output(topic)), key=json.dumps)
+
+    assert values("tumbling") == sorted(
+        [
+            {"key": 7, "start": 0, "end": 1000, "value": 2},
+            {"key": "x", "start": 0, "end": 1000, "value": 1},
+            {"key": 7, "start": 1000, "end": 2000, "value": 1},
+        ],
+        key=json.dumps,
+    )
+    assert {(v["key"], v["start"], v["end"]): v["value"] for v in values("hopping")} == {
+        (7, -500, 500): 3,
+        (7, 0, 1000): 3,
+        (7, 500, 1500): 4,
+        (7, 1000, 2000): 4,
+        ("x", 0, 1000): 3,
+        ("x", 500, 1500): 3,
+    }
+    assert {(v["key"], v["start"], v["end"]): v["value"] for v in values("sessions")} == {
+        (7, 100, 500): 2,
+        ("x", 700, 1000): 1,
+        (7, 1100, 1400): 1,
+    }
+    assert {(v["key"], v["start"], v["end"]): v["value"] for v in values("first")} == {
+        (7, 0, 1000): 1,
+        ("x", 0, 1000): 3,
+        (7, 1000, 2000): 4,
+    }
+    assert sorted(d.output("plain")) == [("7@0", 2), ("7@1000", 1), ("x@0", 1)]
+    with pytest.raises(PipelineError, match="bounds must be True or False"):
+        p.source("other", value="json").key_by(lambda r: r).window(size_ms=1, bounds=1)  # type: ignore[arg-type]
