@@ -10,12 +10,10 @@ SQL::
     WHERE A.category = 10 AND P.state IN ('or', 'id', 'ca')
 
 An inner join without a time bound, emitted as soon as both sides are there, whichever
-arrives first. The pipeline API's ``join`` needs ``within_ms`` (a person may sell for ever),
-so this is the hand-written form (an API gap, issue #42): both event types tagged in one
-``flat_map``, keyed by the person's id, and a ``process`` that keeps the person once seen and
-buffers the auctions that came before their seller. A seller outside the three states never
-comes, so the auctions of such sellers never leave the state (the filter on the person runs
-before the join, as a SQL planner pushes it down): unbounded, like the SQL join's.
+arrives first: ``join(within_ms=None)``. The filters run before the join, as a SQL planner
+pushes them down. Its state keeps both sides for good, like the SQL join's: the wanted
+persons, and the auctions of category 10 (those of sellers outside the three states never
+meet anyone).
 """
 
 from processor import Pipeline
@@ -28,18 +26,12 @@ def event_time(event):
     return next(iter(event.values()))["date_time"]
 
 
-def sides(event):
-    """A wanted person or auction, tagged; anything else dropped."""
-    person, auction = event.get("Person"), event.get("Auction")
-    if person is not None and person["state"] in STATES:
-        return [{"person": person}]
-    if auction is not None and auction["category"] == 10:
-        return [{"auction": auction}]
-    return []
+def wanted_person(event):
+    return "Person" in event and event["Person"]["state"] in STATES
 
 
-def seller_id(side):
-    return side["person"]["id"] if "person" in side else side["auction"]["seller"]
+def wanted_auction(event):
+    return "Auction" in event and event["Auction"]["category"] == 10
 
 
 def row(person, auction):
@@ -51,26 +43,15 @@ def row(person, auction):
     }
 
 
-def join(side, state):
-    """Per seller: ``{"person": ..., "waiting": [auctions before their seller]}``."""
-    seen = state.get({"person": None, "waiting": []})
-    if "person" in side:
-        person, waiting = side["person"], seen["waiting"]
-        state.set({"person": person, "waiting": []})
-        return [row(person, a) for a in waiting]
-    if seen["person"] is not None:
-        return [row(seen["person"], side["auction"])]
-    seen["waiting"].append(side["auction"])
-    state.set(seen)
-    return []
-
-
 def build(events="nexmark", output="nexmark-q3", out_of_orderness_ms=OUT_OF_ORDERNESS_MS):
     p = Pipeline()
     source = p.source(
         events, value="json", timestamp=event_time, out_of_orderness_ms=out_of_orderness_ms
     )
-    source.flat_map(sides).key_by(seller_id).process(join).sink(output)
+    people = source.filter(wanted_person).key_by(lambda e: e["Person"]["id"])
+    auctions = source.filter(wanted_auction).key_by(lambda e: e["Auction"]["seller"])
+    joined = people.join(auctions, within_ms=None)
+    joined.map(lambda pair: row(pair[0]["Person"], pair[1]["Auction"])).sink(output)
     return p
 
 

@@ -353,10 +353,22 @@ class KeyedStream(Aggregations, Stream):
         node.bounds = bounds
         return WindowedStream(self.pipeline, node)
 
-    def join(self, other: KeyedStream, within_ms: int, name: str | None = None) -> KeyedStream:
+    def join(
+        self, other: KeyedStream, within_ms: int | None, name: str | None = None
+    ) -> KeyedStream:
         """Pairs ``[left, right]`` of records with equal keys whose event times differ by at
         most ``within_ms``, each emitted once, under the same key. Both streams must come
-        straight from a ``key_by`` used for nothing else."""
+        straight from a ``key_by`` used for nothing else.
+
+        ``within_ms=None``: a join with no time bound (SQL's inner join): every record meets
+        every partner of its key that came before or comes after it, whatever their times,
+        and none is late. Its state keeps every record of both sides for good, so use it
+        where a side's keys are few or bounded (a person and their auctions)::
+
+            people = events.filter(is_person).key_by(lambda e: e["id"])
+            auctions = events.filter(is_auction).key_by(lambda e: e["seller"])
+            people.join(auctions, within_ms=None).map(lambda pair: ...)
+        """
         if not isinstance(other, KeyedStream) or other.pipeline is not self.pipeline:
             raise PipelineError("join(other): other must be a keyed stream of the same pipeline")
         for side in (self.node, other.node):
@@ -368,7 +380,7 @@ class KeyedStream(Aggregations, Stream):
         if self.node is other.node:
             raise PipelineError("join: a stream cannot join itself")
         node = self._then("join", name)
-        node.within_ms = check_ms(within_ms, "join within_ms")
+        node.within_ms = None if within_ms is None else check_ms(within_ms, "join within_ms")
         node.other = other.node
         other.node.children.append(node)
         return self._same(node)

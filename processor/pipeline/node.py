@@ -64,7 +64,7 @@ class Node:
     gap_ms: int = 0  # session windows
     lateness_ms: int = 0
     bounds: bool = False  # window: results as {key, start, end, value}
-    within_ms: int = 0  # join
+    within_ms: int | None = 0  # join (None: no time bound)
     other: Node | None = None  # join: the right input's key_by
     # key_by: the loop (kind "loop") its records feed back into (`processor.pipeline.loops`)
     feeds: Node | None = None

@@ -295,6 +295,9 @@ class JoinOperator(_Timed):
     partner within the bound that came before it, and the ones after it meet it: each pair
     is emitted exactly once, by the later of its two records, ``[left, right]``, with the
     later event time.
+
+    With no bound (``within_ms`` None) no record is late or ever dropped, and there are no
+    timers: each record meets every partner of its key before and after it.
     """
 
     SIDES = ("l", "r")
@@ -304,6 +307,8 @@ class JoinOperator(_Timed):
         self.within = node.within_ms
 
     def _next_timer(self, state: dict[str, Any]) -> int | None:
+        if self.within is None:
+            return None
         times = [int(e[0]) for side in self.SIDES for e in state.get(side, ())]
         return min(times) + self.within + 1 if times else None
 
@@ -313,23 +318,28 @@ class JoinOperator(_Timed):
         out: list[Item] = []
         for item in batch:
             (text, ts), value = item
-            if ts < (watermark if floor is None else max(watermark, floor(text))):
+            if within is not None and ts < (
+                watermark if floor is None else max(watermark, floor(text))
+            ):
                 late.append(item)
                 continue
             state = self._get(text)
             for other_ts, other in state.get(theirs, ()):
-                if abs(ts - other_ts) <= within:
+                if within is None or abs(ts - other_ts) <= within:
                     # A copy: what the user's functions do to the pair must not reach state.
                     other = copy.deepcopy(other)
                     pair = [value, other] if side == 0 else [other, value]
                     out.append(((text, max(ts, other_ts)), pair))
             state.setdefault(mine, []).append([ts, copy.deepcopy(value)])
-            self._timer(ts + within + 1, text)
+            if within is not None:
+                self._timer(ts + within + 1, text)
             self._store(text, state)
         return out
 
     def fire(self, watermark: int) -> list[Item]:
         """Drop the records no future record can meet (older than watermark - within)."""
+        if self.within is None:
+            return []
         horizon = watermark - self.within
         for text in self.due(watermark):
             state = self._get(text)

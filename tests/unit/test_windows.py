@@ -518,3 +518,41 @@ def test_window_bounds_come_with_each_result() -> None:
     assert sorted(d.output("plain")) == [("7@0", 2), ("7@1000", 1), ("x@0", 1)]
     with pytest.raises(PipelineError, match="bounds must be True or False"):
         p.source("other", value="json").key_by(lambda r: r).window(size_ms=1, bounds=1)  # type: ignore[arg-type]
+
+
+def test_a_join_without_a_bound_meets_every_partner_and_drops_nothing() -> None:
+    """``join(within_ms=None)``: SQL's inner join (issue #42's q3). Partners far apart in
+    time meet, a record behind the watermark is not late, each pair comes once, by the
+    later record; nothing sets a timer or expires."""
+    from processor.testing import Driver
+
+    p = Pipeline()
+    s = p.source("in", value="json", timestamp=lambda r: r["t"])
+    left = s.filter(lambda r: r["side"] == "l").key_by(lambda r: r["k"])
+    right = s.filter(lambda r: r["side"] == "r").key_by(lambda r: r["k"])
+    pairs = left.join(right, within_ms=None)
+    pairs.map(lambda pair: [pair[0]["v"], pair[1]["v"]]).sink("pairs")
+    d = Driver(p)
+    events = [
+        ("l", 1, "a", 100),
+        ("r", 1, "b", 500_000),  # far after its partner: meets it
+        ("l", 2, "c", 600_000),
+        ("r", 1, "d", 50),  # behind the watermark: still meets both lefts of key 1
+        ("l", 1, "e", 700_000),  # meets both rights of key 1
+        ("r", 2, "f", 700_001),
+    ]
+    for side, k, v, t in events:
+        d.send("in", {"side": side, "k": k, "v": v, "t": t})
+    d.advance_watermark(10_000_000)
+    d.finish()
+    got = Counter((k, tuple(v)) for k, v in d.output("pairs"))
+    assert got == Counter(
+        {
+            ("1", ("a", "b")): 1,
+            ("1", ("a", "d")): 1,
+            ("1", ("e", "b")): 1,
+            ("1", ("e", "d")): 1,
+            ("2", ("c", "f")): 1,
+        }
+    )
+    assert d.late_records() == []
