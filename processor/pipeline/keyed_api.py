@@ -124,6 +124,7 @@ class Aggregations:
         processing_time: bool = False,
         name: str | None = None,
         ttl_ms: int | None = None,
+        headers: bool | None = None,
     ) -> KeyedStream:
         """``fn(value, state)`` returns values to emit under the same key; ``state`` is this
         key's value in the operator's state: ``get(default=None)``, ``set(value)``,
@@ -131,6 +132,11 @@ class Aggregations:
         time in ms: its Kafka timestamp unless the source has a timestamp function),
         ``state.headers`` (its Kafka headers, ``(name, bytes)`` pairs:
         ``dict(state.headers).get("source")``).
+
+        ``headers=True``: its records carry their Kafka headers from the source on, which
+        costs every record on the way; ``False``: they do not (reading ``state.headers`` is
+        a dead record). Left out, they do if ``fn``'s own code reads ``state.headers`` (a
+        helper it calls is not looked into: say ``headers=True`` then).
 
         With ``on_timer``, ``state.timers`` sets timers for the key: ``set(at_ms)``,
         ``delete(at_ms)``, ``clear()``, ``pending()`` (a sorted list). Each fires once, when
@@ -165,11 +171,19 @@ class Aggregations:
             )
         if processing_time and timer is None:
             raise PipelineError("process(processing_time=True) needs on_timer=")
+        if headers is not None and not isinstance(headers, bool):
+            raise PipelineError("process(headers=...): True, False or left out")
+        if headers and self._windowed:
+            raise PipelineError(
+                "process(headers=True) on windows: a window's process sees no headers; read "
+                "them in a process before the window"
+            )
         stream = self._aggregation(
             "process", name, fn=check_callable(fn, "process"), ttl_ms=check_ttl(ttl_ms, "process")
         )
         stream.node.on_timer = timer
         stream.node.processing_time = bool(processing_time)
+        stream.node.headers = headers
         return stream
 
     _windowed = False  # a WindowedStream's: per window, whose state ends with the window

@@ -82,6 +82,7 @@ class Node:
     # key_by given meta=True (``fn(value, meta)``). key_format: a source's ``key=``. Set by
     # the planner: meta, records leaving this node carry a Meta; meta_in, it takes them.
     uses_meta: bool = False
+    headers: bool | None = None  # process: carries its records' headers (None: if it reads them)
     key_format: Any = None
     meta: bool = False
     meta_in: bool = False

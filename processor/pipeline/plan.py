@@ -390,8 +390,9 @@ _KEEPS_META = frozenset({"map", "filter", "flat_map"})
 def _check_meta(pipeline: Pipeline) -> None:
     """Mark the nodes whose records carry a `processor.pipeline.meta.Meta` (``meta``) and
     those that take them (``meta_in``), from the nodes that use it back to the sources: only
-    those pay for it. A node uses it when given ``meta=True``, and a ``process`` whose code
-    reads ``state.headers`` does (`process_op.reads_headers`). A source with ``key=``
+    those pay for it. A node uses it when given ``meta=True``, a ``process`` given
+    ``headers=True`` does, and so does one left without whose code reads ``state.headers``
+    (`process_op.reads_headers`). A source with ``key=``
     carries it (its keys are decoded). Records that aggregations, ``process``, windows and
     joins make carry none: a node after one that uses metadata gets the key (and event time)
     alone.
@@ -402,7 +403,9 @@ def _check_meta(pipeline: Pipeline) -> None:
     for node in reversed(pipeline.nodes):  # children before their parents
         takes = any(c.meta_in for c in node.children)
         uses = node.uses_meta or (
-            node.kind == "process" and not node.windowed and reads_headers(node)
+            node.kind == "process"
+            and not node.windowed
+            and (reads_headers(node) if node.headers is None else node.headers)
         )
         if node.kind in _KEEPS_META:
             node.meta = node.meta_in = uses or takes

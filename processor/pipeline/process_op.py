@@ -55,8 +55,8 @@ class KeyState:
         """The record's Kafka headers, ``(name, bytes)`` pairs (``[]`` in ``on_timer``)."""
         if self._headers is None:
             raise RecordError(
-                "state.headers: read them in the function given to process itself (headers "
-                "travel only to a process whose code reads state.headers)"
+                "state.headers: give process(fn, headers=True) to read them (without it, "
+                "headers travel only to a process whose own code reads state.headers)"
             )
         return self._headers
 

@@ -430,7 +430,22 @@ def test_only_a_process_that_reads_headers_makes_its_records_carry_metadata() ->
     chain = StageChain(compiled, compiled.stage("in.key_by"), 0, DictBackend(), {})
     chain.shuffled([["a", "a"]])
     (dead,) = chain.take_dead()
-    assert "read them in the function given to process" in dead.error
+    assert "give process(fn, headers=True)" in dead.error
+    # Said explicitly (issue #43: the rule read from the code is not one a user sees).
+    for fn, given in ((via_helper, True), (_reads, False)):
+        p = Pipeline()
+        p.source("in", value="text").key_by(lambda v: v).process(fn, headers=given).sink("o")
+        plan(p)
+        assert all(n.meta is given for n in p.nodes if n.kind in ("source", "key_by")), fn
+    p = Pipeline()
+    p.source("in", value="text").key_by(lambda v: v).process(via_helper, headers=True).sink("o")
+    compiled = plan(p)
+    chain = StageChain(compiled, compiled.stage("in.key_by"), 0, DictBackend(), {})
+    chain.shuffled([["a", "a"]])
+    assert chain.take_dead() == []
+    windowed = Pipeline().source("in").key_by(lambda v: v).window(size_ms=10)
+    with pytest.raises(PipelineError, match=r"headers=True\) on windows"):
+        windowed.process(_reads, headers=True)
 
 
 def _reads(value: Any, state: Any) -> list[Any]:
