@@ -52,6 +52,7 @@ from processor.models.records import Watermark
 from processor.pipeline.api import Node, Pipeline
 from processor.pipeline.chain import DeadRecord
 from processor.pipeline.dead import dead_value
+from processor.pipeline.epoch import drain
 from processor.pipeline.meta import decode_key
 from processor.pipeline.plan import Plan, plan
 from processor.pipeline.time import NO_WATERMARK
@@ -295,26 +296,25 @@ class Driver:
         chain = task.chain
         if chain.ticks:  # processing-time timers fire at a checkpoint, as in a keyed task
             chain.tick(self.now_ms)
-        chain.flush()
-        for topic, records in chain.take_sinks().items():
+        loop = task.stage.feedback
+        feedback = None if loop is None else (loop.name, task.index)
+        drained = drain(chain, [(name, channel) for name, _, channel in task.outputs], feedback)
+        for topic, records in drained.sinks.items():
             (self._late if topic == _LATE else self._sinks[topic]).extend(records)
-        for topic, headed in chain.take_headed().items():
+        for topic, headed in drained.headed.items():
             self._sinks[topic].extend((k, v) for k, v, _ in headed)
             self._headers.setdefault(topic, []).extend(h for _, _, h in headed)
         for name, rows in chain.take_rows().items():
             table = self._tables[name]
             for ident, (row, _) in rows.items():  # an upsert: given columns replace theirs
                 table[ident] = {**table.get(ident, {}), **row}
-        for name, target, channel in task.outputs:
+        for (_, target, _), shuffled in zip(task.outputs, drained.shuffled, strict=True):
             readers = self._tasks[target.name]
-            for partition, value in chain.shuffles[name].take(channel):
+            for partition, value in shuffled:
                 readers[partition].inbox.append(value)
-        feedback = task.stage.feedback
-        if feedback is not None:
-            loop = self._tasks[task.stage.name]
-            for partition, value in chain.shuffles[feedback.name].take(task.index):
-                loop[partition].fed_back_next.append(value)
-        self._dead.extend(chain.take_dead())
+        for partition, value in drained.fed_back:
+            self._tasks[task.stage.name][partition].fed_back_next.append(value)
+        self._dead.extend(drained.dead)
 
     def _forward_watermark(self, task: Task) -> None:
         """The task's watermark into every downstream shuffle partition, if it changed (a

@@ -42,10 +42,12 @@ from processor.models.records import (
     decode_watermark,
     encode_watermark,
 )
-from processor.pipeline.chain import StageChain
+from processor.pipeline.chain import DeadRecord, StageChain
 from processor.pipeline.dead import Position
+from processor.pipeline.epoch import drain
 from processor.pipeline.time import NO_WATERMARK
 from processor.runtime.deadletter import DeadLetters
+from processor.runtime.epoch_out import segments_of, ship
 from processor.runtime.gaps import STATE_LOST, check_resume
 from processor.runtime.keyed_checkpoint import KeyedCheckpoints, barrier_handler
 from processor.runtime.keyed_feedback import (
@@ -407,14 +409,15 @@ class KeyedTask(KeyedCheckpoints):
         if self._dlq.stops:
             self._dlq.failed(out, self.chain.take_dead())
 
-    def _dead_letter(self, out: TransactionalOutput) -> None:
-        """The dead records so far (and those of an aborted transaction) into the open one."""
+    def _dead_letter(self, out: TransactionalOutput, dead: list[DeadRecord] | None = None) -> None:
+        """The dead records so far (``dead``, or the chain's), and those of an aborted
+        transaction, into the open one."""
         assert self.chain is not None
         if self._dead_resend:
             self._dlq.failed(out, self._dead_resend, again=True)
             self._dead_in_txn.extend(self._dead_resend)
             self._dead_resend = []
-        dead = self.chain.take_dead()
+        dead = self.chain.take_dead() if dead is None else dead
         self._dlq.failed(out, dead)
         self._dead_in_txn.extend(dead)
 
@@ -432,41 +435,25 @@ class KeyedTask(KeyedCheckpoints):
         waiting = time.monotonic()
         self._finish_checkpoint(out, block=True)
         self._waited_s += time.monotonic() - waiting
-        if operators:
-            chain.flush()
+        fed = self._fed
+        loop = self.stage.feedback
+        feedback = None if fed is None or loop is None else (loop.name, self.partition)
+        outputs = [(name, channel) for name, _, _, channel in self._shuffles]
+        drained = drain(chain, outputs, feedback, operators)
         if checkpoint:
             self._store.start_flush()
-        segments = self._resend
-        self._resend = []
-        for topic, items in chain.take_sinks().items():
-            segments.append((topic, None, items))
-        for topic, headed in chain.take_headed().items():
-            segments.append((topic, None, headed))
         if chain.late:
             self._count_late()
-        for name, topic, _, channel in self._shuffles:
-            shuffle = chain.shuffles[name]
-            segments.extend((topic, p, [(None, v)]) for p, v in shuffle.take(channel))
-            if shuffle.oversized:
-                self._m_oversized.inc(shuffle.oversized)
-                shuffle.oversized = 0
-        fed = self._fed
-        if fed is not None:
-            feedback = chain.shuffles[self.stage.feedback.name]  # type: ignore[union-attr]
-            topic = fed.tp.topic
-            segments.extend((topic, p, [(None, v)]) for p, v in feedback.take(self.partition))
-        if chain.has_dead or self._dead_resend:
-            self._dead_letter(out)
+        if drained.oversized:
+            self._m_oversized.inc(drained.oversized)
+        if drained.dead or self._dead_resend:
+            self._dead_letter(out, drained.dead)
+        topics = [topic for _, topic, _, _ in self._shuffles]
+        segments = self._resend + segments_of(drained, topics, fed.tp.topic if fed else None)
+        self._resend = []
         if not segments:
             return
-        shipped = 0
-        for topic, partition, items in segments:
-            if partition is None:
-                out.produce_many(topic, items)  # sink records: no per-record keyword dicts
-            else:
-                for key, value in items:
-                    out.produce(topic, value, key=key, partition=partition)
-            shipped += len(items)
+        shipped = ship(out, segments)
         self._records_out += shipped
         self._m_out.inc(shipped)
         self._in_txn.extend(segments)

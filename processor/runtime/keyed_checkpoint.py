@@ -50,6 +50,7 @@ from processor.pipeline.live_state import epoch_value
 from processor.pipeline.plan import Stage
 from processor.pipeline.time import NO_WATERMARK
 from processor.runtime.deadletter import DeadLetters
+from processor.runtime.epoch_out import Segment
 from processor.runtime.keyed_feedback import SNAPSHOT_KEY as FEEDBACK_KEY
 from processor.runtime.keyed_feedback import FeedbackInput
 from processor.runtime.keyed_restore import ShuffleInput, purge_floor
@@ -62,10 +63,6 @@ from processor.state.query_gate import link_view
 from processor.state.rocksdb.snapshot_process import SnapshotProcess
 from processor.state.rocksdb.snapshots import SnapshotAborted, SnapshotInfo, SnapshotRef
 from processor.state.rocksdb.store import RocksDBStore
-
-# Records for one topic: by key (partition None, a sink) or into one partition (a shuffle).
-# A sink's records are (key, value), or (key, value, headers) from a sink with headers.
-Segment = tuple[str, int | None, list[Any]]
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,11 @@ from processor.models import limits
 from processor.models.records import Barrier, Watermark, encode_barrier, encode_watermark
 from processor.pipeline.chain import StageChain
 from processor.pipeline.dead import Position
+from processor.pipeline.epoch import drain
 from processor.pipeline.time import NO_WATERMARK, SourceWatermarks
 from processor.runtime import gaps, source_meta
 from processor.runtime.deadletter import DeadLetters
+from processor.runtime.epoch_out import segments_of, ship
 from processor.runtime.postgres_orphans import after_savepoint
 from processor.runtime.priority import KEYED_SYNC
 from processor.runtime.task import (
@@ -289,27 +291,16 @@ class SourceTask(Task):
     def _flush(self, out: TransactionalOutput) -> None:
         """The stage's buffers into the open transaction: combined partial aggregates (a few
         records per shuffle partition) and sink records."""
-        chain = self.chain
-        chain.flush()
-        shipped = 0
-        for topic, records in chain.take_sinks().items():
-            out.produce_many(topic, records)
-            shipped += len(records)
-        for topic, headed in chain.take_headed().items():
-            out.produce_many(topic, headed)
-            shipped += len(headed)
-        for name, topic, _, channel in self._shuffles:
-            shuffle = chain.shuffles[name]
-            shipped += len(shuffle)
-            for p, value in shuffle.take(channel):
-                out.produce(topic, value, partition=p)
-            if shuffle.oversized:
-                # A key this long would make records Kafka refuses (a task that can never
-                # commit): skipped, counted.
-                self._m_oversized.inc(shuffle.oversized)
-                shuffle.oversized = 0
-        if chain.has_dead:
-            self._dead_letter(out)
+        outputs = [(name, channel) for name, _, _, channel in self._shuffles]
+        drained = drain(self.chain, outputs)
+        topics = [topic for _, topic, _, _ in self._shuffles]
+        shipped = ship(out, segments_of(drained, topics, None))
+        if drained.oversized:
+            # A key this long would make records Kafka refuses (a task that can never
+            # commit): skipped, counted.
+            self._m_oversized.inc(drained.oversized)
+        if drained.dead:
+            self._dlq.failed(out, drained.dead, None, where=self._read_from)
         self._records_out += shipped
         self._m_out.inc(shipped)
 

@@ -1,0 +1,59 @@
+"""A drained epoch (`processor.pipeline.epoch.drain`) into the task's Kafka transaction.
+
+Both task kinds ship it the same way: sink records and records with headers as they are
+(`TransactionalOutput.produce_many`: no per-record keyword dicts), shuffle and feedback
+records each to its partition. A keyed task keeps the segments of its open transaction to
+write them again if the transaction aborts (`processor.runtime.keyed_checkpoint`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from processor.kafka.output import TransactionalOutput
+    from processor.pipeline.epoch import Drained, Shuffled
+
+# (topic, partition or None for sink records, items): items are (key, value) pairs, or
+# (key, value, headers) for records with headers.
+Segment = tuple[str, int | None, list[Any]]
+
+
+def segments_of(drained: Drained, topics: Sequence[str], fed_topic: str | None) -> list[Segment]:
+    """``drained`` as segments; ``topics``: the topic of each shuffle in ``drained``'s
+    order, ``fed_topic``: the loop's feedback topic."""
+    segments: list[Segment] = [(topic, None, items) for topic, items in drained.sinks.items()]
+    segments.extend((topic, None, items) for topic, items in drained.headed.items())
+    for topic, shuffled in zip(topics, drained.shuffled, strict=True):
+        segments.extend(_by_partition(topic, shuffled))
+    if fed_topic is not None:
+        segments.extend(_by_partition(fed_topic, drained.fed_back))
+    return segments
+
+
+def _by_partition(topic: str, shuffled: Shuffled) -> list[Segment]:
+    """One segment per partition, its records in their order (Kafka's order is a
+    partition's)."""
+    if not shuffled:
+        return []
+    groups: dict[int, list[tuple[None, bytes]]] = {}
+    for p, v in shuffled:
+        items = groups.get(p)
+        if items is None:
+            items = groups[p] = []
+        items.append((None, v))
+    return [(topic, p, items) for p, items in groups.items()]
+
+
+def ship(out: TransactionalOutput, segments: Sequence[Segment]) -> int:
+    """Produce ``segments`` into the open transaction; returns the records produced."""
+    shipped = 0
+    for topic, partition, items in segments:
+        if partition is None:
+            out.produce_many(topic, items)
+        else:
+            for key, value in items:
+                out.produce(topic, value, key=key, partition=partition)
+        shipped += len(items)
+    return shipped
