@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import os
 import re
@@ -730,3 +731,54 @@ def test_every_base_image_has_a_stand_in(services: dict[str, dict[str, Any]]) ->
     for image in images:
         repository = image.split("@")[0].rpartition(":")[0]
         assert repository in recipes, f"no stand-in recipe for {image}"
+
+
+def _verify_jars(
+    libs: Path, checksums: Path, version: str = "9.9.9"
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(ROOT / "deploy/standins/build.sh"), "--verify-jars", str(libs), version],
+        env={**os.environ, "PROCESSOR_STANDIN_CHECKSUMS": str(checksums)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_stand_in_kafka_jars_are_checked_against_the_committed_lists(tmp_path: Path) -> None:
+    """deploy/standins/build.sh checks the jars mvn fetched as processor/maven.py does: each
+    listed with its SHA-256 in kafka-<v>.sha256 or kafka-tools-<v>.sha256, none missing; a
+    mismatch is one line naming the file."""
+    libs, sums = tmp_path / "libs", tmp_path / "checksums"
+    libs.mkdir()
+    sums.mkdir()
+    jars = {"kafka_2.13-9.9.9.jar": b"broker", "kafka-tools-9.9.9.jar": b"tools", "x.jar": b"x"}
+    for name, data in jars.items():
+        (libs / name).write_bytes(data)
+    line = {n: f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in jars.items()}
+    (sums / "kafka-9.9.9.sha256").write_text(line["kafka_2.13-9.9.9.jar"] + line["x.jar"])
+    (sums / "kafka-tools-9.9.9.sha256").write_text(line["kafka-tools-9.9.9.jar"] + line["x.jar"])
+    done = _verify_jars(libs, sums)
+    assert done.returncode == 0, done.stderr
+    (libs / "x.jar").write_bytes(b"tampered")
+    done = _verify_jars(libs, sums)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "x.jar: SHA-256" in done.stderr, done.stderr
+    (libs / "x.jar").write_bytes(b"x")
+    (libs / "extra.jar").write_bytes(b"?")
+    done = _verify_jars(libs, sums)
+    assert done.returncode == 1 and "extra.jar: not in the checksum lists" in done.stderr
+    (libs / "extra.jar").unlink()
+    (libs / "x.jar").unlink()
+    done = _verify_jars(libs, sums)
+    assert done.returncode == 1 and "x.jar: in the checksum lists but not fetched" in done.stderr
+    assert _verify_jars(libs, sums, "1.0").returncode == 1  # no list for that version
+    # The image is built from jars that passed it, fetched now or cached from before.
+    script = (ROOT / "deploy/standins/build.sh").read_text(encoding="utf-8")
+    kafka_libs = script[script.index("kafka_libs() {") :]
+    kafka_libs = kafka_libs[: kafka_libs.index("\n}\n")]
+    assert kafka_libs.endswith('\n  verify_jars "$dir/libs" "$version"\n  echo "$dir/libs"')
+    # The lists build.sh reads by default are the broker's and the tools' of the tested version.
+    for name in (f"kafka-{KAFKA_VERSION}.sha256", f"kafka-tools-{KAFKA_VERSION}.sha256"):
+        assert (ROOT / "processor/kafka/checksums" / name).is_file()
