@@ -265,12 +265,12 @@ grep -q "already has records: nothing produced" "$WORK/producer-again.log" ||
   { cat "$WORK/producer-again.log" >&2; fail "the producer's second run wrote the corpus again"; }
 
 # Exact counts, from inside the compose network with the user's own login (`client`, the
-# producer service's): `processor counts` and a direct count of the input topic
+# `cli` service's): `processor counts` and a direct count of the input topic
 # (deploy/compose_check.py) against the committed output.
 check=$(compose run --rm --no-deps -T -v "$ROOT/deploy/compose_check.py:/tmp/check.py:ro" \
-  --entrypoint python producer /tmp/check.py 300 2>"$WORK/check.err") ||
+  --entrypoint python cli /tmp/check.py 300 2>"$WORK/check.err") ||
   { cat "$WORK/check.err" >&2; fail "${check:-the count check failed}"; }
-counts=$(compose run --rm --no-deps -T --entrypoint processor producer counts --top 3 2>/dev/null | tail -n 1)
+counts=$(compose run --rm --no-deps -T cli counts --top 3 2>/dev/null | tail -n 1)
 total=$(echo "$counts" | sed -n 's/.*, \([0-9,]*\) in total$/\1/p' | tr -d ,)
 [ "$total" = "$WORDS" ] || fail "processor counts: '$counts', not $WORDS words"
 say "processor counts: $counts; $check"

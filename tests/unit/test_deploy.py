@@ -47,7 +47,7 @@ BUILD_LOCK = ROOT / "requirements-build.lock"
 
 PROCESSOR_SERVICES = {"coordinator", "worker", "producer"}
 LONG_RUNNING = {"kafka", "coordinator", "worker"}
-ONE_SHOT = {"credentials", "topics", "acls", "producer"}
+ONE_SHOT = {"credentials", "topics", "acls", "producer", "cli"}
 SHARED_ENV = {
     "PROCESSOR_BOOTSTRAP_SERVERS": "kafka:9092",
     "PROCESSOR_JOB_NAME": "wordcount",
@@ -663,14 +663,18 @@ def test_compose_each_service_logs_in_as_its_own_principal(
     read their login from a volume of their own; `acls` grants the split rules."""
     volumes = {
         name: _secrets_volume(services[name])
-        for name in ("coordinator", "worker", "producer", "acls")
+        for name in ("coordinator", "worker", "producer", "cli", "acls")
     }
     assert volumes == {
         "coordinator": "coordinator-secrets",
         "worker": "worker-secrets",
         "producer": "client-secrets",
+        "cli": "client-secrets",
         "acls": "admin-secrets",
     }
+    # `docker compose run --rm cli counts`: only run, never started by `up`.
+    assert services["cli"]["profiles"] == ["cli"]
+    assert _invocations(services["cli"]) == [["counts"]]
     written = {m.split(":")[0] for m in services["credentials"]["volumes"]}
     assert set(volumes.values()) | {"kafka-secrets"} <= written
     argv = [str(word) for word in services["acls"]["command"]]
