@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The compose stack, run for real, as a user runs it (docker-compose.yml and the Dockerfile
 # as they are): `docker compose up --scale worker=3`, the 1,000,000-word demo input, two
-# workers SIGKILLed and one restarted mid-run, then exact final counts, Prometheus scraping
-# every target with every alert rule loaded, and everything torn down (volumes included).
+# workers SIGKILLed and one restarted mid-run, then exact final counts, the broker refusing an
+# anonymous client and the workers' login what is not theirs, Prometheus scraping every target
+# with every alert rule loaded, and everything torn down (volumes included).
 #
 #   bash deploy/compose-test.sh
 #   COMPOSE_CLUSTER=1 bash deploy/compose-test.sh   # on three brokers (docker-compose.cluster.yml),
@@ -205,7 +206,7 @@ import json, time, urllib.request
 from confluent_kafka import Consumer, TopicPartition
 from processor.config import Settings
 s = Settings()
-c = Consumer({"bootstrap.servers": s.bootstrap_servers, "group.id": "compose-test-probe"})
+c = Consumer({**s.client_config(), "group.id": f"{s.job_name}.compose-test-probe"})
 parts = c.list_topics(s.input_topic, timeout=10).topics[s.input_topic].partitions
 deadline = time.monotonic() + 300
 n = 0
@@ -263,15 +264,22 @@ compose run --rm --no-deps -T producer >"$WORK/producer-again.log" 2>&1 ||
 grep -q "already has records: nothing produced" "$WORK/producer-again.log" ||
   { cat "$WORK/producer-again.log" >&2; fail "the producer's second run wrote the corpus again"; }
 
-# Exact counts, from inside the compose network: `processor counts` and a direct count of
-# the input topic (deploy/compose_check.py) against the committed output.
+# Exact counts, from inside the compose network with the user's own login (`client`, the
+# `cli` service's): `processor counts` and a direct count of the input topic
+# (deploy/compose_check.py) against the committed output.
 check=$(compose run --rm --no-deps -T -v "$ROOT/deploy/compose_check.py:/tmp/check.py:ro" \
-  --entrypoint python coordinator /tmp/check.py 300 2>"$WORK/check.err") ||
+  --entrypoint python cli /tmp/check.py 300 2>"$WORK/check.err") ||
   { cat "$WORK/check.err" >&2; fail "${check:-the count check failed}"; }
-counts=$(compose run --rm --no-deps -T coordinator counts --top 3 2>/dev/null | tail -n 1)
+counts=$(compose run --rm --no-deps -T cli counts --top 3 2>/dev/null | tail -n 1)
 total=$(echo "$counts" | sed -n 's/.*, \([0-9,]*\) in total$/\1/p' | tr -d ,)
 [ "$total" = "$WORDS" ] || fail "processor counts: '$counts', not $WORDS words"
 say "processor counts: $counts; $check"
+
+# The broker's authentication and ACLs (deploy/compose_refusals.py, in a worker with its login):
+# anonymous clients get nothing, the workers' login nothing of the coordinator's.
+refusals=$(compose exec -T worker python - <deploy/compose_refusals.py 2>"$WORK/refusals.err") ||
+  { cat "$WORK/refusals.err" >&2; fail "${refusals:-the refusal check failed}"; }
+say "$refusals"
 
 # Prometheus: every coordinator and worker target up, every alert rule loaded, and the
 # `worker` label is the worker id the coordinator knows.
@@ -309,4 +317,4 @@ compose down -v --remove-orphans --timeout 30 >/dev/null 2>&1 || fail "docker co
 UP=""
 left=$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT" | wc -l)
 [ "$left" -eq 0 ] || fail "$left volumes left after down -v"
-echo "compose-test: PASS: ${CLUSTER:+3 brokers, }$WORDS words exact after 2 SIGKILLs and 1 restart of $WORKERS workers (at $KILLED_AT); $targets; $got_rules alert rules; $(elapsed)"
+echo "compose-test: PASS: ${CLUSTER:+3 brokers, }$WORDS words exact after 2 SIGKILLs and 1 restart of $WORKERS workers (at $KILLED_AT); SASL and ACLs: anonymous and the workers' login refused; $targets; $got_rules alert rules; $(elapsed)"

@@ -22,7 +22,8 @@ from processor.kafka import clients
 
 
 def direct_count(settings: Settings) -> collections.Counter[str]:
-    consumer = clients.consumer(settings, **{"group.id": "compose-test-direct-count"})
+    # The group of `processor counts`: the user's own login may look it up (compose ACLs).
+    consumer = clients.consumer(settings, **{"group.id": f"{settings.job_name}.reader"})
     try:
         partitions = clients.topic_partitions(consumer, settings.input_topic) or 0
         ends = {

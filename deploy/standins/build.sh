@@ -4,11 +4,16 @@
 # same name (see README.md here). Needs root, mmdebstrap and a running engine.
 #
 #   bash deploy/standins/build.sh IMAGE...
+#   bash deploy/standins/build.sh --verify-jars LIBS KAFKA_VERSION   # the jar check alone
 #
 # The Kafka stand-in's jars come from Maven Central through mvn (kafka/pom.xml), cached in
-# ~/.cache/processor/standins.
+# ~/.cache/processor/standins, and are checked against the committed SHA-256 lists the local
+# broker's and tools' jars are (processor/kafka/checksums/, processor/maven.py): the stand-in's
+# set is the union of the two, so its libs must hold exactly the files they list, each with its
+# hash, before an image is built from them (and again each time the cache is used).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CHECKSUMS="${PROCESSOR_STANDIN_CHECKSUMS:-$HERE/../../processor/kafka/checksums}"
 CACHE="${PROCESSOR_CACHE_DIR:-$HOME/.cache/processor}/standins"
 
 say() { echo "standins: $*" >&2; }
@@ -64,19 +69,54 @@ python_image() {
     --change 'CMD ["python3"]'
 }
 
+# verify_jars LIBS VERSION: every file of LIBS in kafka-VERSION.sha256 or
+# kafka-tools-VERSION.sha256 with that SHA-256, and every listed file there; else one line
+# naming the file, and exit 1.
+verify_jars() {
+  local libs="$1" version="$2" lists=() list name want got
+  for list in "$CHECKSUMS/kafka-$version.sha256" "$CHECKSUMS/kafka-tools-$version.sha256"; do
+    [ -f "$list" ] || { echo "standins: no checksum list $list for Kafka $version's jars" >&2; exit 1; }
+    lists+=("$list")
+  done
+  declare -A sums=()
+  while read -r want name; do
+    name="${name#\*}"
+    if [ -n "${sums[$name]:-}" ] && [ "${sums[$name]}" != "$want" ]; then
+      echo "standins: $name has two different SHA-256 in ${lists[*]}" >&2
+      exit 1
+    fi
+    sums[$name]=$want
+  done < <(cat "${lists[@]}")
+  for jar in "$libs"/*; do
+    name="$(basename "$jar")"
+    want="${sums[$name]:-}"
+    [ -n "$want" ] || { echo "standins: $jar: not in the checksum lists ${lists[*]}" >&2; exit 1; }
+    got="$(sha256sum "$jar" | cut -d' ' -f1)"
+    [ "$got" = "$want" ] ||
+      { echo "standins: $jar: SHA-256 $got is not $want of the checksum lists" >&2; exit 1; }
+    unset "sums[$name]"
+  done
+  for name in "${!sums[@]}"; do
+    echo "standins: $libs/$name: in the checksum lists but not fetched" >&2
+    exit 1
+  done
+}
+
 kafka_libs() {
   local version="$1" dir="$CACHE/kafka-$1"
   if [ ! -f "$dir/.complete" ]; then
     say "fetching the jars of Kafka $version with mvn"
     rm -rf "$dir/libs"
     mkdir -p "$dir"
-    # --strict-checksums: a download that does not match the repository's checksum fails.
+    # --strict-checksums: a download that does not match the repository's checksum fails;
+    # verify_jars then checks every file against the committed lists.
     (cd "$dir" && mvn -q -B -Dstyle.color=never --strict-checksums -f "$HERE/kafka/pom.xml" \
       dependency:copy-dependencies -DincludeScope=runtime \
       -Dkafka.version="$version" -DoutputDirectory="$dir/libs" >"$dir/mvn.log" 2>&1) ||
       { cat "$dir/mvn.log" >&2; say "mvn failed"; exit 1; }
     touch "$dir/.complete"
   fi
+  verify_jars "$dir/libs" "$version"
   echo "$dir/libs"
 }
 
@@ -110,6 +150,12 @@ prometheus_image() {
     --change 'ENTRYPOINT ["/usr/bin/prometheus"]' \
     --change 'CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]'
 }
+
+# `build.sh --verify-jars LIBS VERSION`: only the check above (tests/unit/test_deploy.py).
+if [ "${1:-}" = "--verify-jars" ]; then
+  verify_jars "$2" "$3"
+  exit 0
+fi
 
 # Each missing image is built in the background (downloads overlap); all must succeed.
 LOGS="$(mktemp -d)"

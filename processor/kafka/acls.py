@@ -68,8 +68,9 @@ Resource = Literal["topic", "group", "transactional-id", "cluster"]
 Pattern = Literal["literal", "prefixed"]
 # Kafka's names, as kafka-acls.sh takes them.
 Operation = Literal["Read", "Write", "Create", "Delete", "Describe", "AlterConfigs"]
-# Whose rule: the coordinator's principal, or the workers' (which run user code).
-Role = Literal["coordinator", "worker"]
+# Whose rule: the coordinator's principal, or the workers' (which run user code); "client":
+# the user's own producer and reader (``client_acls``), no service of the job.
+Role = Literal["coordinator", "worker", "client"]
 ROLES: tuple[Role, ...] = ("coordinator", "worker")
 
 
@@ -208,6 +209,20 @@ def job_acls(
             "prefixed",
         )
     return c.rules() + w.rules()
+
+
+def client_acls(job: str, sources: Iterable[str], sinks: Iterable[str]) -> list[AclRule]:
+    """The rules of the user's own producer and reader, not of the job: write and read the
+    sources (``processor produce``; a direct count of the input), read the sinks
+    (``processor counts`` and ``tail``, consumers that only assign: Describe on their group)."""
+    r = _Rules("client")
+    for topic in sorted(set(sources)):
+        r.add(topic, ["Read", "Write"], "source: the input, produced and read back")
+    for topic in sorted(set(sinks)):
+        r.add(topic, ["Read"], "sink: the output, read")
+    for group in (f"{job}.reader", f"{job}.tail"):
+        r.add(group, ["Describe"], "processor counts / tail: a consumer that only assigns", "group")
+    return r.rules()
 
 
 def graph_acls(settings: Settings, graph: JobGraph) -> list[AclRule]:

@@ -5,6 +5,7 @@ broker that the list is enough and that a missing rule stops the job."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -218,3 +219,42 @@ def test_other_errors_are_not_denials() -> None:
     settings = Settings()
     clients.check_denied(settings, KafkaException(KafkaError(KafkaError._TRANSPORT)))
     clients.check_denied(settings, TimeoutError("no broker"))
+
+
+def test_cli_applies_the_split_rules_and_the_clients(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`processor acls --apply` (the compose stack's `acls` step): every binding of the
+    coordinator's, the workers' and the user's own client's rules, through the admin API."""
+    created: list[Any] = []
+
+    class Done:
+        def result(self, timeout: float) -> None:
+            return None
+
+    class Admin:
+        def create_acls(self, bindings: list[Any], request_timeout: float) -> dict[Any, Done]:
+            created.extend(bindings)
+            return {b: Done() for b in bindings}
+
+    monkeypatch.setattr(clients, "admin", lambda settings: Admin())
+    common = ["acls", "--job-name", "wc", "--bootstrap-servers", "k:1"]
+    two = ["--coordinator-principal", "User:c", "--worker-principal", "User:w"]
+    assert cli.main([*common, *two, "--client-principal", "User:u", "--apply"]) == 0
+    assert "created or already there for User:c, User:w, User:u" in capsys.readouterr().out
+    held = {(b.principal, b.name, b.operation) for b in created}
+    assert ("User:c", "wc.checkpoints", AclOperation.WRITE) in held
+    assert ("User:w", "wc.checkpoints", AclOperation.WRITE) not in held
+    assert ("User:u", "words", AclOperation.WRITE) in held
+    assert ("User:u", "word-counts", AclOperation.READ) in held
+    assert not [
+        b
+        for b in created
+        if b.principal == "User:u" and b.name.startswith("wc.") and b.restype == ResourceType.TOPIC
+    ]
+    # The client's rules print as commands of their own; half a pair still refused.
+    assert cli.main([*common, *two, "--client-principal", "User:u"]) == 0
+    assert "--allow-principal User:u --operation Read --operation Write --topic words" in (
+        capsys.readouterr().out
+    )
+    assert cli.main([*common, "--client-principal", "User:u", "--apply"]) == 2

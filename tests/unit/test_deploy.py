@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import os
 import re
@@ -31,7 +32,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from processor.cli import build_parser
-from processor.config import Settings
+from processor.config import SECRETS_DIR_ENV, Settings
 from processor.health import LoopHealth
 from processor.kafka.broker import KAFKA_VERSION
 from processor.runtime import status
@@ -46,7 +47,7 @@ BUILD_LOCK = ROOT / "requirements-build.lock"
 
 PROCESSOR_SERVICES = {"coordinator", "worker", "producer"}
 LONG_RUNNING = {"kafka", "coordinator", "worker"}
-ONE_SHOT = {"topics", "producer"}
+ONE_SHOT = {"credentials", "topics", "acls", "producer", "cli"}
 SHARED_ENV = {
     "PROCESSOR_BOOTSTRAP_SERVERS": "kafka:9092",
     "PROCESSOR_JOB_NAME": "wordcount",
@@ -58,6 +59,8 @@ SHARED_ENV = {
     "PROCESSOR_DLQ_MODE": "metadata",
     # The status page's link, as the host's browser reaches the compose Grafana.
     "PROCESSOR_GRAFANA_URL": "http://127.0.0.1:3000/d/processor",
+    # Each service's Kafka login, from a volume of its own (issue 41).
+    "PROCESSOR_SECRETS_DIR": "/run/processor-secrets",
 }
 SHELLS = {"sh", "/bin/sh", "bash", "/bin/bash"}
 
@@ -453,6 +456,7 @@ def _assert_known_settings(env: Mapping[str, str], where: str) -> None:
         key
         for key in env
         if key.startswith("PROCESSOR_")
+        and key != SECRETS_DIR_ENV
         and key[len("PROCESSOR_") :].lower() not in Settings.model_fields
     }
     assert not unknown, f"{where}: no such setting in processor/config.py: {sorted(unknown)}"
@@ -554,6 +558,7 @@ def test_compose_processor_services_wait_for_kafka_and_topics(
         assert isinstance(depends, dict), f"{name}: depends_on needs conditions"
         assert depends["kafka"]["condition"] == "service_healthy", name
         assert depends["topics"]["condition"] == "service_completed_successfully", name
+        assert depends["acls"]["condition"] == "service_completed_successfully", name
     assert services["topics"]["depends_on"]["kafka"]["condition"] == "service_healthy"
     test = services["kafka"]["healthcheck"]["test"]
     assert any("kafka-broker-api-versions.sh" in part for part in test)
@@ -602,6 +607,130 @@ def test_compose_kafka_single_node_transactions(services: dict[str, dict[str, An
     }
     assert listeners <= protocols
     assert env["KAFKA_CONTROLLER_LISTENER_NAMES"] in listeners
+
+
+def test_compose_kafka_authenticates_every_listener_and_authorizes(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """Issue 41: no anonymous principal anywhere, nothing allowed without an ACL."""
+    kafka = services["kafka"]
+    env = _environment(kafka)
+    listeners = {entry.split("://")[0] for entry in env["KAFKA_LISTENERS"].split(",")}
+    protocols = dict(
+        entry.split(":") for entry in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")
+    )
+    assert listeners == {"INTERNAL", "CONTROLLER", "HOST"}
+    assert {protocols[name] for name in listeners} == {"SASL_PLAINTEXT"}
+    assert env["KAFKA_SASL_ENABLED_MECHANISMS"] == "PLAIN"
+    assert env["KAFKA_SASL_MECHANISM_CONTROLLER_PROTOCOL"] == "PLAIN"
+    assert env["KAFKA_SASL_MECHANISM_INTER_BROKER_PROTOCOL"] == "PLAIN"
+    assert env["KAFKA_AUTHORIZER_CLASS_NAME"].endswith(".StandardAuthorizer")
+    assert env["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+    assert env["KAFKA_SUPER_USERS"] == "User:admin"
+    # The users and passwords come from the credentials volume, never from the file.
+    assert not [k for k in env if "JAAS" in k or "PASSWORD" in k]
+    assert "kafka-secrets:/run/kafka-secrets:ro" in kafka["volumes"]
+    assert ". /run/kafka-secrets/kafka.env && exec /etc/kafka/docker/run" in kafka["entrypoint"]
+    assert kafka["depends_on"]["credentials"]["condition"] == "service_completed_successfully"
+    # Kafka's own tools (health check, topics) log in as admin.
+    config = "--command-config /run/kafka-secrets/admin.properties"
+    assert config in " ".join(kafka["healthcheck"]["test"])
+    assert config in " ".join(services["topics"]["command"])
+    # The three-broker override keeps every listener authenticated, on every node.
+    cluster = _interpolate(yaml.safe_load((ROOT / "docker-compose.cluster.yml").read_text()))
+    for name in ("kafka", "kafka-2", "kafka-3"):
+        node = _environment(cluster["services"][name])
+        assert (
+            node["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"]
+            == (env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"])
+        )
+        for key in ("KAFKA_AUTHORIZER_CLASS_NAME", "KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"):
+            assert node[key] == env[key], (name, key)
+        if name != "kafka":
+            assert "kafka-secrets:/run/kafka-secrets:ro" in cluster["services"][name]["volumes"]
+
+
+def _secrets_volume(service: Mapping[str, Any]) -> str:
+    target = SHARED_ENV["PROCESSOR_SECRETS_DIR"]
+    (volume,) = [m.split(":")[0] for m in service["volumes"] if f":{target}:" in f"{m}:"]
+    return str(volume)
+
+
+def test_compose_each_service_logs_in_as_its_own_principal(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """The coordinator, the workers (user code), the user's client and the admin step each
+    read their login from a volume of their own; `acls` grants the split rules."""
+    volumes = {
+        name: _secrets_volume(services[name])
+        for name in ("coordinator", "worker", "producer", "cli", "acls")
+    }
+    assert volumes == {
+        "coordinator": "coordinator-secrets",
+        "worker": "worker-secrets",
+        "producer": "client-secrets",
+        "cli": "client-secrets",
+        "acls": "admin-secrets",
+    }
+    # `docker compose run --rm cli counts`: only run, never started by `up`.
+    assert services["cli"]["profiles"] == ["cli"]
+    assert _invocations(services["cli"]) == [["counts"]]
+    written = {m.split(":")[0] for m in services["credentials"]["volumes"]}
+    assert set(volumes.values()) | {"kafka-secrets"} <= written
+    argv = [str(word) for word in services["acls"]["command"]]
+    args = build_parser().parse_args(argv)
+    assert argv[0] == "acls" and args.apply
+    principals = (args.coordinator_principal, args.worker_principal, args.client_principal)
+    assert principals == ("User:coordinator", "User:worker", "User:client")
+    assert services["acls"]["depends_on"]["kafka"]["condition"] == "service_healthy"
+
+
+def test_compose_credentials_are_random_owned_and_listener_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deploy/compose_credentials.py: one password per user, each file 0400 and its reader's;
+    the controller listener knows admin only, the host listener admin and client."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("creds", ROOT / "deploy/compose_credentials.py")
+    assert spec is not None and spec.loader is not None
+    creds = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(creds)
+    owners: dict[str, int] = {}
+    monkeypatch.setattr(creds.os, "chown", lambda path, uid, gid: owners.update({str(path): uid}))
+    monkeypatch.setattr(creds, "ROOT", tmp_path)
+    for name in ("broker", "admin", "coordinator", "worker", "client"):
+        (tmp_path / name).mkdir()
+    assert creds.main() == 0
+    logins = {
+        user: json.loads((tmp_path / user / "PROCESSOR_KAFKA_CONFIG").read_text())
+        for user in ("admin", "coordinator", "worker", "client")
+    }
+    assert {u: c["sasl.username"] for u, c in logins.items()} == {u: u for u in logins}
+    assert len({c["sasl.password"] for c in logins.values()}) == 4
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert path.stat().st_mode & 0o777 == 0o400, path
+    assert owners[str(tmp_path / "broker" / "kafka.env")] == 1000
+    assert owners[str(tmp_path / "worker")] == 10001
+    jaas = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in (tmp_path / "broker" / "kafka.env").read_text().splitlines()
+    )
+
+    def users(listener: str) -> set[str]:
+        text = jaas[f"KAFKA_LISTENER_NAME_{listener}_PLAIN_SASL_JAAS_CONFIG"]
+        return set(re.findall(r'user_(\w+)="', text))
+
+    assert users("INTERNAL") == {"admin", "coordinator", "worker", "client"}
+    assert users("CONTROLLER") == {"admin"}
+    assert users("HOST") == {"admin", "client"}
+    worker = logins["worker"]["sasl.password"]
+    assert f'user_worker="{worker}"' in jaas["KAFKA_LISTENER_NAME_INTERNAL_PLAIN_SASL_JAAS_CONFIG"]
+    # A second start keeps them (the broker's and the services' must stay the same).
+    assert creds.main() == 0
+    again = json.loads((tmp_path / "worker" / "PROCESSOR_KAFKA_CONFIG").read_text())
+    assert again["sasl.password"] == worker
 
 
 def test_compose_volumes(
@@ -730,3 +859,54 @@ def test_every_base_image_has_a_stand_in(services: dict[str, dict[str, Any]]) ->
     for image in images:
         repository = image.split("@")[0].rpartition(":")[0]
         assert repository in recipes, f"no stand-in recipe for {image}"
+
+
+def _verify_jars(
+    libs: Path, checksums: Path, version: str = "9.9.9"
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(ROOT / "deploy/standins/build.sh"), "--verify-jars", str(libs), version],
+        env={**os.environ, "PROCESSOR_STANDIN_CHECKSUMS": str(checksums)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_stand_in_kafka_jars_are_checked_against_the_committed_lists(tmp_path: Path) -> None:
+    """deploy/standins/build.sh checks the jars mvn fetched as processor/maven.py does: each
+    listed with its SHA-256 in kafka-<v>.sha256 or kafka-tools-<v>.sha256, none missing; a
+    mismatch is one line naming the file."""
+    libs, sums = tmp_path / "libs", tmp_path / "checksums"
+    libs.mkdir()
+    sums.mkdir()
+    jars = {"kafka_2.13-9.9.9.jar": b"broker", "kafka-tools-9.9.9.jar": b"tools", "x.jar": b"x"}
+    for name, data in jars.items():
+        (libs / name).write_bytes(data)
+    line = {n: f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in jars.items()}
+    (sums / "kafka-9.9.9.sha256").write_text(line["kafka_2.13-9.9.9.jar"] + line["x.jar"])
+    (sums / "kafka-tools-9.9.9.sha256").write_text(line["kafka-tools-9.9.9.jar"] + line["x.jar"])
+    done = _verify_jars(libs, sums)
+    assert done.returncode == 0, done.stderr
+    (libs / "x.jar").write_bytes(b"tampered")
+    done = _verify_jars(libs, sums)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "x.jar: SHA-256" in done.stderr, done.stderr
+    (libs / "x.jar").write_bytes(b"x")
+    (libs / "extra.jar").write_bytes(b"?")
+    done = _verify_jars(libs, sums)
+    assert done.returncode == 1 and "extra.jar: not in the checksum lists" in done.stderr
+    (libs / "extra.jar").unlink()
+    (libs / "x.jar").unlink()
+    done = _verify_jars(libs, sums)
+    assert done.returncode == 1 and "x.jar: in the checksum lists but not fetched" in done.stderr
+    assert _verify_jars(libs, sums, "1.0").returncode == 1  # no list for that version
+    # The image is built from jars that passed it, fetched now or cached from before.
+    script = (ROOT / "deploy/standins/build.sh").read_text(encoding="utf-8")
+    kafka_libs = script[script.index("kafka_libs() {") :]
+    kafka_libs = kafka_libs[: kafka_libs.index("\n}\n")]
+    assert kafka_libs.endswith('\n  verify_jars "$dir/libs" "$version"\n  echo "$dir/libs"')
+    # The lists build.sh reads by default are the broker's and the tools' of the tested version.
+    for name in (f"kafka-{KAFKA_VERSION}.sha256", f"kafka-tools-{KAFKA_VERSION}.sha256"):
+        assert (ROOT / "processor/kafka/checksums" / name).is_file()
