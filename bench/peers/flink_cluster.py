@@ -243,8 +243,11 @@ class FlinkSessionCluster:
             time.sleep(0.3)
         raise TimeoutError(f"Flink: {count} TaskManagers not registered within {timeout:.0f}s")
 
-    def submit(self, args: list[str], log: Path, timeout: float = 180) -> str:
-        """Submit the word count (its usual arguments) detached; returns the job id."""
+    def submit(
+        self, args: list[str], log: Path, timeout: float = 180, main_class: str = "bench.WordCount"
+    ) -> str:
+        """Submit the word count (its usual arguments), or another program of the jar that
+        prints ``JOB_ID <id>`` under ``bench.flink.remote``, detached; returns the job id."""
         cmd = [
             self.java,
             "-Xmx256m",
@@ -252,7 +255,7 @@ class FlinkSessionCluster:
             f"-Dlog4j.configurationFile={self.conf_dir / 'log4j2.xml'}",
             "-cp",
             str(JAR),
-            "bench.WordCount",
+            main_class,
             *args,
         ]
         done = subprocess.run(
