@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,24 +31,12 @@ from bench.measure import create_topic
 from bench.nexmark_load import load
 from bench.nexmark_output import compare, expected, got
 from bench.peers.base import Job
-from bench.peers.flink_cluster import FlinkSessionCluster
+from bench.peers.flink_cluster import FlinkSessionCluster, stop_all
 from bench.peers.flink_nexmark_peer import QUERIES, FlinkNexmarkPeer
 from processor.kafka.broker import LocalBroker
 from tests import nexmark_data as nexmark
 
 TOPIC = "nexmark"
-FINAL = {"FINISHED", "FAILED", "CANCELED"}
-
-
-def wait_final(cluster: FlinkSessionCluster, job_id: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    state = "UNKNOWN"
-    while time.monotonic() < deadline:
-        state = cluster.job_state(job_id)
-        if state in FINAL:
-            return state
-        time.sleep(0.5)
-    return f"TIMEOUT ({state})"
 
 
 def run_query(
@@ -59,50 +46,26 @@ def run_query(
     stream: list[nexmark.Event],
     workdir: Path,
     timeout: float,
+    topic: str = TOPIC,
 ) -> dict[str, Any]:
-    output = f"nexmark-{query}-flink"
+    output = f"{topic}-{query}-flink"
     create_topic(bootstrap, output, 2)
     job = Job(
         bootstrap=bootstrap,
         name=f"nexmark-{query}-{int(time.time())}",
-        input_topic=TOPIC,
+        input_topic=topic,
         output_topic=output,
         workdir=workdir / query,
         until_idle=True,
     )
     started = time.monotonic()
     job_id = FlinkNexmarkPeer(query).submit(cluster, job)
-    state = wait_final(cluster, job_id, timeout)
+    state = cluster.wait_final(job_id, timeout)
     seconds = round(time.monotonic() - started, 1)
     if state != "FINISHED":
         return {"query": query, "state": state, "seconds": seconds, "exact": False}
     result = compare(expected(query, stream), got(query, bootstrap, output))
     return {"query": query, "state": state, "seconds": seconds, **result}
-
-
-def start_cluster(workdir: Path) -> tuple[FlinkSessionCluster, list[subprocess.Popen[bytes]]]:
-    cluster = FlinkSessionCluster(workdir / "cluster", taskmanagers=2)
-    cluster.write_config()
-    procs = [cluster.start_jobmanager()]
-    procs += [cluster.start_taskmanager(i) for i in range(cluster.taskmanagers)]
-    try:
-        cluster.wait_taskmanagers(cluster.taskmanagers, procs)
-    except Exception:
-        stop(procs)
-        raise
-    return cluster, procs
-
-
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def check(
@@ -112,16 +75,19 @@ def check(
     workdir: Path,
     partitions: int,
     timeout: float,
+    topic: str = TOPIC,
     say: Any = print,
 ) -> list[dict[str, Any]]:
-    """Loads ``stream`` and runs each query on a fresh session cluster; the results."""
+    """Loads ``stream`` into ``topic`` and runs each query on one session cluster; the
+    results."""
     FlinkNexmarkPeer(queries[0]).prepare()
-    load(bootstrap, TOPIC, stream, partitions)
-    cluster, procs = start_cluster(workdir)
+    load(bootstrap, topic, stream, partitions)
+    cluster = FlinkSessionCluster(workdir / "cluster", taskmanagers=2)
+    procs = cluster.start_all()
     results = []
     try:
         for query in queries:
-            result = run_query(cluster, bootstrap, query, stream, workdir, timeout)
+            result = run_query(cluster, bootstrap, query, stream, workdir, timeout, topic)
             say(
                 f"{query}: {result['state']} in {result['seconds']} s, "
                 + ("exact" if result["exact"] else "DIFFERS")
@@ -134,7 +100,7 @@ def check(
             )
             results.append(result)
     finally:
-        stop(procs)
+        stop_all(procs)
     return results
 
 
