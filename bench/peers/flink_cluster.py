@@ -243,8 +243,11 @@ class FlinkSessionCluster:
             time.sleep(0.3)
         raise TimeoutError(f"Flink: {count} TaskManagers not registered within {timeout:.0f}s")
 
-    def submit(self, args: list[str], log: Path, timeout: float = 180) -> str:
-        """Submit the word count (its usual arguments) detached; returns the job id."""
+    def submit(
+        self, args: list[str], log: Path, timeout: float = 180, main_class: str = "bench.WordCount"
+    ) -> str:
+        """Submit the word count (its usual arguments), or another program of the jar that
+        prints ``JOB_ID <id>`` under ``bench.flink.remote``, detached; returns the job id."""
         cmd = [
             self.java,
             "-Xmx256m",
@@ -252,7 +255,7 @@ class FlinkSessionCluster:
             f"-Dlog4j.configurationFile={self.conf_dir / 'log4j2.xml'}",
             "-cp",
             str(JAR),
-            "bench.WordCount",
+            main_class,
             *args,
         ]
         done = subprocess.run(
@@ -290,3 +293,41 @@ class FlinkSessionCluster:
         if isinstance(body, list) and body:
             return int(body[0].get("value", 0))
         return None
+
+    def wait_final(self, job_id: str, timeout: float) -> str:
+        """The job's state once it is FINISHED, FAILED or CANCELED; ``TIMEOUT (<state>)``
+        if it is none of them after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        state = "UNKNOWN"
+        while time.monotonic() < deadline:
+            state = self.job_state(job_id)
+            if state in ("FINISHED", "FAILED", "CANCELED"):
+                return state
+            time.sleep(0.5)
+        return f"TIMEOUT ({state})"
+
+    def start_all(self) -> list[subprocess.Popen[bytes]]:
+        """Writes the configuration, starts the JobManager and every TaskManager and waits
+        until they are registered; the processes (stopped again if that fails)."""
+        self.write_config()
+        procs = [self.start_jobmanager()]
+        procs += [self.start_taskmanager(i) for i in range(self.taskmanagers)]
+        try:
+            self.wait_taskmanagers(self.taskmanagers, procs)
+        except Exception:
+            stop_all(procs)
+            raise
+        return procs
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]], timeout: float = 30) -> None:
+    """SIGTERM to the cluster's JVMs (a clean shutdown), SIGKILL after ``timeout``."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
