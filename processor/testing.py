@@ -55,7 +55,7 @@ from processor.pipeline.dead import dead_value
 from processor.pipeline.epoch import drain
 from processor.pipeline.meta import decode_key
 from processor.pipeline.plan import Plan, plan
-from processor.pipeline.time import NO_WATERMARK
+from processor.pipeline.time import NO_WATERMARK, keyed_mark, source_marks
 from processor.serde.codec import RecordError, decode
 from processor.testing_tasks import MemoryState as MemoryState  # re-exported: tests use it
 from processor.testing_tasks import (
@@ -322,23 +322,17 @@ class Driver:
         what its windows may still emit)."""
         if task.stage.is_source:
             assert task.source_marks is not None
-            current = task.source_marks.current()
-            assert current is not None  # nothing idles without a clock
-            current = max(current, self._forced)
-            if current <= NO_WATERMARK // 2:
-                return  # no record yet: nothing to say
-            mark = (current, False)
+            marks = source_marks(task.source_marks, task.sent_mark, self._forced)
         else:
             assert task.channel_marks is not None
-            mark = (task.chain.output_watermark, task.channel_marks.all_idle)
-            if mark[0] <= NO_WATERMARK and not mark[1]:
-                return
-        if mark == task.sent_mark:
-            return
-        task.sent_mark = mark
-        for _, target, channel in task.outputs:
-            for reader in self._tasks[target.name]:
-                reader.inbox.append(Watermark(channel, mark[0], mark[1]))
+            out = task.chain.output_watermark
+            mark = keyed_mark(out, task.channel_marks.all_idle, task.sent_mark)
+            marks = [] if mark is None else [mark]
+        for mark in marks:
+            task.sent_mark = mark
+            for _, target, channel in task.outputs:
+                for reader in self._tasks[target.name]:
+                    reader.inbox.append(Watermark(channel, mark[0], mark[1]))
 
     # -- output -----------------------------------------------------------------------------
 

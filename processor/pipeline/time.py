@@ -127,3 +127,43 @@ class ChannelWatermarks:
         if isinstance(idle, list) and len(idle) == len(self._idle):
             self._idle = [bool(i) for i in idle]
         self.current = int(meta.get("current", NO_WATERMARK))
+
+
+# A watermark as a task forwards it downstream: (time, idle). An idle mark's time is ignored.
+Mark = tuple[int, bool]
+
+
+def source_marks(
+    watermarks: SourceWatermarks, sent: Mark | None, floor: int = NO_WATERMARK
+) -> list[Mark]:
+    """The marks a source task forwards now, in order, after ``sent`` (none if nothing
+    changed). Idle, it first forwards the watermark of what it read before (readers ignore
+    an idle mark's time, and the records read since the last mark would never close their
+    windows). ``floor``: a watermark the caller forces (the test driver's)."""
+    current = watermarks.current()
+    marks: list[Mark] = []
+    last = (sent or (NO_WATERMARK, True))[0]
+    if current is None:  # idle
+        progress = watermarks.progress()
+        if progress > max(last, NO_WATERMARK // 2):
+            marks.append((progress, False))
+            last = progress
+        mark = (last, True)
+    else:
+        current = max(current, floor)
+        if current <= NO_WATERMARK // 2:
+            return []  # a partition has had no record yet: nothing to say
+        mark = (current, False)
+    if mark != (marks[-1] if marks else sent):
+        marks.append(mark)
+    return marks
+
+
+def keyed_mark(output_watermark: int, all_idle: bool, sent: Mark | None) -> Mark | None:
+    """The mark a keyed task forwards now, or None if there is none yet or it did not
+    change: its output watermark (held back to what its windows may still emit,
+    `StageChain.output_watermark`), idle when every channel is."""
+    if output_watermark <= NO_WATERMARK and not all_idle:
+        return None
+    mark = (output_watermark, all_idle)
+    return None if mark == sent else mark

@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from processor.models.records import Watermark, encode_watermark
+
 if TYPE_CHECKING:
     from processor.kafka.output import TransactionalOutput
     from processor.pipeline.epoch import Drained, Shuffled
+    from processor.pipeline.time import Mark
 
 # (topic, partition or None for sink records, items): items are (key, value) pairs, or
 # (key, value, headers) for records with headers.
@@ -57,3 +60,15 @@ def ship(out: TransactionalOutput, segments: Sequence[Segment]) -> int:
                 out.produce(topic, value, key=key, partition=partition)
         shipped += len(items)
     return shipped
+
+
+def write_mark(
+    out: TransactionalOutput, shuffles: Sequence[tuple[str, int, int]], mark: Mark
+) -> None:
+    """Watermark ``mark`` (time, idle) into every partition of each of the task's shuffles,
+    ``(topic, partitions, the task's channel)``: after the epoch's records, before its
+    barrier (`processor.pipeline.time`)."""
+    for topic, partitions, channel in shuffles:
+        value, headers = encode_watermark(Watermark(channel, mark[0], mark[1]))
+        for p in range(partitions):
+            out.produce(topic, value, partition=p, headers=headers)

@@ -36,18 +36,16 @@ from processor.checkpointing.aligner import (
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput, open_output
 from processor.models.records import (
-    Watermark,
     control_kind,
     decode_shuffle,
     decode_watermark,
-    encode_watermark,
 )
 from processor.pipeline.chain import DeadRecord, StageChain
 from processor.pipeline.dead import Position
 from processor.pipeline.epoch import drain
 from processor.pipeline.time import NO_WATERMARK
 from processor.runtime.deadletter import DeadLetters
-from processor.runtime.epoch_out import segments_of, ship
+from processor.runtime.epoch_out import segments_of, ship, write_mark
 from processor.runtime.gaps import STATE_LOST, check_resume
 from processor.runtime.keyed_checkpoint import KeyedCheckpoints, barrier_handler
 from processor.runtime.keyed_feedback import (
@@ -389,14 +387,11 @@ class KeyedTask(KeyedCheckpoints):
         mark = self._time.next_mark(self.chain)
         if mark is None or out is None:
             return
-        current, idle = mark
+        current = mark[0]
         if current > NO_WATERMARK:
             lag = max(0.0, time.time() - current / 1000)
             metrics.event_time_lag_seconds.labels(**self.labels).set(lag)
-        for _, topic, partitions, channel in self._shuffles:
-            value, headers = encode_watermark(Watermark(channel, current, idle))
-            for p in range(partitions):
-                out.produce(topic, value, partition=p, headers=headers)
+        write_mark(out, [(t, n, channel) for _, t, n, channel in self._shuffles], mark)
 
     def _dead_at(self, start: int, offset: int, out: TransactionalOutput) -> None:
         """The chain's dead records from ``start`` on came in the shuffle record at

@@ -48,13 +48,13 @@ from processor.models.records import Barrier, decode_barrier, encode_barrier
 from processor.pipeline.chain import DeadRecord, StageChain
 from processor.pipeline.live_state import epoch_value
 from processor.pipeline.plan import Stage
-from processor.pipeline.time import NO_WATERMARK
+from processor.pipeline.time import NO_WATERMARK, Mark
 from processor.runtime.deadletter import DeadLetters
 from processor.runtime.epoch_out import Segment
 from processor.runtime.keyed_feedback import SNAPSHOT_KEY as FEEDBACK_KEY
 from processor.runtime.keyed_feedback import FeedbackInput
 from processor.runtime.keyed_restore import ShuffleInput, purge_floor
-from processor.runtime.keyed_time import Mark, TaskTime
+from processor.runtime.keyed_time import TaskTime
 from processor.runtime.layout import META_KEY as LAYOUT_KEY
 from processor.runtime.priority import KEYED_SYNC
 from processor.runtime.task import ClosedEpoch, Task

@@ -7,10 +7,7 @@ from typing import Any
 
 from processor.pipeline.chain import StageChain
 from processor.pipeline.floors import Floors
-from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks
-
-# A watermark as forwarded downstream: (time, idle).
-Mark = tuple[int, bool]
+from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks, Mark, keyed_mark
 
 
 class TaskTime:
@@ -38,14 +35,9 @@ class TaskTime:
         """The mark to forward now (then remembered as sent), or None if there is none yet
         or it did not change. Held back to what the stage's windows may still emit
         (`StageChain.output_watermark`); idle when every channel is idle."""
-        current = chain.output_watermark
-        idle = self.watermarks.all_idle
-        if current <= NO_WATERMARK and not idle:
-            return None
-        mark = (current, idle)
-        if mark == self.sent:
-            return None
-        self.sent = mark
+        mark = keyed_mark(chain.output_watermark, self.watermarks.all_idle, self.sent)
+        if mark is not None:
+            self.sent = mark
         return mark
 
     def snapshot_meta(self, chain: StageChain) -> dict[str, Any]:

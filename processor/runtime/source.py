@@ -30,14 +30,14 @@ from processor import faults, metrics
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput, open_output
 from processor.models import limits
-from processor.models.records import Barrier, Watermark, encode_barrier, encode_watermark
+from processor.models.records import Barrier, encode_barrier
 from processor.pipeline.chain import StageChain
 from processor.pipeline.dead import Position
 from processor.pipeline.epoch import drain
-from processor.pipeline.time import NO_WATERMARK, SourceWatermarks
+from processor.pipeline.time import SourceWatermarks, source_marks
 from processor.runtime import gaps, source_meta
 from processor.runtime.deadletter import DeadLetters
-from processor.runtime.epoch_out import segments_of, ship
+from processor.runtime.epoch_out import segments_of, ship, write_mark
 from processor.runtime.postgres_orphans import after_savepoint
 from processor.runtime.priority import KEYED_SYNC
 from processor.runtime.task import (
@@ -373,21 +373,7 @@ class SourceTask(Task):
     def _send_watermark(self, out: TransactionalOutput) -> None:
         """This task's watermark (or idle mark) into every downstream shuffle partition, if
         it changed since the last one: after the epoch's records, before its barrier."""
-        current = self._watermarks.current()
-        sent = (self._sent_mark or (NO_WATERMARK, True))[0]
-        if current is None:  # idle
-            # What it read before going idle first: readers ignore an idle mark's time, and
-            # the records read since the last checkpoint would never close their windows.
-            progress = self._watermarks.progress()
-            if progress > max(sent, NO_WATERMARK // 2):
-                self._write_mark(out, (progress, False))
-                sent = progress
-            mark = (sent, True)
-        elif current <= NO_WATERMARK // 2:
-            return  # a partition has had no record yet: nothing to say
-        else:
-            mark = (current, False)
-        if mark != self._sent_mark:
+        for mark in source_marks(self._watermarks, self._sent_mark):
             self._write_mark(out, mark)
 
     def _write_mark(self, out: TransactionalOutput, mark: tuple[int, bool]) -> None:
@@ -396,10 +382,7 @@ class SourceTask(Task):
             metrics.watermark_seconds.labels(**self.labels).set(mark[0] / 1000)
             lag = max(0.0, time.time() - mark[0] / 1000)
             metrics.event_time_lag_seconds.labels(**self.labels).set(lag)
-        for _, topic, partitions, channel in self._shuffles:
-            value, headers = encode_watermark(Watermark(channel, mark[0], mark[1]))
-            for p in range(partitions):
-                out.produce(topic, value, partition=p, headers=headers)
+        write_mark(out, [(t, n, channel) for _, t, n, channel in self._shuffles], mark)
 
     def _finish_commit(self, out: TransactionalOutput, block: bool) -> None:
         """Acknowledge the checkpoint whose commit is done (``block``: wait for it)."""
