@@ -49,9 +49,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_ADD_FENCE = sql.SQL("INSERT INTO {} (writer, fence) VALUES (%s, 0) ON CONFLICT DO NOTHING").format(
-    sql.Identifier(FENCES)
-)
+# A writer's row starts at the server's clock in ms, not at 0: one deleted and made again
+# starts above every number the old one reached (one per restart, far fewer than the
+# milliseconds between), so no zombie of an older incarnation passes its check again.
+_ADD_FENCE = sql.SQL(
+    "INSERT INTO {} (writer, fence) VALUES"
+    " (%s, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) ON CONFLICT DO NOTHING"
+).format(sql.Identifier(FENCES))
 _READ_FENCE = sql.SQL("SELECT fence FROM {} WHERE writer = %s").format(sql.Identifier(FENCES))
 _RAISE_FENCE = sql.SQL(
     "UPDATE {} SET fence = fence + 1 WHERE writer = %s AND fence = %s RETURNING fence"
@@ -286,6 +290,11 @@ class PostgresWriter:
         name = prepared.gid(self.writer, self._fence, checkpoint_id)
         try:
             conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(name)))
+        except errors.OutOfMemory as exc:  # every prepared transaction's slot is taken
+            raise ServerNotReady(
+                f"{self.writer}: PREPARE TRANSACTION refused: {exc.diag.message_primary} "
+                "(max_prepared_transactions; pg_prepared_xacts shows whose); the task retries"
+            ) from None
         except errors.DuplicateObject:  # not a row's fault: another session's doing
             raise GidTaken(
                 f"{self.writer}: another session prepared a transaction named {name}, the "

@@ -28,10 +28,12 @@ import psycopg
 import pytest
 from psycopg import conninfo, errors, sql
 
+from processor import postgres_server
 from processor.pipeline.sink_postgres import PostgresTarget
 from processor.runtime import postgres_conn
-from processor.runtime.postgres_conn import GidTaken, Locked
+from processor.runtime.postgres_conn import GidTaken, Locked, ServerNotReady
 from processor.runtime.postgres_sink import Fenced, PostgresSinks, PostgresWriter
+from tests.conftest import TEST_PG_PORT, postgres_base
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -105,6 +107,16 @@ def _table(dsn: str) -> list[tuple[Any, ...]]:
         return conn.execute("SELECT k, v FROM t ORDER BY k").fetchall()
 
 
+def _fence(dsn: str) -> int:
+    """The writer's fence in processor_sink_fences."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT fence FROM processor_sink_fences WHERE writer = %s", (WRITER,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def _prepared(dsn: str) -> list[tuple[str, str]]:
     """(gid, role) of the database's prepared transactions."""
     with psycopg.connect(dsn) as conn:
@@ -144,7 +156,7 @@ def test_another_role_sees_names_not_rows_and_cannot_finish_the_jobs_transaction
     job's prepared transaction, nor write, lock, alter or drop the two tables."""
     writer = _writer(roles.job)
     writer.prepare(1, _rows(("a", 1)), _no_dead)
-    gid = f"{WRITER}.1.1"
+    gid = f"{WRITER}.{_fence(roles.owner)}.1"
     with psycopg.connect(roles.other, autocommit=True) as conn:
         seen = conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall()
         assert seen == [(gid,)]
@@ -198,18 +210,53 @@ def test_a_transaction_another_role_prepared_under_a_writers_name_is_left_alone(
     _prepare_as(roles.other, f"{WRITER}.0.1")
     writer = _writer(roles.job, committed=5)  # not InsufficientPrivilege at every restart
     assert writer.resolved == []
-    _prepare_as(roles.other, f"{WRITER}.1.6")
+    taken = f"{WRITER}.{_fence(roles.owner)}.6"  # the names are there for all to read
+    _prepare_as(roles.other, taken)
     with pytest.raises(GidTaken) as raised:
         writer.prepare(6, _rows(("a", 1)), _no_dead)
-    assert f"named {WRITER}.1.6" in str(raised.value) and "\n" not in str(raised.value)
+    assert f"named {taken}," in str(raised.value) and "\n" not in str(raised.value)
     writer.close()
     other = roles.names["other"]
-    assert _prepared(roles.owner) == [(f"{WRITER}.0.1", other), (f"{WRITER}.1.6", other)]
+    assert _prepared(roles.owner) == sorted([(f"{WRITER}.0.1", other), (taken, other)])
     restarted = _writer(roles.job, committed=5)
     restarted.prepare(6, _rows(("a", 1)), _no_dead)
     restarted.commit(6)
     assert _table(roles.owner) == [("a", 1)]
     restarted.close()
+
+
+def test_prepared_transactions_filling_the_server_fail_the_epoch_in_one_line(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A stranger takes every slot of max_prepared_transactions (2 on a server of its own,
+    on the session's port + 1): the job's epoch fails in one line naming the setting, no
+    row dead; once a slot is free the restarted writer writes."""
+    with postgres_base(tmp_path_factory) as base:
+        data_dir = base / "data"
+        settings = {"max_prepared_transactions": "2"}
+        dsn = postgres_server.start(data_dir, TEST_PG_PORT + 1, settings=settings)
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("CREATE TABLE t (k text PRIMARY KEY, v integer)")
+                conn.execute("CREATE ROLE stranger LOGIN")
+            stranger = conninfo.make_conninfo(dsn, user="stranger")
+            _prepare_as(stranger, "mine-1")
+            _prepare_as(stranger, "mine-2")
+            writer = _writer(dsn)
+            with pytest.raises(ServerNotReady) as raised:
+                writer.prepare(1, _rows(("a", 1)), _no_dead)
+            message = str(raised.value)
+            assert "max_prepared_transactions" in message and "\n" not in message
+            writer.close()
+            with psycopg.connect(stranger, autocommit=True) as conn:
+                conn.execute("ROLLBACK PREPARED 'mine-1'")
+            restarted = _writer(dsn)
+            restarted.prepare(1, _rows(("a", 1)), _no_dead)
+            restarted.commit(1)
+            assert _table(dsn) == [("a", 1)]
+            restarted.close()
+        finally:
+            postgres_server.stop(data_dir)
 
 
 def test_a_row_lock_held_elsewhere_fails_the_epoch_after_lock_timeout(
@@ -273,7 +320,9 @@ def test_a_fence_changed_by_the_owner_fences_the_running_writer(roles: Roles, ch
     """The owner raises or deletes the writer's fence row. Not under a prepared transaction:
     that holds the row (the owner's statement waits; here it gives up after 1 s). Between
     epochs: the running writer's next epoch is refused (Fenced), writing nothing; its next
-    incarnation resolves, raises a fence again and writes: no row lost or written twice."""
+    incarnation resolves, raises a fence again and writes: no row lost or written twice.
+    A row made again starts above the old one's number (the server's clock in ms), so the
+    old incarnation, a zombie now, stays fenced after the restart too."""
     writer = _writer(roles.job)
     writer.prepare(1, _rows(("a", 1)), _no_dead)
     with psycopg.connect(roles.owner, autocommit=True) as conn:
@@ -286,11 +335,16 @@ def test_a_fence_changed_by_the_owner_fences_the_running_writer(roles: Roles, ch
         writer.prepare(2, _rows(("a", 2), ("b", 2)), _no_dead)
     assert _table(roles.owner) == [("a", 1)] and _prepared(roles.owner) == []
     writer.close()
+    old = _fence(roles.owner) if change.startswith("UPDATE") else writer._fence
     restarted = _writer(roles.job, committed=1)
+    assert _fence(roles.owner) > old
     restarted.prepare(2, _rows(("a", 2), ("b", 2)), _no_dead)
     restarted.commit(2)
-    assert _table(roles.owner) == [("a", 2), ("b", 2)]
+    with pytest.raises(Fenced):  # the zombie
+        writer.prepare(3, _rows(("a", 3)), _no_dead)
+    assert _table(roles.owner) == [("a", 2), ("b", 2)] and _prepared(roles.owner) == []
     restarted.close()
+    writer.close()
 
 
 def test_a_table_dropped_by_the_owner_fails_the_task_until_it_is_back(roles: Roles) -> None:
