@@ -60,7 +60,7 @@ def prepared_in(dsn: str) -> list[Prepared]:
     import psycopg
     from psycopg import sql
 
-    from processor.runtime.postgres_sink import FENCES
+    from processor.runtime.postgres_conn import FENCES
 
     query = sql.SQL("SELECT writer, fence, checkpoint FROM {}").format(sql.Identifier(FENCES))
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:

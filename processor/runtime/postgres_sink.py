@@ -17,7 +17,6 @@ retries), never a row.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -31,7 +30,18 @@ from processor import faults
 from processor.checkpointing import prepared
 from processor.pipeline.sink_postgres import PostgresTarget, Rows, merge_row
 from processor.runtime import postgres_claim
-from processor.runtime.task import OutsideFailure
+from processor.runtime.postgres_conn import (
+    FENCES,
+    GidTaken,
+    abort,
+    check_server,
+    connect,
+    ensure_fences,
+    lock_waits,
+)
+from processor.runtime.postgres_conn import (
+    ServerNotReady as ServerNotReady,  # the sink's errors, where they were
+)
 
 if TYPE_CHECKING:
     from processor.config import Settings
@@ -40,15 +50,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# One row per writer (job, task, sink): the fence each incarnation raises at its restore.
-FENCES = "processor_sink_fences"
-_CREATE_FENCES = sql.SQL(
-    "CREATE TABLE IF NOT EXISTS {} (writer text PRIMARY KEY, fence bigint NOT NULL,"
-    " checkpoint bigint NOT NULL DEFAULT 0)"
+# A writer's row starts at the server's clock in ms, not at 0: one deleted and made again
+# starts above every number the old one reached (one per restart, far fewer than the
+# milliseconds between), so no zombie of an older incarnation passes its check again.
+_ADD_FENCE = sql.SQL(
+    "INSERT INTO {} (writer, fence) VALUES"
+    " (%s, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) ON CONFLICT DO NOTHING"
 ).format(sql.Identifier(FENCES))
-_ADD_FENCE = sql.SQL("INSERT INTO {} (writer, fence) VALUES (%s, 0) ON CONFLICT DO NOTHING").format(
-    sql.Identifier(FENCES)
-)
 _READ_FENCE = sql.SQL("SELECT fence FROM {} WHERE writer = %s").format(sql.Identifier(FENCES))
 _RAISE_FENCE = sql.SQL(
     "UPDATE {} SET fence = fence + 1 WHERE writer = %s AND fence = %s RETURNING fence"
@@ -56,8 +64,11 @@ _RAISE_FENCE = sql.SQL(
 _CHECK_FENCE = sql.SQL("UPDATE {} SET checkpoint = %s WHERE writer = %s AND fence = %s").format(
     sql.Identifier(FENCES)
 )
+# A writer's prepared transactions are its role's: one another role prepared under a name
+# like them is not (the job could neither commit nor roll it back), and is left alone.
 _PREPARED = (
-    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)"
+    "SELECT gid, owner = current_user FROM pg_prepared_xacts"
+    " WHERE database = current_database() AND starts_with(gid, %s)"
 )
 _WRITERS = sql.SQL("SELECT writer FROM {} WHERE starts_with(writer, %s)").format(
     sql.Identifier(FENCES)
@@ -82,10 +93,6 @@ _TABLE_ERRORS: tuple[type[Exception], ...] = (
 Dead = Callable[[Exception, Any], None]
 # A row the database refused: its key columns' values, the error, the value it came from.
 Refuse = Callable[[tuple[Any, ...], Exception, Any], None]
-
-
-class ServerNotReady(OutsideFailure):
-    """The server is set up so that the sink cannot work (one line: the setting)."""
 
 
 class Fenced(RuntimeError):
@@ -114,34 +121,41 @@ class PostgresWriter:
 
     def has_prepared(self) -> bool:
         """Whether the database holds a transaction this writer prepared."""
-        found = self._connection().execute(_PREPARED, (self.writer + ".",)).fetchall()
-        return any(prepared.parse(self.writer, r[0]) is not None for r in found)
+        return bool(self._prepared(self._connection()))
+
+    def _prepared(self, conn: psycopg.Connection[Any]) -> list[str]:
+        """This writer's prepared transactions: its role's, under its names."""
+        mine = []
+        for gid, own in conn.execute(_PREPARED, (self.writer + ".",)).fetchall():
+            if prepared.parse(self.writer, gid) is None:
+                continue
+            if own:
+                mine.append(gid)
+            else:
+                log.warning("%s: %s was prepared by another role: left alone", self.writer, gid)
+        return mine
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None:
-            self._conn = psycopg.connect(
-                self.target.dsn,
-                autocommit=True,  # transactions are explicit: BEGIN ... PREPARE TRANSACTION
-                connect_timeout=10,
-                application_name=f"processor {self.writer}"[:63],
-                # Nothing waits forever: a lock held elsewhere (an application's transaction
-                # on the table) fails the task after a minute, and it retries.
-                options="-c lock_timeout=60s",
-            )
+            self._conn = connect(self.target.dsn, self.writer)
         return self._conn
+
+    def _table(self) -> str:
+        return ".".join(self.target.table)
 
     def read_fence(self) -> None:
         """Step (1) of the restore (`processor.checkpointing.prepared`), before the task's
         producer starts: the fence as its predecessors left it."""
         conn = self._connection()
         check_server(conn)
-        ensure_fences(conn)
-        # A plain read: the row may be locked by a transaction a predecessor prepared.
-        row = conn.execute(_READ_FENCE, (self.writer,)).fetchone()
-        if row is None:  # the writer's first start
-            conn.execute(_ADD_FENCE, (self.writer,))
+        with lock_waits(self.writer, FENCES):
+            ensure_fences(conn)
+            # A plain read: the row may be locked by a transaction a predecessor prepared.
             row = conn.execute(_READ_FENCE, (self.writer,)).fetchone()
-            assert row is not None
+            if row is None:  # the writer's first start
+                conn.execute(_ADD_FENCE, (self.writer,))
+                row = conn.execute(_READ_FENCE, (self.writer,)).fetchone()
+                assert row is not None
         self._seen = int(row[0])
 
     def claim(self, job: str, cluster: str) -> None:
@@ -162,7 +176,8 @@ class PostgresWriter:
                     conn.execute("SET LOCAL lock_timeout = '1s'")
                     row = conn.execute(_RAISE_FENCE, (self.writer, self._seen)).fetchone()
             except errors.LockNotAvailable:
-                row = conn.execute(_READ_FENCE, (self.writer,)).fetchone()
+                with lock_waits(self.writer, FENCES):
+                    row = conn.execute(_READ_FENCE, (self.writer,)).fetchone()
                 if row is not None and int(row[0]) != self._seen:
                     raise Fenced(
                         f"{self.writer}: a newer incarnation raised its fence meanwhile"
@@ -172,11 +187,11 @@ class PostgresWriter:
                 raise Fenced(f"{self.writer}: a newer incarnation raised its fence meanwhile")
             self._fence = int(row[0])
             return
-        raise RuntimeError(f"{self.writer}: could not raise its fence in {FENCES}")
+        with lock_waits(self.writer, FENCES):  # the row held for 2 minutes: one line
+            raise errors.LockNotAvailable(f"could not raise its fence in {FENCES}")
 
     def _resolve(self, conn: psycopg.Connection[Any], committed: int) -> None:
-        found = [r[0] for r in conn.execute(_PREPARED, (self.writer + ".",)).fetchall()]
-        decision = prepared.resolve(self.writer, found, committed, self._seen)
+        decision = prepared.resolve(self.writer, self._prepared(conn), committed, self._seen)
         for verb, names in (("COMMIT", decision.commit), ("ROLLBACK", decision.rollback)):
             for name in names:
                 try:
@@ -191,12 +206,16 @@ class PostgresWriter:
         returns how many rows it holds (those refused went to ``dead``)."""
         if not rows:
             return 0
+        with lock_waits(self.writer, self._table()):
+            return self._prepare(checkpoint_id, rows, dead)
+
+    def _prepare(self, checkpoint_id: int, rows: Rows, dead: Dead) -> int:
         conn = self._connection()
         refused: list[tuple[Any, ...]] = []
         try:
             self._write(conn, checkpoint_id, rows, None)
         except BaseException as exc:
-            _abort(conn)
+            abort(conn)
             if not isinstance(exc, _ROW_ERRORS) or isinstance(exc, _TABLE_ERRORS):
                 raise
 
@@ -207,7 +226,7 @@ class PostgresWriter:
             try:  # which rows? each in a savepoint
                 self._write(conn, checkpoint_id, rows, refuse)
             except BaseException as again:
-                _abort(conn)
+                abort(conn)
                 if not isinstance(again, _ROW_ERRORS) or isinstance(again, _TABLE_ERRORS):
                     raise
                 # Every row passed alone and PREPARE still failed: a deferred constraint,
@@ -238,7 +257,7 @@ class PostgresWriter:
         try:
             self._write(conn, checkpoint_id, {}, None)
         except BaseException:
-            _abort(conn)
+            abort(conn)
             raise
 
     def _write(
@@ -249,7 +268,10 @@ class PostgresWriter:
         conn.execute("BEGIN")
         if conn.execute(_CHECK_FENCE, (checkpoint_id, self.writer, self._fence)).rowcount != 1:
             conn.execute("ROLLBACK")
-            raise Fenced(f"{self.writer}: a newer incarnation raised its fence in {FENCES}")
+            raise Fenced(
+                f"{self.writer}: its fence in {FENCES} is not its own any more (a newer "
+                "incarnation raised it, or the row was changed)"
+            )
         groups: dict[tuple[str, ...], list[tuple[tuple[Any, ...], list[Any], Any]]] = {}
         for ident, (row, value) in rows.items():
             params = [_param(v) for v in row.values()]
@@ -272,7 +294,19 @@ class PostgresWriter:
                         continue
                     cur.execute("RELEASE SAVEPOINT row")
         name = prepared.gid(self.writer, self._fence, checkpoint_id)
-        conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(name)))
+        try:
+            conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(name)))
+        except errors.OutOfMemory as exc:  # every prepared transaction's slot is taken
+            raise ServerNotReady(
+                f"{self.writer}: PREPARE TRANSACTION refused: {exc.diag.message_primary} "
+                "(max_prepared_transactions; pg_prepared_xacts shows whose); the task retries"
+            ) from None
+        except errors.DuplicateObject:  # not a row's fault: another session's doing
+            raise GidTaken(
+                f"{self.writer}: another session prepared a transaction named {name}, the "
+                f"one checkpoint {checkpoint_id}'s was to have (pg_prepared_xacts); the task "
+                "restarts under a new fence"
+            ) from None
 
     def _statement(self, columns: tuple[str, ...]) -> sql.Composed:
         """The upsert of a row with ``columns`` (a row that exists gets the other columns)."""
@@ -334,37 +368,6 @@ class PostgresWriter:
             self._conn = None
 
 
-def check_server(conn: psycopg.Connection[Any]) -> None:
-    """At the task's start, not at its first epoch with rows: PREPARE TRANSACTION fails on
-    a server whose max_prepared_transactions is 0 (PostgreSQL's default)."""
-    row = conn.execute("SHOW max_prepared_transactions").fetchone()
-    if row is not None and int(row[0]) == 0:
-        where = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
-        raise ServerNotReady(
-            f"max_prepared_transactions is 0 on the PostgreSQL server at {where}: the "
-            "sink needs it above 0, at least the tasks writing into it (it takes a server "
-            "restart; docs/postgres.md: What the server needs)"
-        )
-
-
-def ensure_fences(conn: psycopg.Connection[Any]) -> None:
-    """Create processor_sink_fences if it does not exist. Looked for first: CREATE TABLE IF
-    NOT EXISTS needs CREATE on the schema even when the table is there, which a role with
-    only DML on the two tables lacks (docs/postgres.md)."""
-    row = conn.execute("SELECT to_regclass(%s)", (FENCES,)).fetchone()
-    if row is not None and row[0] is not None:
-        return
-    with contextlib.suppress(errors.UniqueViolation):  # another task made it just now
-        conn.execute(_CREATE_FENCES)
-
-
-def _abort(conn: psycopg.Connection[Any]) -> None:
-    """Roll back the transaction under way, if the connection still has one."""
-    status = conn.info.transaction_status
-    if status in (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR):
-        conn.execute("ROLLBACK")
-
-
 def _no_row(key: Any, value: Any) -> dict[str, Any]:
     raise AssertionError("a writer that only resolves writes no rows")
 
@@ -412,7 +415,10 @@ class PostgresSinks:
         _, task, stages = self.owner
         targets = {w.target.dsn: w.target for w in self.writers.values()}
         for target in targets.values():
-            with psycopg.connect(target.dsn, autocommit=True, connect_timeout=10) as conn:
+            with (
+                connect(target.dsn, f"{job}.{task}") as conn,
+                lock_waits(f"{job}.{task}", FENCES),
+            ):
                 ensure_fences(conn)
                 rows = conn.execute(_WRITERS, (f"{job}.{task}.",)).fetchall()
             gone = prepared.replaced(job, task, names, stages, (r[0] for r in rows))

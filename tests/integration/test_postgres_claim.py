@@ -16,7 +16,8 @@ from confluent_kafka.admin import AdminClient
 from processor.kafka import clients
 from processor.pipeline.sink_postgres import PostgresTarget
 from processor.runtime.postgres_claim import ClaimedElsewhere
-from processor.runtime.postgres_sink import FENCES, PostgresSinks, PostgresWriter
+from processor.runtime.postgres_conn import FENCES
+from processor.runtime.postgres_sink import PostgresSinks, PostgresWriter
 from processor.runtime.task import OutsideFailure
 
 pytestmark = pytest.mark.integration
