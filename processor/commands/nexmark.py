@@ -35,7 +35,7 @@ from processor.kafka import clients
 from processor.kafka.replication import topic_replication
 
 VERSION = "0.2.0"
-INSTALL = ["cargo", "install", "nexmark", "--version", VERSION, "--features", "bin"]
+INSTALL = ["cargo", "install", "--locked", "nexmark", "--version", VERSION, "--features", "bin"]
 BLOCK = 1 << 20  # at most, bytes of the generator's output read at once: one block
 CLOSING_MS = 60_000  # the closing events' time after the last event: past every window
 
