@@ -86,6 +86,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def command(settings: Settings, args: argparse.Namespace) -> int:
+    if args.events < 1 or args.partitions < 1 or args.rate < 0:
+        print("processor: --events and --partitions at least 1, --rate 0 or more", file=sys.stderr)
+        return 2
     try:
         binary = args.binary or find_binary(install=args.install)
         alone = generator_rate(binary, args.events)
@@ -110,6 +113,11 @@ def find_binary(install: bool = False) -> Path:
     """The crate's binary on PATH or in ~/.cargo/bin; with ``install``, built when missing."""
     found = shutil.which("nexmark") or shutil.which("nexmark", path=str(cargo_bin()))
     if found:
+        version = cargo_version(Path(found))
+        if version not in (None, VERSION):
+            raise NexmarkError(
+                f"{found} is nexmark {version}, not {VERSION}: {' '.join(INSTALL)} --force"
+            )
         return Path(found)
     if not install:
         raise NexmarkError(f"the nexmark binary is missing; install it: {' '.join(INSTALL)}")
@@ -123,6 +131,22 @@ def find_binary(install: bool = False) -> Path:
 
 def cargo_bin() -> Path:
     return Path.home() / ".cargo" / "bin"
+
+
+def cargo_version(binary: Path) -> str | None:
+    """The crate version cargo installed ``binary`` from (its ~/.cargo/.crates2.json), None
+    for a binary cargo did not install there."""
+    if binary.parent != cargo_bin():
+        return None
+    try:
+        installs = json.loads((cargo_bin().parent / ".crates2.json").read_text())["installs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    for package, install in installs.items():
+        name, _, rest = str(package).partition(" ")
+        if name == "nexmark" and binary.name in install.get("bins", []):
+            return rest.split(" ", 1)[0]
+    return None
 
 
 def blocks(binary: Path, events: int) -> Iterator[list[bytes]]:

@@ -3,7 +3,7 @@
 query's definition computed directly (tests/nexmark_data.py) over the same events; and
 ``processor nexmark generate``, which loads them.
 
-The events are made by the crate's binary (0.2.0; deploy/setup.sh installs it where cargo
+The events are made by the crate's binary (0.2.0; deploy/test.sh installs it where cargo
 is). The job starts with 2 workers; once it has completed a checkpoint, `processor nexmark
 generate`'s load sends the events at the crate's own rate, 10,000 a second, then a closing
 event per partition so that every window closes. Once a checkpoint has committed input of
@@ -11,12 +11,12 @@ every partition, and before all of it, worker 1 is SIGKILLed and replaced; a sou
 resume from a checkpoint. When the job is idle (every event committed, then 3 checkpoints
 more: the coordinator's own rule, which it cannot apply here, as it would find the job idle
 before the first event), an independent read_committed reader reads back the input topic
-(the events to compute the definition from) and the output. Row queries (q1 selection, q3 the buffered join, q5 the
-windows) compare as multisets, each row once; the updating q4 (average price per category)
-by its last value per key: its intermediate values depend on where checkpoints fall. q4 and
-q6 lose a bid behind the watermark (tests/unit/test_nexmark.py, xfail); here none is: each
-partition holds the crate's events in event-time order, blocks of some 20 ms of event time
-round robin, well within the queries' out-of-orderness (1 s).
+(the events to compute the definition from) and the output. Row queries (q1 selection, q3
+the buffered join, q5 the windows) compare as multisets, each row once; the updating q4
+(average price per category) by its last value per key: its intermediate values depend on
+where checkpoints fall. q4 and q6 lose a bid behind the watermark (tests/unit/test_nexmark.py,
+xfail); here none is: each partition holds the crate's events in event-time order, blocks
+of some 20 ms of event time round robin, well within the queries' out-of-orderness (1 s).
 """
 
 from __future__ import annotations

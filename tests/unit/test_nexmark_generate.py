@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.cli import build_parser
+from processor.cli import build_parser, main
 from processor.commands import nexmark
 
 
@@ -64,3 +64,27 @@ def test_the_command_line() -> None:
     assert (args.events, args.topic, args.partitions, args.rate) == (5, "t", 2, 0)
     assert (args.closing, args.install, args.binary) == (False, False, None)
     assert args.bootstrap_servers == "b:1"
+
+
+def test_cargos_binary_of_another_version_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    binary = _executable(home / ".cargo" / "bin" / "nexmark")
+    crates = home / ".cargo" / ".crates2.json"
+    for version in ("0.2.0", "0.3.1"):
+        package = f"nexmark {version} (registry+https://github.com/rust-lang/crates.io-index)"
+        crates.write_text(json.dumps({"installs": {package: {"bins": ["nexmark"]}}}))
+        assert nexmark.cargo_version(binary) == version
+    with pytest.raises(nexmark.NexmarkError, match=r"is nexmark 0\.3\.1, not 0\.2\.0: .*--force"):
+        nexmark.find_binary()
+    crates.write_text("not json")
+    assert nexmark.find_binary() == binary  # cargo's record unreadable: taken as it is
+
+
+@pytest.mark.parametrize("wrong", [["--events", "0"], ["--partitions", "0"], ["--rate", "-1"]])
+def test_nonsense_is_refused_before_any_work(wrong: list[str]) -> None:
+    args = ["nexmark", "generate", "--events", "5", *wrong, "--bootstrap-servers", "nowhere:1"]
+    assert main(args) == 2
