@@ -88,3 +88,23 @@ def test_cargos_binary_of_another_version_is_refused(
 def test_nonsense_is_refused_before_any_work(wrong: list[str]) -> None:
     args = ["nexmark", "generate", "--events", "5", *wrong, "--bootstrap-servers", "nowhere:1"]
     assert main(args) == 2
+
+
+def test_install_runs_cargo_with_the_contracts_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stand-in cargo on PATH (the real build takes minutes: deploy/test.sh does it) that
+    notes its arguments and puts a binary where cargo would."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    cargo = _executable(tmp_path / "bin" / "cargo")
+    made = home / ".cargo" / "bin" / "nexmark"
+    cargo.write_text(
+        f'#!/bin/sh\nPATH=/usr/bin:/bin\necho "$@" > {tmp_path}/args\nmkdir -p {made.parent}\n'
+        f"printf '#!/bin/sh\\n' > {made}\nchmod +x {made}\n"
+    )
+    assert nexmark.find_binary(install=True) == made
+    args = (tmp_path / "args").read_text().split()
+    assert args == ["install", "--locked", "nexmark", "--version", "0.2.0", "--features", "bin"]
+    assert nexmark.find_binary() == made
