@@ -11,10 +11,11 @@ every partition, and before all of it, worker 1 is SIGKILLed and replaced; a sou
 resume from a checkpoint. When the job is idle (every event committed, then 3 checkpoints
 more: the coordinator's own rule, which it cannot apply here, as it would find the job idle
 before the first event), an independent read_committed reader reads back the input topic
-(the events to compute the definition from) and the output. Row queries (q1 selection, q3
-the buffered join, q5 the windows) compare as multisets, each row once; the updating q4
-(average price per category) by its last value per key: its intermediate values depend on
-where checkpoints fall. q4 and q6 lose a bid behind the watermark (tests/unit/test_nexmark.py,
+(the events to compute the definition from) and the output. CI runs q1 (selection), q3 (the
+buffered join), q4 (updating) and q5 (windows); PROCESSOR_TEST_NEXMARK_ALL=1 runs all nine.
+Row queries compare as multisets, each row once; the updating q4 (average price per
+category) and q6 (per seller) by their last value per key: their intermediate values depend
+on where checkpoints fall. q4 and q6 lose a bid behind the watermark (tests/unit/test_nexmark.py,
 xfail); here none is: each partition holds the crate's events in event-time order, blocks
 of some 20 ms of event time round robin, well within the queries' out-of-orderness (1 s).
 """
@@ -46,8 +47,9 @@ EVENTS = 40_000  # 4 s of the crate's event time
 RATE = 10_000  # events/s of the load: the crate's own rate (event time as fast as real time)
 PARTITIONS = 2
 # Row queries: each output row once. Updating queries: the last value per key.
-ROWS = ("q1", "q3", "q5")
-UPDATING = ("q4",)
+QUICK = ("q1", "q3", "q4", "q5")  # what CI runs; all nine with PROCESSOR_TEST_NEXMARK_ALL=1
+UPDATING = ("q4", "q6")  # the others: each row once
+ALL = bool(os.environ.get("PROCESSOR_TEST_NEXMARK_ALL"))
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,13 @@ def binary() -> Path:
         pytest.skip(str(exc))
 
 
-@pytest.mark.parametrize("query", [*ROWS, *UPDATING])
+@pytest.mark.parametrize(
+    "query",
+    [
+        q if q in QUICK else pytest.param(q, marks=pytest.mark.skipif(not ALL, reason="not quick"))
+        for q in (f"q{n}" for n in range(9))
+    ],
+)
 def test_query_on_the_crates_events_with_a_worker_killed(
     query: str, binary: Path, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -101,8 +109,8 @@ def test_query_on_the_crates_events_with_a_worker_killed(
         assert len(stream) == EVENTS + PARTITIONS  # the crate's, and the closing ones
         got = _records(kafka_bootstrap, output)
         want: Any = getattr(nexmark, query)(stream)
-        if query in ROWS:
-            assert len(want) > 5
+        if query not in UPDATING:
+            assert len(want) >= (1 if query == "q7" else 5)  # q7: a row or more a 10 s window
             rows = nexmark.canonical([json.loads(v or b"") for _, v, _ in got])
             missing, extra = nexmark.canonical(want) - rows, rows - nexmark.canonical(want)
             assert not missing and not extra, (
@@ -111,7 +119,7 @@ def test_query_on_the_crates_events_with_a_worker_killed(
             )
         else:
             last = {(k or b"").decode(): json.loads(v or b"") for k, v, _ in got}
-            assert len(want) == 5 and last == want
+            assert len(want) >= 5 and last == want
         logs = run.log("worker-0") + run.log("worker-1")
         resumed = re.search(rf"resuming {re.escape(events)} at {{.+}} \(checkpoint [1-9]", logs)
         assert resumed, "no source resumed from a checkpoint after the kill"
