@@ -17,6 +17,7 @@ from pydantic import SecretStr
 from pydantic_core import PydanticUndefined
 
 from processor.commands import acls as acls_command
+from processor.commands import nexmark as nexmark_command
 from processor.commands import postgres as postgres_command
 from processor.config import Settings, SettingsError, load_settings
 from processor.logs import configure_logging
@@ -207,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     acls_command.add_parser(sub, common)
     postgres_command.add_parser(sub, common)
+    nexmark_command.add_parser(sub, common)
     status = sub.add_parser("status", help="the coordinator's checkpoint and task status")
     status.add_argument("--url", default=COORDINATOR_URL, help="coordinator's metrics URL")
     status.add_argument("--history", type=int, default=10, help="checkpoints to show")
@@ -428,6 +430,8 @@ def _run(args: argparse.Namespace) -> int:
         return postgres_command.command(settings, args.dsn, args.resolve)
     if command == "acls":
         return acls_command.command(settings, args)
+    if command == "nexmark":
+        return nexmark_command.command(settings, args)
     if command == "demo":
         from processor.commands.demo import run_demo
 
