@@ -57,12 +57,12 @@ def test_a_job_of_the_same_name_on_another_cluster_refuses(pg_database: str) -> 
     elsewhere = _sinks(pg_database, job="k")
     elsewhere.read_fences("cluster-B")
     elsewhere.recover(0)
-    assert _rows(pg_database) == [
-        ("j.in-0.t", 1),
-        ("j.in-1.t", 1),
-        ("j@cluster-A", 0),
-        ("k.in-0.t", 1),
-        ("k@cluster-B", 0),
+    assert [w for w, _ in _rows(pg_database)] == [
+        "j.in-0.t",
+        "j.in-1.t",
+        "j@cluster-A",
+        "k.in-0.t",
+        "k@cluster-B",
     ]
     for sinks in (first, again, other, elsewhere):
         sinks.close()
