@@ -369,15 +369,16 @@ def _run(args: argparse.Namespace) -> int:
         worker.run(_stop_event())
         return 0
     if command == "local":
-        from processor.commands.local import run_local
+        from processor.commands.local import free_ports, run_local
         from processor.jobs import load_graph
 
         load_graph(settings)  # a pipeline that cannot run fails here, before any process starts
 
-        # Metrics and the status page are on by default here: 9400 and up, unless set.
+        # Metrics and the status page are on by default here: 9400 and up (the next free
+        # block beside another job), unless set.
         port = settings.metrics_port
         if args.metrics_port is None and "PROCESSOR_METRICS_PORT" not in os.environ:
-            port = 9400
+            port = free_ports(args.workers + 1, host=settings.metrics_host)
         return run_local(args.workers, _env(args), _stop_event(), args.until_idle, port)
     if command == "produce":
         from processor.commands.produce import produce_lines

@@ -14,9 +14,11 @@ that record again and stops the same way: never a restart loop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -65,6 +67,25 @@ class _Child:
             self.proc.returncode,
             max(0.0, (self._restart_at or 0) - time.monotonic()),
         )
+
+
+def free_ports(count: int, start: int = 9400, host: str = "127.0.0.1", tries: int = 50) -> int:
+    """The first of ``count`` consecutive ports free on ``host``, from ``start`` up in steps
+    of ``count`` (9400 for the first job on a machine): a second ``processor local`` beside
+    the first takes the next block rather than failing on 9400."""
+    for base in range(start, start + count * tries, count):
+        if all(_free(host, port) for port in range(base, base + count)):
+            return base
+    raise OSError(f"no {count} free consecutive ports on {host} from {start} up")
+
+
+def _free(host: str, port: int) -> bool:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def run_local(

@@ -21,3 +21,20 @@ def test_a_healthy_run_forgives_earlier_crashes() -> None:
     backoff.next_start(0.0, 1.0)
     backoff.next_start(1.5, 2.0)
     assert backoff.next_start(3.0, 50.0) == 50.5
+
+
+def test_a_second_local_job_takes_the_next_free_block_of_ports() -> None:
+    """Issue #43: a second ``processor local`` stopped on 9400 in use; it now takes the
+    next block of ``workers + 1`` free ports (and prints them)."""
+    import contextlib
+    import socket
+
+    from processor.commands.local import free_ports
+
+    with contextlib.closing(socket.socket()) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert free_ports(3, start=port) != port  # the block holding it is skipped
+        base = free_ports(3, start=port - 1)
+        assert not base <= port < base + 3
