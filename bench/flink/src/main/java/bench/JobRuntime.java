@@ -20,6 +20,7 @@ import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.core.execution.CheckpointingMode;
 import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.core.execution.RecoveryClaimMode;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 
 /**
  * What the two Flink word counts (the DataStream {@link WordCount} and {@link SqlWordCount})
@@ -96,6 +97,28 @@ final class JobRuntime {
    * the job's directory (kept on cancellation), the restore path if given, managed memory,
    * object reuse, the MiniCluster's REST endpoint on loopback at a free port.
    */
+  /**
+   * A local environment, or with the system property {@code bench.flink.remote=host:port} a
+   * session cluster's REST endpoint; no jar files: the classes of the job are on the cluster's
+   * classpath (its JVMs run from this jar), as with a job jar in Flink's lib/.
+   * https://nightlies.apache.org/flink/flink-docs-release-2.2/docs/dev/datastream/overview/#anatomy-of-a-flink-program
+   * https://nightlies.apache.org/flink/flink-docs-release-2.2/docs/deployment/resource-providers/standalone/overview/
+   */
+  /** Whether the job is submitted to a session cluster ({@code bench.flink.remote}). */
+  static boolean remote() {
+    return System.getProperty("bench.flink.remote") != null;
+  }
+
+  static StreamExecutionEnvironment environment(Configuration conf) {
+    String remote = System.getProperty("bench.flink.remote");
+    if (remote == null) {
+      return StreamExecutionEnvironment.createLocalEnvironment(conf);
+    }
+    int colon = remote.lastIndexOf(':');
+    return StreamExecutionEnvironment.createRemoteEnvironment(
+        remote.substring(0, colon), Integer.parseInt(remote.substring(colon + 1)), conf);
+  }
+
   static Configuration configuration(Args a) {
     Configuration conf = new Configuration();
     conf.set(CoreOptions.DEFAULT_PARALLELISM, a.parallelism());

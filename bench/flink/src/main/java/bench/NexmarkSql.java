@@ -74,16 +74,7 @@ public final class NexmarkSql {
             args[0], "", "", args[2], args[3], Integer.parseInt(args[4]), intervalMs, null);
     Configuration conf = JobRuntime.configuration(a);
 
-    String remote = System.getProperty("bench.flink.remote");
-    StreamExecutionEnvironment env;
-    if (remote == null) {
-      env = StreamExecutionEnvironment.createLocalEnvironment(conf);
-    } else {
-      int colon = remote.lastIndexOf(':');
-      env =
-          StreamExecutionEnvironment.createRemoteEnvironment(
-              remote.substring(0, colon), Integer.parseInt(remote.substring(colon + 1)), conf);
-    }
+    StreamExecutionEnvironment env = JobRuntime.environment(conf);
     StreamTableEnvironment tEnv =
         StreamTableEnvironment.create(env, EnvironmentSettings.inStreamingMode());
     TableConfig table = tEnv.getConfig();
@@ -118,7 +109,7 @@ public final class NexmarkSql {
     System.err.println(tEnv.explainSql(insert));
     TableResult result = tEnv.executeSql(insert);
     JobClient job = result.getJobClient().orElseThrow();
-    if (remote != null) {
+    if (JobRuntime.remote()) {
       System.out.println("JOB_ID " + job.getJobID());
       System.out.flush();
       return;

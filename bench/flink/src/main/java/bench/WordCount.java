@@ -95,20 +95,7 @@ public final class WordCount {
     JobRuntime.Args a = JobRuntime.Args.parse("WordCount", args);
     Configuration conf = JobRuntime.configuration(a);
 
-    String remote = System.getProperty("bench.flink.remote");
-    StreamExecutionEnvironment env;
-    if (remote == null) {
-      env = StreamExecutionEnvironment.createLocalEnvironment(conf);
-    } else {
-      // A session cluster's REST endpoint; no jar files: the classes of this job are on the
-      // cluster's classpath (its JVMs run from this jar), as with a job jar in Flink's lib/.
-      // https://nightlies.apache.org/flink/flink-docs-release-2.2/docs/dev/datastream/overview/#anatomy-of-a-flink-program
-      // https://nightlies.apache.org/flink/flink-docs-release-2.2/docs/deployment/resource-providers/standalone/overview/
-      int colon = remote.lastIndexOf(':');
-      env =
-          StreamExecutionEnvironment.createRemoteEnvironment(
-              remote.substring(0, colon), Integer.parseInt(remote.substring(colon + 1)), conf);
-    }
+    StreamExecutionEnvironment env = JobRuntime.environment(conf);
 
     KafkaSource<String> source =
         KafkaSource.<String>builder()
@@ -143,7 +130,7 @@ public final class WordCount {
         .name("output");
 
     JobClient job = env.executeAsync(a.name());
-    if (remote != null) {
+    if (JobRuntime.remote()) {
       // Detached: the session cluster owns the job from here on.
       System.out.println("JOB_ID " + job.getJobID());
       System.out.flush();
