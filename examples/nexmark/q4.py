@@ -16,12 +16,13 @@ An auction's final price is its highest bid between its ``date_time`` and its ``
 
 Two API gaps of issue #42 shape it:
 
-- no join without a time bound: the auction and its bids meet in a hand-written ``process``
-  keyed by auction id (both event types tagged in one ``flat_map``) that buffers the bids
-  which arrive before their auction. An event-time timer at ``expires + 1`` (the close is
-  inclusive) deletes the auction once no bid can change its price; a buffered bid is dropped
-  once the watermark passes it, as its auction (which starts no later than the bid) can no
-  longer come.
+- no join that ends with one side's own time: ``join(within_ms=None)`` would meet every bid
+  with its auction but keep both for good. Here the auction and its bids meet in a
+  hand-written ``process`` keyed by auction id (both event types tagged in one ``flat_map``)
+  that buffers the bids which arrive before their auction. An event-time timer at
+  ``expires + 1`` (the close is inclusive) deletes the auction once no bid can change its
+  price; a buffered bid is dropped once the watermark passes it, as its auction (which
+  starts no later than the bid) can no longer come.
 - no updating aggregation over an updating input: the inner ``MAX`` changes as bids come,
   and the outer ``AVG`` must take back the old maximum. The ``process`` emits each change of
   an auction's maximum as a delta ``{category, sum, n}`` (``sum`` = new - old maximum, ``n``

@@ -17,7 +17,7 @@ between its ``date_time`` and ``expires``, both inclusive; none: it does not cou
 "last 10" are by ``expires``, ties broken by auction id, so that the result does not depend
 on the order in which closes reach the seller's task.
 
-The auction and its bids meet as in q4 (no join without a time bound, issue #42: a
+The auction and its bids meet as in q4 (a join would keep both for good, issue #42: a
 ``process`` per auction id buffers bids that come before their auction), but the price is
 emitted once, when the auction closes. The close is inclusive, a trap the issue lists: the
 timer is at ``expires + 1`` (a timer at ``expires`` fires while a bid at ``expires`` may
