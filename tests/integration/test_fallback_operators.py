@@ -63,16 +63,13 @@ def _lose_committed_snapshots(run: PipelineRun, stage: str) -> None:
         committed = run.committed_manifest(stage, partition)
         assert committed is not None, f"{stage}-{partition} committed nothing"
         task_dir = committed.parents[2]
-        manifests = sorted(
-            (
-                m
-                for m in task_dir.glob("*/chk-*/_snapshot.json")
-                if m.parent.name <= committed.parent.name
-            ),
-            key=lambda m: m.parent.name,
-        )
+        found = sorted(task_dir.glob("*/chk-*/_snapshot.json"), key=lambda m: m.parent.name)
+        manifests = [m for m in found if m.parent.name <= committed.parent.name]
         assert len(manifests) > LOST, f"{stage}-{partition}: {len(manifests)} snapshots kept"
-        for manifest in manifests[-LOST:]:
+        # Newer ones too: a commit the killed worker had in flight may still complete (the
+        # broker finishes it), and its snapshot must be lost as well, or there is no fallback.
+        newer = [m for m in found if m.parent.name > committed.parent.name]
+        for manifest in manifests[-LOST:] + newer:
             manifest.unlink()
 
 
