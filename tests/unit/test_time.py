@@ -11,6 +11,7 @@ from processor.pipeline.time import (
     READ_GAP_S,
     ChannelWatermarks,
     SourceWatermarks,
+    source_marks,
 )
 
 
@@ -151,3 +152,24 @@ def test_an_idle_marks_time_counts_before_the_channel_goes_idle() -> None:
     assert marks.on_mark(1, 120, True) == 120  # its last progress, then idle
     assert marks.all_idle and marks.current == 120
     assert marks.on_mark(1, 100, True) is None  # an older time: nothing moves
+
+
+def test_what_a_source_forwards_and_the_progress_before_an_idle_mark() -> None:
+    """`source_marks` (the one place both task kinds' sources and the driver decide what to
+    forward): nothing before every partition has a record, a new mark when it rises, none
+    when unchanged, and on going idle first the watermark of what was read since (readers
+    ignore an idle mark's time), then the idle mark."""
+    marks = SourceWatermarks([0, 1], out_of_orderness_ms=100, idle_ms=1000)
+    marks.polled(0.0)
+    marks.observe(0, 5_000)
+    assert source_marks(marks, None) == []  # partition 1 has had no record
+    marks.observe(1, 3_000)
+    assert source_marks(marks, None) == [(2_900, False)]
+    assert source_marks(marks, (2_900, False)) == []
+    marks.observe(1, 4_000)  # read, but not forwarded before the partitions go quiet
+    for step in range(1, 10):
+        marks.polled(step * 0.25)
+    assert marks.current() is None
+    assert source_marks(marks, (2_900, False)) == [(3_900, False), (3_900, True)]
+    assert source_marks(marks, (3_900, True)) == []
+    assert source_marks(marks, (2_900, False), floor=10_000) == [(3_900, False), (3_900, True)]
