@@ -64,7 +64,7 @@ from bench.measure import (
 )
 from bench.peers.base import Job, Peer
 from bench.steady import delete_topics, list_topics, topic_footprint, work_summary
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 # The producer kept the rate: at least this share of it acknowledged over the window (how far
 # it fell behind at worst is reported beside it).

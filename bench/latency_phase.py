@@ -28,7 +28,7 @@ from bench.peers.processor_peer import (
 )
 from bench.phases import BrokerDied, both_alive, check_broker, wait_reading
 from processor.commands import corpus
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 
 def latency(

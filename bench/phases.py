@@ -45,7 +45,7 @@ from bench.steady import (
     steady_run,
     tools_classpath,
 )
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 # ------------------------------------------------------------------------------ phases
 

@@ -197,7 +197,7 @@ def main() -> None:
     import shutil
     import tempfile
 
-    from processor.kafka.broker import LocalBroker
+    from processor.localkafka.broker import LocalBroker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", default="100000,1000000", help="comma-separated key counts")

@@ -66,7 +66,7 @@ from bench.latency_phase import latency
 from bench.modes import FULL, PEERS, RESULTS, Mode
 from bench.phases import BrokerDied
 from bench.run import terminate_as_interrupt
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 SEARCH_INTERVAL_MS = 1000
 # Where each system's ladder starts (words/s): well below what it sustains, a few rungs up.

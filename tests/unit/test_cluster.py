@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from processor.config import Settings, SettingsError, load_settings
-from processor.kafka.broker import LocalBroker
-from processor.kafka.brokertools import BrokerError
-from processor.kafka.cluster import LocalCluster, cluster_properties, port_layout
 from processor.kafka.replication import default_factor, min_insync, topic_config, topic_replication
+from processor.localkafka.broker import LocalBroker
+from processor.localkafka.brokertools import BrokerError
+from processor.localkafka.cluster import LocalCluster, cluster_properties, port_layout
 
 
 def _properties(broker: LocalBroker) -> dict[str, str]:
