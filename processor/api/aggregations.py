@@ -1,6 +1,9 @@
-"""The per-key operators of the user's API, shared by `processor.api.streams.KeyedStream`
-(per key) and `processor.api.streams.WindowedStream` (per key and window): count, sum,
-reduce, aggregate and process.
+"""The nodes of the per-key operators, with their arguments checked: the aggregations
+(count, sum, reduce, aggregate), ``process``, ``window`` and ``join``.
+
+`processor.api.dataflow`'s streams call these and wrap the node in a typed stream; the
+operator after a ``window`` node (a `processor.api.dataflow.WindowedStream`'s) is per key and
+window, which refuses what a window cannot do (timers, a TTL, an update per record).
 
 ``ttl_ms`` (per key only): a key whose state has not been updated for that long is deleted
 (`processor.engine.expiry`; docs/state-ttl.md).
@@ -8,182 +11,140 @@ reduce, aggregate and process.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-from processor.api.args import check_callable, check_emit, check_ttl
-from processor.api.node import Emit
+from processor.api.args import check_callable, check_emit, check_ms, check_ttl
+from processor.api.graph import Graph
+from processor.api.node import Node
 from processor.errors import PipelineError
 
-if TYPE_CHECKING:
-    from processor.api.streams import KeyedStream
+
+def aggregation(
+    graph: Graph,
+    parent: Node,
+    kind: str,
+    name: str | None,
+    emit: Any,
+    ttl_ms: Any,
+    fn: Callable[..., Any] | None = None,
+    fn2: Callable[..., Any] | None = None,
+    initial: Any = None,
+) -> Node:
+    """count, sum, reduce or aggregate after ``parent`` (a keyed node or a window)."""
+    checked_emit, ttl = check_emit(emit, kind), check_ttl(ttl_ms, kind)
+    if fn is not None:
+        fn = check_callable(fn, kind)
+    if fn2 is not None:
+        fn2 = check_callable(fn2, f"{kind} merge")
+    if parent.kind == "window":
+        if parent.gap_ms and kind == "aggregate" and fn2 is None:
+            raise PipelineError("aggregate on session windows needs merge= (sessions merge)")
+        _refuse_on_window(kind, ttl, checked_emit)
+    node = graph.child(
+        parent, kind, name, keyed=True, fn=fn, fn2=fn2, emit=checked_emit, ttl_ms=ttl
+    )
+    node.initial = initial
+    return node
 
 
-class Aggregations:
-    """count, sum, reduce, aggregate and process: per key on a `KeyedStream`, per key and
-    window on a `WindowedStream` (each says how it makes the node).
+def process(
+    graph: Graph,
+    parent: Node,
+    fn: Any,
+    on_timer: Any,
+    processing_time: Any,
+    name: str | None,
+    ttl_ms: Any,
+    headers: Any,
+) -> Node:
+    """A process after ``parent`` (a keyed node or a window)."""
+    windowed = parent.kind == "window"
+    timer = None if on_timer is None else check_callable(on_timer, "process on_timer")
+    if timer is not None and windowed:
+        raise PipelineError(
+            "process(on_timer=...) on windows: a window's state ends with the window; "
+            "set timers in a process on the keyed stream instead"
+        )
+    if processing_time and timer is None:
+        raise PipelineError("process(processing_time=True) needs on_timer=")
+    if headers is not None and not isinstance(headers, bool):
+        raise PipelineError("process(headers=...): True, False or left out")
+    if headers and windowed:
+        raise PipelineError(
+            "process(headers=True) on windows: a window's process sees no headers; read "
+            "them in a process before the window"
+        )
+    fn = check_callable(fn, "process")
+    ttl = check_ttl(ttl_ms, "process")
+    if windowed:
+        if parent.gap_ms:
+            raise PipelineError("process on session windows: sessions merge, their state cannot")
+        _refuse_on_window("process", ttl, "checkpoint")
+    node = graph.child(parent, "process", name, keyed=True, fn=fn, ttl_ms=ttl)
+    node.on_timer = timer
+    node.processing_time = bool(processing_time)
+    node.headers = headers
+    return node
 
-    ``emit`` of count, sum, reduce and aggregate: ``"checkpoint"`` (the default) emits each
-    key's latest value once per checkpoint, a changelog whose last value per key is the
-    result; ``"record"`` emits ``(key, new value)`` for every input record, in input order
-    per key (no pre-aggregation before the shuffle: every update is seen).
 
-    ``ttl_ms``: a key whose state has not been updated for that long is deleted, and its
-    next record starts again from nothing (``initial``, or the first value); in a pipeline
-    with event time it counts against the watermark, otherwise in wall-clock time at
-    checkpoints. Nothing is emitted when a key expires (docs/state-ttl.md)."""
-
-    def _aggregation(self, kind: str, name: str | None, **attrs: Any) -> KeyedStream:
-        raise NotImplementedError
-
-    def count(
-        self, name: str | None = None, emit: Emit = "checkpoint", ttl_ms: int | None = None
-    ) -> KeyedStream:
-        """Per key, the number of values so far.
-
-        >>> p = Pipeline()
-        >>> counts = p.source("clicks").key_by(lambda url: url).count(emit="record")
-        >>> counts.sink("clicks-per-url")  # "a" "b" "a" -> (a, 1) (b, 1) (a, 2)
-
-        With ``ttl_ms=3_600_000`` a URL not clicked for an hour counts from 1 again.
-        """
-        return self._aggregation(
-            "count", name, emit=check_emit(emit, "count"), ttl_ms=check_ttl(ttl_ms, "count")
+def _refuse_on_window(kind: str, ttl_ms: int, emit: str) -> None:
+    if ttl_ms:
+        raise PipelineError(
+            f"{kind}(ttl_ms=...) on a window: a window's state is deleted when it closes "
+            "(for a TTL, aggregate without the window)"
+        )
+    if emit == "record":
+        raise PipelineError(
+            f'{kind}(emit="record") on a window: a window emits once, when it closes '
+            "(for an update per record, aggregate without the window)"
         )
 
-    def sum(
-        self, name: str | None = None, emit: Emit = "checkpoint", ttl_ms: int | None = None
-    ) -> KeyedStream:
-        """Per key, the sum of the values so far; a value that is not a number is dead.
 
-        >>> p = Pipeline()
-        >>> orders = p.source("orders", value="json").key_by(lambda o: o["user"])
-        >>> orders.map(lambda o: o["amount"]).sum(ttl_ms=86_400_000).sink("revenue")
-        """
-        return self._aggregation(
-            "sum", name, emit=check_emit(emit, "sum"), ttl_ms=check_ttl(ttl_ms, "sum")
-        )
+def window(
+    graph: Graph,
+    parent: Node,
+    size_ms: Any,
+    slide_ms: Any,
+    gap_ms: Any,
+    lateness_ms: Any,
+    name: str | None,
+    bounds: Any,
+) -> Node:
+    """A window node after the keyed ``parent``: tumbling, hopping or session."""
+    where = f"window(size_ms={size_ms}, slide_ms={slide_ms}, gap_ms={gap_ms})"
+    node = graph.child(parent, "window", name, keyed=True)
+    if gap_ms is not None:
+        if size_ms is not None or slide_ms is not None:
+            raise PipelineError(f"{where}: a session window takes gap_ms alone")
+        node.gap_ms = check_ms(gap_ms, f"{where} gap_ms", positive=True)
+    else:
+        if size_ms is None:
+            raise PipelineError(f"{where}: give size_ms (or gap_ms for session windows)")
+        node.size_ms = check_ms(size_ms, f"{where} size_ms", positive=True)
+        if slide_ms is not None:
+            node.slide_ms = check_ms(slide_ms, f"{where} slide_ms", positive=True)
+            if node.slide_ms > node.size_ms:
+                raise PipelineError(f"{where}: slide_ms larger than size_ms skips records")
+    node.lateness_ms = check_ms(lateness_ms, f"{where} lateness_ms")
+    if not isinstance(bounds, bool):
+        raise PipelineError(f"{where}: bounds must be True or False")
+    node.bounds = bounds
+    return node
 
-    def reduce(
-        self,
-        fn: Callable[[Any, Any], Any],
-        name: str | None = None,
-        emit: Emit = "checkpoint",
-        ttl_ms: int | None = None,
-    ) -> KeyedStream:
-        """Per key, ``fn(accumulated, value)`` folded over the values (the first one as is).
 
-        ``fn`` should be associative: with ``emit="checkpoint"`` records of one epoch are
-        combined before the shuffle.
-
-        >>> p = Pipeline()
-        >>> readings = p.source("readings", value="json").key_by(lambda r: r["sensor"])
-        >>> readings.reduce(lambda a, b: max(a, b, key=lambda r: r["value"])).sink("peaks")
-        """
-        return self._aggregation(
-            "reduce",
-            name,
-            fn=check_callable(fn, "reduce"),
-            emit=check_emit(emit, "reduce"),
-            ttl_ms=check_ttl(ttl_ms, "reduce"),
-        )
-
-    def aggregate(
-        self,
-        initial: Any,
-        add: Callable[[Any, Any], Any],
-        merge: Callable[[Any, Any], Any] | None = None,
-        name: str | None = None,
-        emit: Emit = "checkpoint",
-        ttl_ms: int | None = None,
-    ) -> KeyedStream:
-        """Per key, ``add(accumulator, value)`` from ``initial``; with ``merge(a, b)`` (and
-        ``emit="checkpoint"``) partial accumulators of an epoch are combined before the
-        shuffle.
-
-        >>> p = Pipeline()
-        >>> readings = p.source("readings", value="json").key_by(lambda r: r["sensor"])
-        >>> readings.aggregate([0, 0], lambda a, r: [a[0] + r["value"], a[1] + 1]).sink("n")
-        """
-        fn2 = None if merge is None else check_callable(merge, "aggregate merge")
-        stream = self._aggregation(
-            "aggregate",
-            name,
-            fn=check_callable(add, "aggregate"),
-            fn2=fn2,
-            emit=check_emit(emit, "aggregate"),
-            ttl_ms=check_ttl(ttl_ms, "aggregate"),
-        )
-        stream.node.initial = initial
-        return stream
-
-    def process(
-        self,
-        fn: Callable[[Any, Any], Iterable[Any]],
-        on_timer: Callable[[int, Any], Iterable[Any]] | None = None,
-        processing_time: bool = False,
-        name: str | None = None,
-        ttl_ms: int | None = None,
-        headers: bool | None = None,
-    ) -> KeyedStream:
-        """``fn(value, state)`` returns values to emit under the same key; ``state`` is this
-        key's value in the operator's state: ``get(default=None)``, ``set(value)``,
-        ``delete()``, and ``state.key`` (the key), ``state.timestamp`` (the record's event
-        time in ms: its Kafka timestamp unless the source has a timestamp function),
-        ``state.headers`` (its Kafka headers, ``(name, bytes)`` pairs:
-        ``dict(state.headers).get("source")``).
-
-        ``headers=True``: its records carry their Kafka headers from the source on, which
-        costs every record on the way; ``False``: they do not (reading ``state.headers`` is
-        a dead record). Left out, they do if ``fn``'s own code reads ``state.headers`` (a
-        helper it calls is not looked into: say ``headers=True`` then).
-
-        With ``on_timer``, ``state.timers`` sets timers for the key: ``set(at_ms)``,
-        ``delete(at_ms)``, ``clear()``, ``pending()`` (a sorted list). Each fires once, when
-        the watermark passes ``at_ms`` (with ``processing_time=True``: when the wall clock
-        does), calling ``on_timer(at_ms, state)`` with the key's state; what it returns is
-        emitted under the key. Timers are part of the snapshot::
-
-            def track(event, state):
-                state.set(event)
-                state.timers.set(state.timestamp + 30_000)
-                return []
-
-            def expired(at_ms, state):
-                return [] if state.timers.pending() else [state.get()]
-
-            events.key_by(lambda e: e["user"]).process(track, on_timer=expired)
-
-        ``ttl_ms``: a key's value is deleted once it has not been set for that long;
-        ``state.set(value, ttl_ms=...)`` gives one key its own (its timers stay)::
-
-            def first_sight(event, state):
-                if state.get() is None:
-                    state.set(True, ttl_ms=86_400_000)  # seen again after a day: new again
-                    return [event]
-                return []
-        """
-        timer = None if on_timer is None else check_callable(on_timer, "process on_timer")
-        if timer is not None and self._windowed:
+def join(graph: Graph, left: Node, right: Node, within_ms: Any, name: str | None) -> Node:
+    """A join of two key_by nodes, each used for nothing else."""
+    for side in (left, right):
+        if side.kind != "key_by" or side.children:
             raise PipelineError(
-                "process(on_timer=...) on windows: a window's state ends with the window; "
-                "set timers in a process on the keyed stream instead"
+                f"join: {side.name!r} must be a key_by with no other use (join right "
+                "after key_by; key_by again for another branch)"
             )
-        if processing_time and timer is None:
-            raise PipelineError("process(processing_time=True) needs on_timer=")
-        if headers is not None and not isinstance(headers, bool):
-            raise PipelineError("process(headers=...): True, False or left out")
-        if headers and self._windowed:
-            raise PipelineError(
-                "process(headers=True) on windows: a window's process sees no headers; read "
-                "them in a process before the window"
-            )
-        stream = self._aggregation(
-            "process", name, fn=check_callable(fn, "process"), ttl_ms=check_ttl(ttl_ms, "process")
-        )
-        stream.node.on_timer = timer
-        stream.node.processing_time = bool(processing_time)
-        stream.node.headers = headers
-        return stream
-
-    _windowed = False  # a WindowedStream's: per window, whose state ends with the window
+    if left is right:
+        raise PipelineError("join: a stream cannot join itself")
+    node = graph.child(left, "join", name, keyed=True)
+    node.within_ms = None if within_ms is None else check_ms(within_ms, "join within_ms")
+    node.other = right
+    right.children.append(node)
+    return node

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from processor.api.postgres import PostgresTarget
-    from processor.api.sinks import SinkSpec
-    from processor.serde import Serde
+from processor.api.targets import PostgresTarget, SinkSpec
+from processor.serde import Serde
 
 ValueFormat = Literal["text", "json", "bytes"]
 VALUE_FORMATS: tuple[ValueFormat, ...] = ("text", "json", "bytes")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from processor.api.streams import Node
+from processor.api.node import Node
 from processor.models.limits import (
     EVENT_TIME_LIMIT,
     event_time_error,
@@ -21,9 +21,6 @@ from processor.serde.codec import (
     RecordError,
     shown,
 )
-
-if TYPE_CHECKING:
-    pass
 
 _UNSET = object()
 

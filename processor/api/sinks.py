@@ -1,10 +1,11 @@
 """Sinks with a key function, a value format or serde, or headers: how their records encode.
 
-A sink with the defaults (key ``str(key)``, value JSON, no headers) has no `SinkSpec` and
-takes `StageChain`'s own batch path, which this module never touches: word count pays
-nothing for it. A sink with a spec encodes record by record here; a function that raises or
-returns the wrong type makes that record dead, never the task (`processor.api.ops`
-`Unavailable` aside: a schema registry away fails the task, which retries).
+`SinkSpec` (`processor.api.targets`) says what a sink does. A sink with the defaults (key
+``str(key)``, value JSON, no headers) has no `SinkSpec` and takes `StageChain`'s own batch
+path, which this module never touches: word count pays nothing for it. A sink with a spec
+encodes record by record here; a function that raises or returns the wrong type makes that
+record dead, never the task (`processor.api.ops` `Unavailable` aside: a schema registry away
+fails the task, which retries).
 
 The key and value functions get the stream's key as the user knows it (``ops.key_of`` of
 its text; None on an unkeyed stream) and the value.
@@ -13,58 +14,16 @@ its text; None on an unkeyed stream) and the value.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from processor.api.ops import key_of, key_text, oversized, sink_key_of
+from processor.api.targets import SinkSpec as SinkSpec  # re-exported: the engine reads it here
 from processor.models.limits import headers_size
-from processor.serde.codec import RecordError, Unavailable, serde_dumps, shown
-
-if TYPE_CHECKING:
-    from processor.serde import Serde
+from processor.serde.codec import RecordError, Unavailable, shown
 
 SinkHeaders = list[tuple[str, bytes]]
 Plain = tuple[bytes | None, bytes]
 Headed = tuple[bytes | None, bytes, SinkHeaders]
-
-
-@dataclass(frozen=True)
-class SinkSpec:
-    """What a sink does instead of the defaults: ``key(k, v)`` (None: ``str(key)``),
-    ``value(k, v) -> bytes`` (always set), ``headers(k, v)`` (None: no headers);
-    ``serde``: the serde ``value`` encodes with (None for a value function), for whoever
-    reads the sink's records back (a test harness)."""
-
-    key: Callable[[Any, Any], Any] | None
-    value: Callable[[Any, Any], bytes]
-    headers: Callable[[Any, Any], Any] | None
-    serde: Serde | None = None
-
-    @staticmethod
-    def of(topic: str, key: Any, value: Any, headers: Any) -> SinkSpec:
-        """The spec of ``sink(topic, key=, value=, headers=)``; PipelineError if one of them
-        is not what it should be."""
-        from processor.api.streams import PipelineError
-        from processor.serde import is_serde, resolve
-
-        where = f"sink({topic!r})"
-        for what, fn in (("key", key), ("headers", headers)):
-            if fn is not None and not callable(fn):
-                raise PipelineError(f"{where} {what}: expected a function, got {type(fn).__name__}")
-        encode: Callable[[Any, Any], bytes]
-        serde: Serde | None = None
-        if isinstance(value, str) or is_serde(value):
-            serde = resolved = resolve(value, f"{where} value", topic)
-            encode = lambda _k, v: serde_dumps(resolved, v)  # noqa: E731
-        elif callable(value):
-            fn = value
-            encode = lambda k, v: _as_bytes(fn(k, v), "value")  # noqa: E731
-        else:
-            raise PipelineError(
-                f"{where} value: expected 'json', 'text', 'bytes', a serde or a function "
-                f"fn(key, value) -> bytes, got {type(value).__name__}"
-            )
-        return SinkSpec(key, encode, headers, serde)
 
 
 def encode(
@@ -133,14 +92,6 @@ def _key(key: Any) -> bytes | None:
     if isinstance(key, bytearray | memoryview):
         return bytes(key)
     raise RecordError(f"key function returned {type(key).__name__}: expected str, bytes or None")
-
-
-def _as_bytes(raw: Any, what: str) -> bytes:
-    if type(raw) is bytes:
-        return raw
-    if isinstance(raw, bytearray | memoryview):
-        return bytes(raw)
-    raise RecordError(f"{what} function returned {type(raw).__name__}, not bytes")
 
 
 def _headers(headers: Any) -> SinkHeaders:

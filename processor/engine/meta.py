@@ -1,4 +1,4 @@
-"""A record's metadata as user code sees it (`Meta`), and how it crosses a shuffle.
+"""How a record's metadata (`processor.api.context.Meta`) crosses a shuffle; a source's keys.
 
 Only pipelines that use metadata carry it (the planner's ``Node.meta``, see
 `processor.plan.stages`): a function given ``meta=True``, a source with ``key=``, or
@@ -13,63 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from processor.api.context import Headers as Headers  # re-exported: the engine reads it here
+from processor.api.context import Meta as Meta  # re-exported, as Headers
 from processor.api.ops import key_of
 from processor.serde.codec import RecordError, decode
 
-Headers = list[tuple[str, bytes | None]]  # None: a header with a null value
 # A header as it crosses a shuffle (in the shuffle record's JSON): the value's bytes as
 # Latin-1 text (one character per byte: lossless and cheap), None for a null value.
 WireHeaders = list[tuple[str, str | None]]
-
-
-class Meta:
-    """A record's metadata: what ``fn(value, meta)`` gets with ``meta=True``.
-
-    - ``key``: the Kafka key at a source (decoded with the source's ``key=`` format, else the
-      raw bytes, None for a record without one); after a ``key_by``, the stream's key.
-    - ``timestamp``: event time in ms (the source's ``timestamp`` function, else the Kafka
-      record's timestamp); None after an aggregation of an untimed pipeline.
-    - ``headers``: the Kafka headers, a list of ``(name, bytes)`` pairs (``[]`` if none),
-      carried through shuffles.
-    - ``topic``, ``partition``, ``offset``: of the source record, in a source's stage only;
-      None after a shuffle.
-
-    Example::
-
-        p.source("orders", key="text").map(lambda v, meta: (meta.key, v), meta=True)
-    """
-
-    __slots__ = ("headers", "key", "offset", "partition", "timestamp", "topic")
-
-    def __init__(
-        self,
-        key: Any = None,
-        timestamp: int | None = None,
-        headers: Headers | None = None,
-        topic: str | None = None,
-        partition: int | None = None,
-        offset: int | None = None,
-    ) -> None:
-        self.key = key
-        self.timestamp = timestamp
-        self.headers: Headers = [] if headers is None else headers
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
-        return f"Meta({fields})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Meta):
-            return NotImplemented
-        return all(getattr(self, n) == getattr(other, n) for n in _FIELDS)
-
-    __hash__ = None  # type: ignore[assignment]  # mutable
-
-
-_FIELDS = ("key", "timestamp", "headers", "topic", "partition", "offset")
 
 
 def decode_key(key_format: Any, raw: bytes | None) -> Any:

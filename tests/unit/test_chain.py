@@ -289,7 +289,9 @@ def test_keys_and_values_json_cannot_encode_are_dead_not_a_failed_flush() -> Non
     raw.key_by(lambda v: "k").sink("as-is")  # bytes values: not JSON
     text = raw.map(bytes.decode, name="text")
     text.key_by(lambda v: {1, 2} if v == "set" else v, name="odd-keys").count().sink("c")
-    text.key_by(lambda v: "k", name="sets").aggregate(set(), lambda acc, v: acc | {v}).sink("s")
+    text.key_by(lambda v: "k", name="sets").aggregate(set[str](), lambda acc, v: acc | {v}).sink(
+        "s"
+    )
     compiled = plan(p)
     partitions = {}.fromkeys(("b.key_by", "odd-keys", "sets"), 1)
     chain = StageChain(compiled, compiled.stages[0], 0, DictBackend(), partitions)

@@ -259,7 +259,9 @@ def test_task_ids_of_a_two_shuffle_pipeline() -> None:
     pipeline = Pipeline()
     words_ = pipeline.source("lines").flat_map(str.split)
     words_.key_by(str).count().sink("counts")
-    words_.key_by(str, name="firsts").count().key_by(len, name="by-len").count().sink("lens")
+    words_.key_by(str, name="firsts").count().key_by(lambda n: n % 10, name="by-len").count().sink(
+        "lens"
+    )
     graph = JobGraph("j", plan(pipeline))
     names = [s.name for s in graph.stages]
     assert names == ["lines", "lines.flat_map.key_by", "firsts", "by-len"]

@@ -71,7 +71,9 @@ def first_run_and_replay(compiled: Plan, stage: Stage, epochs: list[Epoch]) -> t
     return first, replay
 
 
-def _keyed(shape: Callable[[KeyedStream], Any], timed: bool = False) -> tuple[Plan, Stage]:
+def _keyed(
+    shape: Callable[[KeyedStream[Any, Any]], Any], timed: bool = False
+) -> tuple[Plan, Stage]:
     p = Pipeline()
     if timed:
         source = p.source("in", value="json", timestamp=lambda v: v["ts"])
@@ -170,7 +172,7 @@ def per_window(value: Any, state: Any) -> list[Any]:
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("kind", ["count", "process"])
 def test_a_process_after_a_window_is_rebuilt(seed: int, kind: str) -> None:
-    def shape(s: KeyedStream) -> Any:
+    def shape(s: KeyedStream[Any, Any]) -> Any:
         windowed = s.window(size_ms=500)
         return (windowed.count() if kind == "count" else windowed.process(per_window)).process(
             running

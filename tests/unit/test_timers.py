@@ -364,7 +364,7 @@ def test_event_time_timers_make_the_pipeline_timed() -> None:
 )
 def test_timer_pipelines_that_cannot_run(build: Any, error: str) -> None:
     p = Pipeline()
-    keyed: KeyedStream = p.source("in", value="json").key_by(lambda v: v["k"])
+    keyed: KeyedStream[Any, Any] = p.source("in", value="json").key_by(lambda v: v["k"])
     with pytest.raises(PipelineError, match=error):
         build(keyed).sink("out")
         plan(p)

@@ -20,7 +20,7 @@ from processor.testing_tasks import MemoryState
 from tests.unit.test_chain import restored
 
 TTL = 1_000
-Shape = Callable[[KeyedStream], KeyedStream]
+Shape = Callable[[KeyedStream[Any, Any]], KeyedStream[Any, Any]]
 
 
 def _counter(value: Any, state: Any) -> list[int]:
