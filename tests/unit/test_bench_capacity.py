@@ -1,11 +1,11 @@
-"""The pure parts of bench/capacity.py, bench/lag.py and bench/markers.py: when a step kept
+"""The pure parts of bench/harness/capacity.py, lag.py and markers.py: when a step kept
 up, the ladder's rates, the commits per minute, a row's summary."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bench.capacity import (
+from bench.harness.capacity import (
     CapacityMode,
     down,
     geometric_middle,
@@ -14,8 +14,8 @@ from bench.capacity import (
     next_rates,
     summary,
 )
-from bench.lag import MAX_LAG_S, LagSample, judge, judge_stage
-from bench.markers import per_minute
+from bench.harness.lag import MAX_LAG_S, LagSample, judge, judge_stage
+from bench.harness.markers import per_minute
 
 
 def test_a_flat_lag_keeps_up_and_a_growing_one_does_not() -> None:
@@ -164,7 +164,7 @@ def test_a_sitting_hands_over_its_report_after_every_run(monkeypatch: Any, tmp_p
     after each run, and a run that crashed is a result, not the end of the sitting."""
     import types
 
-    import bench.capacity as capacity
+    import bench.harness.capacity as capacity
 
     made: list[dict[str, Any] | Exception] = [
         {"ok": True, "capacity_words_per_s": 100, "steps": []},

@@ -1,6 +1,6 @@
 """bench/ is a harness, not a notebook. No helper is written twice in bench/: two top-level
 functions with the same code (as Python parses it, names of their own aside) are one helper, in
-bench/common.py. A results file is kept only while a README quotes it by name, and every
+bench/harness/common.py. A results file is kept only while a README quotes it by name, and every
 bench script a README names exists."""
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ def test_no_helper_is_defined_twice() -> None:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name != "main":
                 seen[_body(node)].append(f"{path.relative_to(BENCH)}:{node.name}")
     twice = [where for where in seen.values() if len(where) > 1]
-    assert not twice, f"the same helper in several places (move it to bench/common.py): {twice}"
+    assert not twice, (
+        f"the same helper in several places (move it to bench/harness/common.py): {twice}"
+    )
 
 
 def _docs() -> dict[Path, str]:

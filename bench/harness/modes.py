@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.harness.steady import (
+    SteadyMode,
+)
 from bench.peers.base import Peer
 from bench.peers.ceiling_peer import CeilingPeer
 from bench.peers.flink_peer import FlinkPeer
@@ -16,9 +19,6 @@ from bench.peers.processor_peer import (
     ProcessorPeer,
 )
 from bench.peers.quix_peer import QuixPeer
-from bench.steady import (
-    SteadyMode,
-)
 
 PORT = 29092
 CONTROLLER_PORT = 29093
@@ -31,8 +31,8 @@ PEERS: dict[str, type[Peer]] = {
     "quix": QuixPeer,
     "flink": FlinkPeer,
 }
-RESULTS = Path(__file__).resolve().parent / "results"
-EMIT_RECORD = Path(__file__).resolve().parent / "wordcount_emit_record.py"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+EMIT_RECORD = Path(__file__).resolve().parents[1] / "pipelines" / "wordcount_emit_record.py"
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ FULL = Mode(
 # What one Python RateProducer line loop sends at most here, shared with the system: a half
 # rate above it is capped (the result says so, and gives the rate achieved).
 MAX_LATENCY_RATE = 500_000
-# The steady-state phase (bench/steady.py): the shared input's size, warm-up, window, runs per
-# row. Quick (CI): one short run per row, only to show that every row works end to end.
+# The steady-state phase (bench/harness/steady.py): the shared input's size, warm-up, window,
+# runs per row. Quick (CI): one short run per row, only to show that every row works end to end.
 QUICK_STEADY = SteadyMode(words=30_000_000, warmup_s=5.0, window_s=10.0, reps=1, pool_words=300_000)
 # The backlog is the secondary figure since #29 (the balanced live capacity is the headline):
 # a 30 s window, so that the full run's phases fit in a sitting.

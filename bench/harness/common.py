@@ -1,0 +1,49 @@
+"""Helpers every bench script shares (defined once: bench/README's rule)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+
+def say(text: str) -> None:
+    """A progress line on stderr, with the time: stdout stays for results."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this process so far (the harness: producer, watcher, sampler), which a
+    result reports as the harness's own cost."""
+    times = os.times()
+    return times.user + times.system
+
+
+def ms(seconds: float | None) -> float | None:
+    """Seconds as milliseconds to 0.1 ms, None as None (a percentile of nothing)."""
+    return None if seconds is None else round(1000 * seconds, 1)
+
+
+def cores() -> int:
+    """The machine's cores: what "share of the machine" is a share of."""
+    return os.cpu_count() or 1
+
+
+def every(
+    interval: float,
+    halt: threading.Event,
+    step: Callable[[], object],
+    on_error: Callable[[BaseException], None],
+) -> None:
+    """``step()`` every ``interval`` s (on a fixed schedule) until ``halt`` is set; an error is
+    handed to ``on_error`` and sampling goes on (a transient admin error)."""
+    next_at = time.monotonic()
+    while not halt.is_set():
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - reported, and the next sample may work
+            on_error(exc)
+        next_at += interval
+        halt.wait(max(0.0, next_at - time.monotonic()))
