@@ -20,11 +20,6 @@ RESULTS = BENCH / "results"
 # stay), docs/, and bench's own two.
 _BENCH_DOCS = [BENCH / "README.md", BENCH / "experiments" / "README.md"]
 
-# Scripts moved into bench/experiments/ (one-off studies) that README.md still names at their
-# old paths: README.md is being rewritten elsewhere, and takes the new paths then. Delete this
-# once it does; a path here is accepted in README.md and docs/ only, and only as long as its
-# new path exists.
-
 
 def _body(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     """The function's code without its name and docstring."""
@@ -104,3 +99,9 @@ def test_every_bench_script_named_in_the_docs_exists() -> None:
                 continue
             missing.append(f"{path.relative_to(ROOT)}: {named}")
     assert not missing, f"bench scripts the docs name that do not exist: {missing}"
+
+
+def test_the_bench_readme_stays_short() -> None:
+    """bench/README.md is the method and today's figures; past runs are in the git history."""
+    lines = (BENCH / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 400, f"bench/README.md has {len(lines)} lines: the history goes to git"
