@@ -28,7 +28,7 @@ from bench.harness.common import say
 from bench.harness.modes import PEERS, RESULTS
 from bench.harness.phases import capacity_rows
 from bench.harness.provenance import source_version
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 
 def main(argv: list[str] | None = None) -> int:

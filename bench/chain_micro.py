@@ -1,5 +1,5 @@
 """Word count's two stages as `StageChain`s in one process, no broker: the per-batch cost of
-the operators alone (what a refactor of `processor.pipeline.chain` must not slow down).
+the operators alone (what a refactor of `processor.engine.chain` must not slow down).
 
 The split stage takes lines in batches of about ``--batch`` words (flat_map, key_by into the
 combining `ShuffleOut`); each epoch (``--epoch`` batches) its shuffle records are taken,
@@ -26,10 +26,10 @@ if __name__ == "__main__":
 
 from bench.harness.common import say
 from processor.commands.corpus import lines
+from processor.engine.chain import StageChain
 from processor.jobs.wordcount import wordcount_pipeline
 from processor.models.records import decode_shuffle
-from processor.pipeline.chain import StageChain
-from processor.pipeline.plan import plan
+from processor.plan.stages import plan
 from processor.testing import MemoryState
 
 _PARTITIONS = 4

@@ -49,7 +49,7 @@ from bench.harness.provenance import source_version  # noqa: E402
 from bench.peers.base import Job  # noqa: E402
 from bench.peers.processor_peer import ProcessorPeer  # noqa: E402
 from processor.commands import corpus  # noqa: E402
-from processor.kafka.broker import LocalBroker  # noqa: E402
+from processor.localkafka.broker import LocalBroker  # noqa: E402
 
 PIPELINES = ("wordcount", "three_stage")
 THREE_STAGE = Path(__file__).resolve().parent / "pipelines" / "three_stage.py"

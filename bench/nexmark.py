@@ -51,7 +51,7 @@ from bench.peers.base import Job
 from bench.peers.flink_cluster import FlinkSessionCluster, stop_all
 from bench.peers.flink_nexmark_peer import QUERIES, FlinkNexmarkPeer
 from bench.peers.processor_peer import ProcessorPeer
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 from tests import nexmark_data as nexmark
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,7 +33,7 @@ from bench.nexmark_output import compare, expected, got
 from bench.peers.base import Job
 from bench.peers.flink_cluster import FlinkSessionCluster, stop_all
 from bench.peers.flink_nexmark_peer import QUERIES, FlinkNexmarkPeer
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 from tests import nexmark_data as nexmark
 
 TOPIC = "nexmark"

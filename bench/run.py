@@ -80,7 +80,7 @@ from bench.harness.provenance import (  # noqa: E402
 )
 from bench.harness.report import headline, markdown, plot_python, write_plot  # noqa: E402
 from processor.commands import corpus  # noqa: E402
-from processor.kafka.broker import LocalBroker  # noqa: E402
+from processor.localkafka.broker import LocalBroker  # noqa: E402
 
 # ------------------------------------------------------------------------------ main
 

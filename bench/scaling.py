@@ -19,7 +19,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness.scaling import state_scaling
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 
 def main() -> None:

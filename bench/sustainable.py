@@ -67,7 +67,7 @@ from bench.harness.latency_phase import latency
 from bench.harness.modes import FULL, PEERS, RESULTS, Mode
 from bench.harness.phases import BrokerDied
 from bench.harness.provenance import terminate_as_interrupt
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 SEARCH_INTERVAL_MS = 1000
 # Where each system's ladder starts (words/s): well below what it sustains, a few rungs up.

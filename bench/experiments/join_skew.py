@@ -45,7 +45,7 @@ from bench.harness.common import say  # noqa: E402
 from bench.harness.measure import create_topic, percentile  # noqa: E402
 from bench.peers.base import spawn  # noqa: E402
 from bench.peers.processor_peer import completed_checkpoints  # noqa: E402
-from processor.kafka.broker import LocalBroker  # noqa: E402
+from processor.localkafka.broker import LocalBroker  # noqa: E402
 
 PIPELINE = Path(__file__).resolve().parent / "join_pipeline.py"
 RESULTS = Path(__file__).resolve().parents[1] / "results"

@@ -23,7 +23,7 @@ if __name__ == "__main__":
 
 from bench.harness import measure
 from processor.commands import corpus
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 
 def main(argv: list[str] | None = None) -> int:

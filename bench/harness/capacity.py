@@ -59,7 +59,7 @@ from bench.harness.measure import (
 )
 from bench.harness.steady import delete_topics, list_topics, topic_footprint, work_summary
 from bench.peers.base import Job, Peer
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 # The producer kept the rate: at least this share of it acknowledged over the window (how far
 # it fell behind at worst is reported beside it).

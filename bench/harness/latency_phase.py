@@ -28,7 +28,7 @@ from bench.peers.processor_peer import (
     pipeline_breakdown,
 )
 from processor.commands import corpus
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 
 def latency(

@@ -26,8 +26,8 @@ import statistics
 import subprocess
 from collections.abc import Sequence
 
-from processor.kafka.broker import LocalBroker
-from processor.kafka.tools import tools_libs
+from processor.localkafka.broker import LocalBroker
+from processor.localkafka.tools import tools_libs
 
 _CONTROL = re.compile(r"producerId: (\d+) .*isControl: true .*CreateTime: (\d+)")
 DUMP_CLASS = "org.apache.kafka.tools.DumpLogSegments"

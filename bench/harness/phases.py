@@ -45,7 +45,7 @@ from bench.peers.processor_peer import (
     checkpoint_summary,
     completed_checkpoints,
 )
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 # ------------------------------------------------------------------------------ phases
 

@@ -52,8 +52,8 @@ from bench.harness.measure import (
 )
 from bench.peers.base import Job, Peer
 from processor.commands import corpus
-from processor.kafka.broker import LocalBroker
-from processor.kafka.tools import tools_libs
+from processor.localkafka.broker import LocalBroker
+from processor.localkafka.tools import tools_libs
 
 INPUT_TOPIC = "steady.input"
 PERF_CLASS = "org.apache.kafka.tools.ConsumerPerformance"

@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from processor.api.streams import Pipeline
 from processor.jobs.wordcount import line_words, words
-from processor.pipeline.api import Pipeline
 
 
 def first_sight(word: str, state: Any) -> list[str]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 
+from processor.api.streams import Pipeline
 from processor.jobs.wordcount import line_words, words
-from processor.pipeline.api import Pipeline
 
 
 def wordcount_emit_record(job: str, input_topic: str, output_topic: str) -> Pipeline:

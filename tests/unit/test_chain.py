@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
+from processor.engine.chain import StageChain
+from processor.engine.shuffle_out import MAX_RECORD_BYTES
 from processor.models.records import decode_shuffle
-from processor.pipeline.chain import StageChain
-from processor.pipeline.load import load_pipeline
-from processor.pipeline.plan import Plan, plan
-from processor.pipeline.shuffle_out import MAX_RECORD_BYTES
+from processor.plan.load import load_pipeline
+from processor.plan.stages import Plan, plan
 from processor.testing import MemoryState
 from tests.reference import run
 

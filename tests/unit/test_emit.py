@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
+from processor.api.streams import KeyedStream, PipelineError
+from processor.engine.chain import StageChain
 from processor.models.records import decode_shuffle
-from processor.pipeline.api import KeyedStream, PipelineError
-from processor.pipeline.chain import StageChain
-from processor.pipeline.plan import Plan, plan
+from processor.plan.stages import Plan, plan
 from tests.reference import run
 from tests.unit.test_chain import DictBackend, compiled_names, simulate
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from processor.api.streams import Pipeline
 from processor.config import Settings
 from processor.jobs import load_graph
 from processor.jobs.graph import JobGraph, TaskId
 from processor.jobs.wordcount import line_words, wordcount_pipeline, words
-from processor.pipeline.api import Pipeline
-from processor.pipeline.plan import plan
+from processor.plan.stages import plan
 from tests.reference import run as reference_run
 
 

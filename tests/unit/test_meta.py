@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from processor import Meta, Pipeline, PipelineError
+from processor.engine.chain import StageChain
+from processor.engine.meta import from_wire, to_wire
 from processor.models.records import decode_shuffle
-from processor.pipeline.chain import StageChain
-from processor.pipeline.meta import from_wire, to_wire
-from processor.pipeline.plan import Plan, plan
-from processor.runtime import source_meta
+from processor.plan.stages import Plan, plan
+from processor.worker import source_meta
 from tests.unit.test_chain import DictBackend
 
 HEADERS: list[tuple[str, bytes | None]] = [

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
-from processor.pipeline.api import KeyedStream
-from processor.pipeline.chain import StageChain
-from processor.pipeline.plan import Plan, Stage, plan
+from processor.api.streams import KeyedStream
+from processor.engine.chain import StageChain
+from processor.plan.stages import Plan, Stage, plan
 from tests.unit.test_chain import DictBackend, restored
 
 # An epoch is a list of steps: ("records", items, side), ("advance", watermark), ("flush",)

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from processor import Pipeline, PipelineError
-from processor.pipeline.api import KeyedStream, Stream
-from processor.pipeline.chain import StageChain
-from processor.pipeline.ops import key_text
-from processor.pipeline.plan import plan
+from processor.api.ops import key_text
+from processor.api.streams import KeyedStream, Stream
+from processor.engine.chain import StageChain
+from processor.plan.stages import plan
 from processor.serde import JSON, TEXT, Avro
 from processor.serde.codec import Unavailable
 from tests.reference import run

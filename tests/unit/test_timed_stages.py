@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
+from processor.api.ops import UNSET
+from processor.api.streams import KeyedStream, WindowedStream
+from processor.engine.chain import StageChain
+from processor.engine.time import NO_WATERMARK, ChannelWatermarks
+from processor.engine.windows import WindowOperator
 from processor.models.records import decode_shuffle
-from processor.pipeline.api import KeyedStream, WindowedStream
-from processor.pipeline.chain import StageChain
-from processor.pipeline.ops import UNSET
-from processor.pipeline.plan import Plan, Stage, plan
-from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks
-from processor.pipeline.windows import WindowOperator
+from processor.plan.stages import Plan, Stage, plan
 from tests.unit.test_windows import LATE, Harness
 
 Items = list[tuple[str, Any, int]]  # (key, value, event time)

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from processor import Pipeline, PipelineError
+from processor.api.streams import KeyedStream
+from processor.engine.chain import StageChain
 from processor.models.records import decode_shuffle
-from processor.pipeline.api import KeyedStream
-from processor.pipeline.chain import StageChain
-from processor.pipeline.plan import Plan, Stage, plan
+from processor.plan.stages import Plan, Stage, plan
 from tests.unit.test_chain import DictBackend, restored
 
 LATE = "job.late"
