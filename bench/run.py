@@ -349,7 +349,10 @@ def _sittings(
                 f"{path} measured {sitting.get('commit')}, the results {ours}: the code "
                 "measured differs between them"
             )
-    return capacity.join_sittings(sittings)
+    try:
+        return capacity.join_sittings(sittings)
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def _machine() -> str:

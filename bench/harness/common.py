@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def say(text: str) -> None:
@@ -24,6 +25,27 @@ def own_cpu_s() -> float:
 def ms(seconds: float | None) -> float | None:
     """Seconds as milliseconds to 0.1 ms, None as None (a percentile of nothing)."""
     return None if seconds is None else round(1000 * seconds, 1)
+
+
+def machine() -> dict[str, object]:
+    """What a figure was measured on: sittings on different machines are never joined into
+    one median (issue #42), and every report says its machine."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_kib = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory_kib = int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return {"cores": cores(), "cpu": cpu, "memory_gib": round(memory_kib / 2**20)}
 
 
 def cores() -> int:

@@ -13,6 +13,7 @@ from bench.harness.steady import (
 from bench.peers.base import Peer
 from bench.peers.ceiling_peer import CeilingPeer
 from bench.peers.flink_peer import FlinkPeer
+from bench.peers.flink_preagg_peer import FlinkPreAggPeer
 from bench.peers.flink_sql_peer import FlinkSqlPeer
 from bench.peers.kstreams_peer import KafkaStreamsPeer, KafkaStreamsPreAggPeer
 from bench.peers.processor_peer import (
@@ -116,8 +117,18 @@ def steady_rows(names: Sequence[str]) -> list[Row]:
                 "flink_sql",
                 FlinkSqlPeer(),
                 INTERVAL_MS,
-                "Flink SQL: mini-batch (allow-latency = the interval, size 100,000), TWO_PHASE "
-                "local-global COUNT, upsert-kafka exactly-once: the combiner's counterpart",
+                "Flink SQL: mini-batch (allow-latency = the interval, size 2,000,000: above "
+                "rate x interval), TWO_PHASE local-global COUNT, upsert-kafka exactly-once: "
+                "the combiner's counterpart",
+            )
+        )
+        rows.append(
+            Row(
+                "flink_preagg",
+                FlinkPreAggPeer(),
+                INTERVAL_MS,
+                "Flink DataStream with a pre-aggregating operator chained to the tokenizer, "
+                "flushed in prepareSnapshotPreBarrier: the combiner's counterpart",
             )
         )
     if "processor" in names:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bench.harness.capacity import (
     CapacityMode,
     down,
@@ -115,9 +117,10 @@ def test_down_the_ladder_two_steps_at_a_time() -> None:
     assert down(20_000, 1.25) == 13_000
 
 
-def _sitting(stamp: str, rows: dict[str, list[int]]) -> dict[str, Any]:
+def _sitting(stamp: str, rows: dict[str, list[int]], cpu: str = "cpu") -> dict[str, Any]:
     return {
         "method": "m",
+        "machine": {"cores": 2, "cpu": cpu, "memory_gib": 24},
         "timestamp": stamp,
         "commit": stamp * 2,
         "order": [f"{key}#{k}" for key, caps in rows.items() for k in range(len(caps))],
@@ -145,6 +148,16 @@ def test_sittings_join_into_one_phase_with_each_rows_runs_from_all_of_them() -> 
     assert joined["rows"]["flink"]["summary"]["words_per_s"] == 70
     assert [s["timestamp"] for s in joined["sittings"]] == ["a", "b"]
     assert len(first["rows"]["processor"]["runs"]) == 2  # the inputs are left as they were
+
+
+def test_sittings_on_two_machines_are_not_joined() -> None:
+    first = _sitting("a", {"processor": [100]})
+    other = _sitting("b", {"processor": [300]}, cpu="another cpu")
+    with pytest.raises(ValueError, match="different"):
+        join_sittings([first, other])
+    unnamed = {k: v for k, v in _sitting("c", {"processor": [300]}).items() if k != "machine"}
+    with pytest.raises(ValueError, match="unnamed"):
+        join_sittings([first, unnamed])
 
 
 def test_every_ladder_ends_with_its_figure_to_the_same_precision() -> None:
