@@ -17,9 +17,14 @@ import argparse
 import gc
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from bench.common import say
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness.common import say
 from processor.commands.corpus import lines
 from processor.engine.chain import StageChain
 from processor.jobs.wordcount import wordcount_pipeline

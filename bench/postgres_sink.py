@@ -52,7 +52,7 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import own_cpu_s, say
+from bench.harness.common import own_cpu_s, say
 from processor import Pipeline
 from processor.jobs.wordcount import line_words
 
@@ -198,14 +198,14 @@ class PostgresWatch:
 def _postgres_cpu_s(data_dir: Path) -> float:
     """CPU seconds of the server's process tree (ended backends counted in the postmaster's
     children's time)."""
-    from bench.measure import ProcessSampler
+    from bench.harness.measure import ProcessSampler
 
     pid = int((data_dir / "postmaster.pid").read_text().split()[0])
     return ProcessSampler([pid]).sample()
 
 
 def _broker_cpu_s(broker_dir: Path | None) -> float | None:
-    from bench.measure import process_cpu_s
+    from bench.harness.measure import process_cpu_s
 
     if broker_dir is None or not (broker_dir / "kafka.pid").is_file():
         return None
@@ -269,7 +269,7 @@ def run_once(
     """One run of ``pipeline`` into ``sink``: its figures, once its output was verified."""
     import psycopg
 
-    from bench.measure import ProcessSampler, machine_busy_s
+    from bench.harness.measure import ProcessSampler, machine_busy_s
     from processor.kafka import clients
     from tests.integration.pipeline_run import PipelineRun
 

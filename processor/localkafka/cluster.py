@@ -204,6 +204,7 @@ class LocalCluster:
 
         ``timeout`` bounds the wait, not the one-time jar download.
         """
+        self.check_layout()
         if self.nodes == 1:
             self.broker(1).start(timeout)
             return
@@ -250,6 +251,24 @@ class LocalCluster:
             if remaining <= 0:
                 raise BrokerError(f"the cluster at {self.bootstrap} is not in sync in time: {gap}")
             time.sleep(0.5)
+
+    def check_layout(self) -> None:
+        """Refuse, in one line, to start a layout the data dir does not hold: a cluster where a
+        single broker keeps its data (running or not), or a single broker where a cluster's
+        nodes do. Started anyway, the second layout would take over the first's files, and the
+        running one could no longer be stopped or checked."""
+        held = _read_state(self.state_file).get("nodes")
+        if self.nodes == 1 and isinstance(held, int) and held > 1:
+            raise BrokerError(
+                f"{self.data_dir} holds a cluster of {held} brokers; start it with "
+                f"--brokers {held}, or give the single broker another --data-dir"
+            )
+        single = self.data_dir / "data" / "meta.properties", self.data_dir / "kafka.pid"
+        if self.nodes > 1 and any(path.exists() for path in single):
+            raise BrokerError(
+                f"{self.data_dir} holds a single broker's data; give the cluster another "
+                "--data-dir (or stop that broker and remove the dir)"
+            )
 
     def _cluster_id(self) -> str:
         state = _read_state(self.state_file)

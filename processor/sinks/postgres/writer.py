@@ -29,7 +29,7 @@ from psycopg.types.json import Jsonb
 from processor import faults
 from processor.api.postgres import PostgresTarget, Rows, merge_row
 from processor.sinks.postgres import claim as postgres_claim
-from processor.sinks.postgres import prepared
+from processor.sinks.postgres import prepared, statements
 from processor.sinks.postgres.conn import (
     FENCES,
     GidTaken,
@@ -111,6 +111,7 @@ class PostgresWriter:
         # Prepared, not yet committed: checkpoint -> its rows (written again if declined).
         self.outstanding: dict[int, Rows] = {}
         self._statements: dict[tuple[str, ...], sql.Composed] = {}
+        self._types: dict[str, str] | None = None  # the table's columns, for `bulk`
         # What its restores did with prepared transactions: (COMMIT or ROLLBACK, gid).
         self.resolved: list[tuple[str, str]] = []
 
@@ -272,17 +273,18 @@ class PostgresWriter:
                 f"{self.writer}: its fence in {FENCES} is not its own any more (a newer "
                 "incarnation raised it, or the row was changed)"
             )
-        groups: dict[tuple[str, ...], list[tuple[tuple[Any, ...], list[Any], Any]]] = {}
+        groups: dict[tuple[str, ...], list[tuple[tuple[Any, ...], dict[str, Any], Any]]] = {}
         for ident, (row, value) in rows.items():
-            params = [_param(v) for v in row.values()]
-            groups.setdefault(tuple(row), []).append((ident, params, value))
+            groups.setdefault(tuple(row), []).append((ident, row, value))
         with conn.cursor() as cur:
             for columns, items in groups.items():
                 statement = self._statement(columns)
                 if refuse is None:
-                    cur.executemany(statement, [params for _, params, _ in items])
+                    if not self._bulk(cur, columns, [row for _, row, _ in items]):
+                        cur.executemany(statement, [_params(row) for _, row, _ in items])
                     continue
-                for ident, params, value in items:
+                for ident, row, value in items:
+                    params = _params(row)
                     cur.execute("SAVEPOINT row")
                     try:
                         cur.execute(statement, params)
@@ -309,30 +311,28 @@ class PostgresWriter:
             ) from None
 
     def _statement(self, columns: tuple[str, ...]) -> sql.Composed:
-        """The upsert of a row with ``columns`` (a row that exists gets the other columns)."""
         statement = self._statements.get(columns)
         if statement is None:
-            keys = self.target.key_columns
-            others = [c for c in columns if c not in keys]
-            action = (
-                sql.SQL("DO UPDATE SET {}").format(
-                    sql.SQL(", ").join(
-                        sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in others
-                    )
-                )
-                if others
-                else sql.SQL("DO NOTHING")
-            )
-            upsert = sql.SQL("INSERT INTO {t} ({cols}) VALUES ({vals}) ON CONFLICT ({keys}) {a}")
-            statement = upsert.format(
-                t=sql.Identifier(*self.target.table),
-                cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
-                vals=sql.SQL(", ").join(sql.Placeholder() * len(columns)),
-                keys=sql.SQL(", ").join(map(sql.Identifier, keys)),
-                a=action,
-            )
+            statement = statements.upsert(self.target.table, columns, self.target.key_columns)
             self._statements[columns] = statement
         return statement
+
+    def _bulk(
+        self, cur: psycopg.Cursor[Any], columns: tuple[str, ...], rows: list[dict[str, Any]]
+    ) -> bool:
+        """``rows`` in one statement (`statements.bulk_upsert`); False if they must go
+        one statement each."""
+        if len(rows) < 2:
+            return False
+        if self._types is None or any(c not in self._types for c in columns):
+            self._types = statements.column_types(cur.connection, self.target.table)
+        table, keys = self.target.table, self.target.key_columns
+        statement = statements.bulk_upsert(table, columns, keys, self._types)
+        doc = None if statement is None else statements.rows_json(rows, self._types)
+        if statement is None or doc is None:
+            return False
+        cur.execute(statement, (doc,))
+        return True
 
     def commit(self, checkpoint_id: int) -> None:
         """Kafka committed checkpoint ``checkpoint_id``: commit what was prepared up to it."""
@@ -372,9 +372,9 @@ def _no_row(key: Any, value: Any) -> dict[str, Any]:
     raise AssertionError("a writer that only resolves writes no rows")
 
 
-def _param(value: Any) -> Any:
-    """A row's value as psycopg takes it: a dict as jsonb (lists are arrays already)."""
-    return Jsonb(value) if type(value) is dict else value
+def _params(row: dict[str, Any]) -> list[Any]:
+    """A row's values as psycopg takes them: a dict as jsonb (lists are arrays already)."""
+    return [Jsonb(value) if type(value) is dict else value for value in row.values()]
 
 
 class PostgresSinks:

@@ -1,5 +1,5 @@
 """bench/run.py's phases: throughput on a backlog, the steady state, the capacity, recovery and
-state scaling (latency is bench/latency_phase.py)."""
+state scaling (latency is bench/harness/latency_phase.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import capacity
-from bench.common import own_cpu_s as _own_cpu_s
-from bench.common import say
-from bench.measure import (
+from bench.harness import capacity
+from bench.harness.common import own_cpu_s as _own_cpu_s
+from bench.harness.common import say
+from bench.harness.measure import (
     OutputWatcher,
     ProcessSampler,
     create_topic,
@@ -26,7 +26,16 @@ from bench.measure import (
     produce_all,
     rates,
 )
-from bench.modes import INTERVAL_MS, PARALLELISM, PARTITIONS, Mode, Row, steady_rows
+from bench.harness.modes import INTERVAL_MS, PARALLELISM, PARTITIONS, Mode, Row, steady_rows
+from bench.harness.scaling import state_scaling
+from bench.harness.steady import (
+    SteadyMode,
+    consumer_perf_test,
+    produce_input,
+    spread,
+    steady_run,
+    tools_classpath,
+)
 from bench.peers.base import Job, Peer, Running
 from bench.peers.processor_peer import (
     ProcessorPeer,
@@ -35,15 +44,6 @@ from bench.peers.processor_peer import (
     checkpoint_stats,
     checkpoint_summary,
     completed_checkpoints,
-)
-from bench.scaling import state_scaling
-from bench.steady import (
-    SteadyMode,
-    consumer_perf_test,
-    produce_input,
-    spread,
-    steady_run,
-    tools_classpath,
 )
 from processor.localkafka.broker import LocalBroker
 
@@ -259,7 +259,7 @@ def steady_state(
         order.insert(random.Random(f"{seed}-{slot[1]}").randrange(len(order) + 1), slot)
     by_key = {row.key: row for row in rows}
     out: dict[str, Any] = {
-        "method": "slope of the committed input offsets over the window (bench/steady.py)",
+        "method": "slope of the committed input offsets over the window (bench/harness/steady.py)",
         "mode": dataclasses.asdict(steady),
         "seed": seed,
         "order": [f"{k}#{r}" for k, r in order],
@@ -443,7 +443,7 @@ def wait_reading(predicate: Any, timeout: float, watcher: OutputWatcher) -> None
 
 
 def recovery(bootstrap: str, words: int) -> dict[str, Any]:
-    from bench.recovery import measure_run
+    from bench.harness.recovery import measure_run
 
     say(f"processor: recovery after SIGKILL of a worker (bench/recovery.py, {words:,} words)")
     try:

@@ -38,9 +38,9 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from bench.common import cores, every
-from bench.common import own_cpu_s as _own_cpu_s
-from bench.measure import (
+from bench.harness.common import cores, every
+from bench.harness.common import own_cpu_s as _own_cpu_s
+from bench.harness.measure import (
     ProcessSampler,
     _producer,
     _send,

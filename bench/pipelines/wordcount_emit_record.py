@@ -1,5 +1,6 @@
-"""Word count with ``count(emit="record")`` (``--pipeline bench/wordcount_emit_record.py``):
-one output record per input word, the work the peers' per-word updates do.
+"""Word count with ``count(emit="record")``
+(``--pipeline bench/pipelines/wordcount_emit_record.py``): one output record per input word,
+the work the peers' per-word updates do.
 
 The built-in word count emits each changed word's count once per checkpoint and lets the
 source tasks pre-aggregate each epoch; with ``emit="record"`` nothing is combined: every word

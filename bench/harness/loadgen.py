@@ -1,6 +1,6 @@
 """The live input of bench/capacity.py: a Java producer whose rate the bench changes as it runs.
 
-The earlier live producer (bench/measure.py ``RateProducer``) was one Python process: it
+The earlier live producer (bench/harness/measure.py ``RateProducer``) was one Python process: it
 stopped the ladder at 1.13 M words/s, its own limit, not the system's, and took a core doing
 so. ``bench/loadgen/LoadGen.java`` sends the same kind of lines (drawn at random, seeded, from
 a pool of ``corpus.lines``) from a JVM at a small fraction of that cost, line k into partition
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.measure import process_cpu_s, words_of
+from bench.harness.measure import process_cpu_s, words_of
 from bench.peers.base import build_jar
 
-PROJECT = Path(__file__).resolve().parent / "loadgen"
+PROJECT = Path(__file__).resolve().parents[1] / "loadgen"
 JAR = PROJECT / "target" / "loadgen.jar"
 HEAP = ("-Xms256m", "-Xmx512m")
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bench.common import every
-from bench.measure import slope
+from bench.harness.common import every
+from bench.harness.measure import slope
 
 # Lag gained per second of the window, at most (in seconds of input): a system short of the
 # rate by x % of its capacity gains about x / 100 s per s.

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import say
-from bench.measure import (
+from bench.harness.common import say
+from bench.harness.measure import (
     OutputWatcher,
     RateProducer,
     create_topic,
@@ -18,7 +18,8 @@ from bench.measure import (
     latency_percentiles,
     produce_all,
 )
-from bench.modes import INTERVAL_MS, MAX_LATENCY_RATE, PARALLELISM, PARTITIONS, Mode
+from bench.harness.modes import INTERVAL_MS, MAX_LATENCY_RATE, PARALLELISM, PARTITIONS, Mode
+from bench.harness.phases import BrokerDied, both_alive, check_broker, wait_reading
 from bench.peers.base import Job, Peer, Running
 from bench.peers.processor_peer import (
     ProcessorPeer,
@@ -26,7 +27,6 @@ from bench.peers.processor_peer import (
     completed_checkpoints,
     pipeline_breakdown,
 )
-from bench.phases import BrokerDied, both_alive, check_broker, wait_reading
 from processor.commands import corpus
 from processor.localkafka.broker import LocalBroker
 

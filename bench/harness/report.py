@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.common import say
-from bench.modes import INTERVAL_MS, PARALLELISM, PARTITIONS, PEERS
-from bench.venvs import cached_venv
+from bench.harness.common import say
+from bench.harness.modes import INTERVAL_MS, PARALLELISM, PARTITIONS, PEERS
+from bench.harness.venvs import cached_venv
 
 # matplotlib draws the figure; never a dependency of the project (see plot_python).
 MATPLOTLIB = "3.10.8"
 MATPLOTLIB_VENV = Path.home() / ".cache" / "processor" / f"bench-matplotlib-{MATPLOTLIB}"
-PLOT = Path(__file__).resolve().parent / "plot.py"
+PLOT = Path(__file__).resolve().parents[1] / "plot.py"
 
 
 # ------------------------------------------------------------------------------ plot
@@ -220,7 +220,7 @@ def _capacity_table(report: dict[str, Any]) -> list[str]:
     out = [
         "## Balanced live capacity (bench/capacity.py)",
         "",
-        "The highest rate of a live producer (a JVM, bench/loadgen.py) at which the lag of "
+        "The highest rate of a live producer (a JVM, bench/harness/loadgen.py) at which the lag of "
         "every stage (input, repartition/shuffle) stayed flat over the window (growth <= "
         f"{kept.get('lag_growth_max_s_per_s')} s per s, median <= "
         f"{kept.get('lag_median_max_s')} s), with the output exact (read after the job "

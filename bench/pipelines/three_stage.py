@@ -1,5 +1,5 @@
-"""The bench's three-stage pipeline (``--pipeline bench/three_stage.py``): word counts, and per
-first character the number of distinct words seen so far.
+"""The bench's three-stage pipeline (``--pipeline bench/pipelines/three_stage.py``): word
+counts, and per first character the number of distinct words seen so far.
 
     split (source: lines -> words) -> word (keyed by word: count -> counts topic;
     process: first sight -> key_by first character) -> letter (count -> letters topic)
