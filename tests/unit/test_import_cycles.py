@@ -139,9 +139,9 @@ def test_no_import_cycle_in_bench() -> None:
     assert import_cycles(ROOT / "bench") == []
 
 
-# The packages with a cycle today (issue #43: once processor/pipeline and runtime, now the
-# pipeline API's modules in processor/api): expected to fail until it is broken.
-_KNOWN_CYCLES = {"api"}
+# The packages with a cycle today, expected to fail until it is broken: none since issue #43
+# broke processor/api's (tests/unit/test_api_imports.py counts its TYPE_CHECKING imports too).
+_KNOWN_CYCLES: set[str] = set()
 
 
 @pytest.mark.parametrize(
@@ -150,11 +150,7 @@ _KNOWN_CYCLES = {"api"}
         pytest.param(
             package,
             id=package.name,
-            marks=[
-                pytest.mark.xfail(
-                    reason="import cycles in processor/api (was pipeline and runtime): issue #43"
-                )
-            ]
+            marks=[pytest.mark.xfail(reason="a known import cycle: issue #43")]
             if package.name in _KNOWN_CYCLES
             else [],
         )
