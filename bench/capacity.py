@@ -5,7 +5,10 @@ output is checked exact after every run. Writes ``bench/results/capacity-<timest
 --with-capacity`` joins into a full run.
 
     python bench/capacity.py [--systems ...] [--rows ROW,...] [--runs 5] [--port 29392]
-        [--start ROW=RATE] [--quick]
+        [--start ROW=RATE] [--quick] [--keys N --dist uniform|zipf]
+
+``--keys`` and ``--dist``: the input's words from a key space of N keys instead of the corpus
+(one point of word count's key-count sweep, bench/key_sweep.py; bench/harness/keyspace.py).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import loadgen
+from bench.harness import keyspace, loadgen
 from bench.harness.capacity import run_rows
 from bench.harness.common import say
 from bench.harness.modes import PEERS, RESULTS
@@ -42,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=29392)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--start", action="append", default=[], metavar="ROW=RATE")
+    parser.add_argument("--keys", type=int, default=0, help="a key space of N keys (0: corpus)")
+    parser.add_argument("--dist", choices=keyspace.DISTRIBUTIONS, default="uniform")
     args = parser.parse_args(argv)
     names = [n for n in args.systems.split(",") if n]
     rows = capacity_rows(names)
@@ -64,9 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     partial = out.with_suffix(".partial.json")
     version = source_version()
 
+    pool = None
+    keys: dict[str, Any] = {"input": "corpus"}
+    if args.keys:
+        say(f"a pool of {args.dist} words over {args.keys:,} keys...")
+        pool = keyspace.pool(args.keys, args.dist)
+        keys = {"keys": args.keys, "dist": args.dist, "distinct_in_pool": keyspace.distinct(pool)}
+        say(f"pool: {len(pool):,} lines, {keys['distinct_in_pool']:,} distinct words")
+
     def save(report: dict[str, Any], path: Path) -> None:
-        stamped = {**report, "timestamp": stamp, "commit": version["commit"], "source": version}
-        path.write_text(json.dumps(stamped, indent=2) + "\n")
+        stamped = {**report, **keys, "timestamp": stamp, "commit": version["commit"]}
+        path.write_text(json.dumps({**stamped, "source": version}, indent=2) + "\n")
 
     try:
         broker.start()
@@ -80,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             args.quick,
             starts=starts,
             after_run=lambda so_far: save(so_far, partial),
+            pool=pool,
         )
         save(report, out)
         partial.unlink(missing_ok=True)

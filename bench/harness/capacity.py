@@ -440,14 +440,17 @@ def run_rows(
     seed: int = 1,
     starts: dict[str, int] | None = None,
     after_run: Callable[[dict[str, Any]], None] | None = None,
+    pool: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Every row ``runs`` times in a seeded random order; results per row and their summary.
-    ``after_run`` is given the report so far after each run (a sitting cut short keeps it)."""
+    ``after_run`` is given the report so far after each run (a sitting cut short keeps it).
+    ``pool``: the lines the load generator draws from (default: the corpus')."""
     import random
 
     from processor.commands import corpus
 
-    pool = list(corpus.lines(300_000 if not quick else 50_000, seed=2))
+    if pool is None:
+        pool = list(corpus.lines(300_000 if not quick else 50_000, seed=2))
     order = [(row, k) for k in range(runs) for row in rows]
     random.Random(seed).shuffle(order)
     starts = {**START, **(starts or {})}

@@ -27,7 +27,7 @@ from bench.peers.base import build_jar
 
 PROJECT = Path(__file__).resolve().parents[1] / "loadgen"
 JAR = PROJECT / "target" / "loadgen.jar"
-HEAP = ("-Xms256m", "-Xmx512m")
+HEAP = ("-Xms256m", "-Xmx1g")  # a key sweep's pool: up to 2.5 M lines, twice while loaded
 
 
 @dataclass(frozen=True)
