@@ -101,9 +101,10 @@ class KeyState:
             expiry.forget(self._text)
 
     def run(self, fn: Fn, batch: list[Any], timed: bool, fail: Fail, node: Node) -> list[Any]:
-        """``fn`` over items ``((key text, event time), value)`` (``timed``) or ``(key text,
-        value)``, bound to each one's key; its outputs with their record's key (and time). A
-        record whose call raises is dead (``fail``)."""
+        """The engine's, not the user function's: ``fn`` over items ``((key text, event
+        time), value)`` (``timed``) or ``(key text, value)``, this handle bound to each one's
+        key in turn; the outputs with their record's key (and time). A record whose call
+        raises is dead (``fail``)."""
         out: list[Any] = []
         append = out.append
         for first, value in batch:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from processor.api.ops import UNSET
 from processor.api.streams import Node
 from processor.engine import sink_batch
 from processor.engine.context import StageContext
@@ -111,8 +110,3 @@ class Join(Operator):
     def flush(self, writes: Writes) -> None:
         """The join's changed state into ``writes``."""
         _flush_timed(self.ctx, self.join, writes)
-
-    def held(self, text: str) -> Any:
-        """Not shown to fresh state reads: `UNSET`."""
-        del text
-        return UNSET
