@@ -193,3 +193,20 @@ class Expiry:
             self.active = True
         heapq.heapify(self._heap)
         self._changed.clear()
+
+
+def expiry_of(node: Node, event_time: bool) -> Expiry | None:
+    """The deadlines of ``node``'s operator, if it may expire keys: an aggregation with
+    ``ttl_ms`` and every ``process`` on a keyed stream (``state.set(value, ttl_ms=...)`` may
+    come); not one per window. ``event_time``: the stage's records have event times."""
+    if not node.windowed and ((node.aggregated and node.ttl_ms) or node.kind == "process"):
+        return Expiry(node, event_time)
+    return None
+
+
+def untimed(node: Node, expiry: Expiry | None) -> Expiry | None:
+    """The TTL of an aggregation whose records come without their event time: touched as
+    they fold (those with it are touched by the operator's input adapter,
+    `processor.engine.operators.stateless.StripTimeTouch`)."""
+    assert node.parent is not None
+    return None if node.parent.timed else expiry

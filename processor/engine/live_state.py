@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from processor.api.ops import UNSET
+from processor.engine.operators.aggregate import Aggregate
+from processor.engine.operators.process import Process
+from processor.engine.operators.windowed import Window
 from processor.engine.process_op import DELETED
 from processor.engine.windows import DELETED as STATE_DELETED
 from processor.serde.codec import sink_value
@@ -33,20 +36,15 @@ def epoch_value(chain: StageChain, store_key: bytes) -> tuple[bool, bytes | None
         return NOT_HELD
     name, text = operator.decode(), raw_text.decode()
     held: Any = UNSET
-    # The operators own these maps (`processor.engine.operators.keyed`): an aggregation's
-    # dirty one, a process's cache; then the windows'.
-    aggregates, processes = list(chain._aggregates), list(chain._processes.values())
-    maps: list[tuple[str, dict[str, Any]]] = [(op.node.name, op.dirty) for op in aggregates]
-    maps += [(op.node.name, op.cache) for op in processes]
-    for node_name, values in maps:
-        if node_name == name:
-            held = values.get(text, UNSET)
+    # The operators own what they hold (`processor.engine.operators`): an aggregation its
+    # dirty map, a process its cache, a window its windows.
+    ops = chain.operators
+    holders: list[Aggregate | Process | Window] = [*ops.aggregates, *ops.processes, *ops.windows]
+    for op in holders:
+        if op.node.name == name:
+            held = op.held(text)
             if held is not UNSET:
                 break
-    if held is UNSET:
-        for node, op in list(chain._windows.items()):
-            if node.name == name:
-                held = op._cache.get(text, UNSET)
     if held is UNSET:
         return NOT_HELD
     if held is DELETED or held is STATE_DELETED:

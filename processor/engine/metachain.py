@@ -1,4 +1,4 @@
-"""`StageChain`'s operators on records with metadata (`processor.engine.meta`).
+"""A stage's operators on records with metadata (`processor.engine.meta`).
 
 Where a pipeline carries metadata (the planner's ``Node.meta``), items hold a `Meta` where
 a timed pipeline holds the event time (which the meta holds too): an unkeyed item is
@@ -22,51 +22,27 @@ gets them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from processor.api.ops import event_time, key_of
 from processor.api.streams import Node
-from processor.engine import process_op
+from processor.engine.context import StageContext
 from processor.engine.meta import Headers, Meta, from_shuffle
-
-if TYPE_CHECKING:
-    from processor.engine.chain import StageChain
 
 __all__ = [
     "fresh",
     "from_shuffle",
     "into_merge",
     "key_and_headers",
+    "newest",
     "run_of",
-    "source_values",
+    "source_items",
     "strip",
 ]
 
 
-def source_values(
-    chain: StageChain,
-    head: Node,
-    values: list[Any],
-    quiet: bool,
-    times: list[int] | None,
-    metas: list[Meta] | None,
-) -> int | None:
-    """`StageChain.values` with metadata: the items go on to the source's children;
-    returns the highest event time among them (None if untimed or none)."""
-    items = _source_items(chain, head, values, metas, times)
-    chain._push(head, items, quiet)
-    if not head.timed or not items:
-        return None
-    return max((m.timestamp for m, _ in items if m.timestamp is not None), default=None)
-
-
-def key_and_headers(first: Any) -> tuple[str, Headers]:
-    """Of a keyed meta item's ``(key text, meta)``: the key text and the headers."""
-    return first[0], first[1].headers
-
-
-def _source_items(
-    chain: StageChain,
+def source_items(
+    ctx: StageContext,
     head: Node,
     values: list[Any],
     metas: list[Meta] | None,
@@ -86,22 +62,31 @@ def _source_items(
         try:
             meta.timestamp = event_time(fn, value)
         except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-            chain._dead(head, exc, value)
+            ctx.fail(head, exc, value)
             continue
         items.append((meta, value))
     return items
 
 
+def newest(items: list[tuple[Meta, Any]]) -> int | None:
+    """The highest event time among a timed source's items (None if none)."""
+    return max((m.timestamp for m, _ in items if m.timestamp is not None), default=None)
+
+
+def key_and_headers(first: Any) -> tuple[str, Headers]:
+    """Of a keyed meta item's ``(key text, meta)``: the key text and the headers."""
+    return first[0], first[1].headers
+
+
 # What a node that takes items with metadata does with a batch of them (``keyed``: items
 # ``((key text, meta), value)``): its output, None for a key_by (into its shuffle).
-MetaRun = Callable[["StageChain", Node, list[Any], bool, bool], "list[Any] | None"]
+MetaRun = Callable[[StageContext, Node, list[Any], bool, bool], "list[Any] | None"]
 
 
 def run_of(node: Node) -> MetaRun:
-    """How ``node`` runs on items with metadata: chosen once, when its operator is built."""
+    """How ``node``, a map, filter, flat_map or key_by, runs on items with metadata: chosen
+    once, when its operator is built (a ``process`` takes them itself)."""
     kind = node.kind
-    if kind == "process":
-        return _process
     if kind == "key_by":
         return _key_by
     if kind == "map":
@@ -144,13 +129,7 @@ def _call(node: Node) -> Callable[[Any, Meta], Any]:
     return lambda value, _meta: fn(value)
 
 
-def _process(
-    chain: StageChain, node: Node, batch: list[Any], keyed: bool, quiet: bool
-) -> list[Any]:
-    return process_op.process_batch(chain, node, batch)
-
-
-def _map(chain: StageChain, node: Node, batch: list[Any], keyed: bool, quiet: bool) -> list[Any]:
+def _map(ctx: StageContext, node: Node, batch: list[Any], keyed: bool, quiet: bool) -> list[Any]:
     """map over items with metadata; each output keeps its record's."""
     fn = _call(node)
     out: list[Any] = []
@@ -159,11 +138,11 @@ def _map(chain: StageChain, node: Node, batch: list[Any], keyed: bool, quiet: bo
         try:
             append((first, fn(value, first[1] if keyed else first)))
         except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-            chain._dead(node, exc, value)
+            ctx.fail(node, exc, value)
     return out
 
 
-def _filter(chain: StageChain, node: Node, batch: list[Any], keyed: bool, quiet: bool) -> list[Any]:
+def _filter(ctx: StageContext, node: Node, batch: list[Any], keyed: bool, quiet: bool) -> list[Any]:
     """filter over items with metadata."""
     fn = _call(node)
     out: list[Any] = []
@@ -173,12 +152,12 @@ def _filter(chain: StageChain, node: Node, batch: list[Any], keyed: bool, quiet:
             if fn(value, first[1] if keyed else first):
                 append((first, value))
         except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-            chain._dead(node, exc, value)
+            ctx.fail(node, exc, value)
     return out
 
 
 def _flat_map(
-    chain: StageChain, node: Node, batch: list[Any], keyed: bool, quiet: bool
+    ctx: StageContext, node: Node, batch: list[Any], keyed: bool, quiet: bool
 ) -> list[Any]:
     """flat_map over items with metadata; each output keeps its record's."""
     fn = _call(node)
@@ -187,11 +166,11 @@ def _flat_map(
         try:
             out.extend([(first, o) for o in fn(value, first[1] if keyed else first)])
         except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-            chain._dead(node, exc, value)
+            ctx.fail(node, exc, value)
     return out
 
 
-def _key_by(chain: StageChain, node: Node, batch: list[Any], keyed: bool, quiet: bool) -> None:
+def _key_by(ctx: StageContext, node: Node, batch: list[Any], keyed: bool, quiet: bool) -> None:
     """Key records with metadata; ship their metadata if the stage after takes it, else
     their event time if timed, else nothing (a combiner may then merge them)."""
     fn = _call(node)
@@ -203,14 +182,14 @@ def _key_by(chain: StageChain, node: Node, batch: list[Any], keyed: bool, quiet:
         try:
             key = fn(value, meta)
         except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-            chain._dead(node, exc, value)
+            ctx.fail(node, exc, value)
             continue
         keys.append(key)
         values.append(value)
         metas.append(meta)
     if quiet:
         return
-    shuffle = chain.shuffles[node.name]
+    shuffle = ctx.shuffles[node.name]
     if node.meta:
         shuffle.add_meta(keys, values, metas)
     elif node.timed:  # a timed source's records all have their time

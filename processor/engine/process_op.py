@@ -1,18 +1,18 @@
-"""``process`` in a stage's chain: the state handle a user function gets (`KeyState`), a
-batch of records through it (`process_batch`) and a round of its timers (`fire_timers`).
+"""``process``'s state handle (`KeyState`): what a user function gets for the current
+record's key, over its operator's epoch cache (key text -> value, `DELETED` for a deleted
+key), its timers (`processor.engine.timers`) and its keys' TTL deadlines (``expiry``, touched
+on ``set``: `processor.engine.ttl`). The operator that owns them is
+`processor.engine.operators.process.Process`.
 
-Its operator (`processor.engine.operators.keyed.Process`) owns the epoch cache (key text ->
-value, `DELETED` for a deleted key) and the timers (`processor.engine.timers`); these
-functions act on them, so that the operator's module holds the dataflow and this one what
-``process`` is. The operator owns its keys' TTL deadlines too (``expiry``), which the handle
-touches on ``set`` (`processor.engine.ttl`).
+One handle runs a whole batch, bound to each record's key in turn (`KeyState.run`, as Flink's
+keyed state is to the current key): a handle per record cost more than the user's function.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from processor.api.ops import UNSET, key_of
 from processor.api.streams import Node
@@ -21,10 +21,9 @@ from processor.engine.meta import Headers
 from processor.engine.timers import ProcessTimers, Timers
 from processor.serde.codec import RecordError
 
-if TYPE_CHECKING:
-    from processor.engine.chain import StageChain
-
 DELETED = object()  # a key ``state.delete()`` removed this epoch
+Fn = Callable[[Any, "KeyState"], Iterable[Any]]  # process's function: (value, state) -> outputs
+Fail = Callable[[Node, Exception, Any], None]  # a record that failed: a dead record
 
 
 class KeyState:
@@ -43,12 +42,13 @@ class KeyState:
         timestamp: int | None = None,
         timers: ProcessTimers | None = None,
         expiry: Expiry | None = None,
+        headers: Headers | None = None,
     ) -> None:
         self._cache, self._text, self._load = cache, text, load
         self.timestamp, self._timers = timestamp, timers
         self._expiry = expiry  # the operator's TTL deadlines (`processor.engine.ttl`)
         # The record's Kafka headers, where the process reads them (`reads_headers`).
-        self._headers: Headers | None = None
+        self._headers = headers
 
     @property
     def headers(self) -> Headers:
@@ -100,8 +100,48 @@ class KeyState:
         if expiry is not None and expiry.active:
             expiry.forget(self._text)
 
+    def run(self, fn: Fn, batch: list[Any], timed: bool, fail: Fail, node: Node) -> list[Any]:
+        """The engine's, not the user function's: ``fn`` over items ``((key text, event
+        time), value)`` (``timed``) or ``(key text, value)``, this handle bound to each one's
+        key in turn; the outputs with their record's key (and time). A record whose call
+        raises is dead (``fail``)."""
+        out: list[Any] = []
+        append = out.append
+        for first, value in batch:
+            if timed:
+                self._text, self.timestamp = first
+            else:
+                self._text = first
+            try:
+                emitted = list(fn(value, self))
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                fail(node, exc, value)
+                continue
+            for e in emitted:
+                append((first, e))
+        return out
 
-class _ClockTimerState(KeyState):
+    def run_meta(self, fn: Fn, batch: list[Any], timed: bool, fail: Fail, node: Node) -> list[Any]:
+        """`run` over items with metadata, ``((key text, meta), value)``: the handle has the
+        record's headers; the outputs ``((key text, event time), value)`` (``timed``) or
+        ``(key text, value)``."""
+        out: list[Any] = []
+        append = out.append
+        for first, value in batch:
+            text, meta = first
+            self._text, self.timestamp, self._headers = text, meta.timestamp, meta.headers
+            try:
+                emitted = list(fn(value, self))
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                fail(node, exc, value)
+                continue
+            key = (text, meta.timestamp) if timed else text
+            for e in emitted:
+                append((key, e))
+        return out
+
+
+class ClockTimerState(KeyState):
     """The state handle of a processing-time timer's callback: its time is the wall clock's,
     no event time, so a TTL it sets in a pipeline with event time counts from the watermark
     (`processor.engine.expiry`), not from it."""
@@ -114,100 +154,3 @@ class _ClockTimerState(KeyState):
             super().set(value, ttl_ms)
         finally:
             self.timestamp = at
-
-
-def process_batch(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]:
-    """Items ``((key text, meta), value)`` where the process takes metadata (``meta_in``),
-    else ``((key text, event time), value)`` in a timed stage and ``(key text, value)`` in
-    an untimed one; its output ``(key text, value)``, or ``((key text, event time), value)``
-    in a timed stage, keeping each record's time."""
-    if not node.meta_in:
-        return _process_plain(chain, node, batch)
-    fn = node.fn
-    assert fn is not None
-    op = chain._processes[node]
-    cache, timers, load = op.cache, op.timers, op.load
-    out: list[Any] = []
-    append = out.append
-    timed = node.timed
-    handle = KeyState(cache, "", load, None, timers, op.expiry)  # bound to each key in turn
-    for first, value in batch:
-        text, meta = first
-        handle._text, handle.timestamp, handle._headers = text, meta.timestamp, meta.headers
-        try:
-            emitted = list(fn(value, handle))
-        except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-            chain._dead(node, exc, value)
-            continue
-        key = (text, meta.timestamp) if timed else text
-        for e in emitted:
-            append((key, e))
-    return out
-
-
-def _process_plain(chain: StageChain, node: Node, batch: list[Any]) -> list[Any]:
-    """`process_batch` of items without metadata."""
-    fn = node.fn
-    assert fn is not None
-    op = chain._processes[node]
-    cache, timers, load = op.cache, op.timers, op.load
-    out: list[Any] = []
-    append = out.append
-    timed = node.timed
-    # One handle, bound to each record's key in turn (as Flink's keyed state is to the
-    # current key): a handle per record cost more than the user's function in a first sight.
-    handle = KeyState(cache, "", load, None, timers, op.expiry)
-    for first, value in batch:
-        if timed:
-            handle._text, handle.timestamp = first
-        else:
-            handle._text = first
-        try:
-            emitted = list(fn(value, handle))
-        except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-            chain._dead(node, exc, value)
-            continue
-        for e in emitted:
-            append((first, e))
-    return out
-
-
-def fire_timers(
-    chain: StageChain,
-    node: Node,
-    through: int,
-    low: int | None,
-    quiet: bool,
-    event_time: bool = True,
-) -> None:
-    """A round of ``node``'s timers (those at or below ``through``): ``on_timer`` for
-    each, its output on to the node's children. Event time of the output in a timed stage
-    (``low`` not None): the timer's time, at least ``low`` (the watermark before this
-    round), so that none is behind a watermark forwarded already; a processing-time
-    timer's output has ``low``."""
-    op = chain._processes[node]
-    timers, on_timer = op.timers, node.on_timer
-    assert timers is not None and on_timer is not None
-    due = timers.due(through)
-    if not due:
-        return
-    cache, load = op.cache, op.load
-    out: list[Any] = []
-    for at, text in due:
-        if not timers.take(at, text):
-            continue  # deleted, or fired already this round
-        state = KeyState if event_time else _ClockTimerState
-        handle = state(cache, text, load, at, timers, op.expiry)
-        handle._headers = []  # a timer has no record
-        try:
-            emitted = list(on_timer(at, handle))
-        except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-            chain._dead(node, exc, {"timer": at, "key": key_of(text)})
-            continue
-        if low is None:
-            first: Any = text
-        else:
-            first = (text, max(at, low) if event_time else low)
-        out.extend((first, e) for e in emitted)
-    if out:
-        chain._push(node, out, quiet)

@@ -1,4 +1,5 @@
-"""A batch of a stage's items into sink records, in the chain's ``sinks`` and ``headed``.
+"""A batch of a stage's items into sink records, in its context's ``sinks`` and ``headed``
+(`processor.engine.context`).
 
 A sink with the defaults (key ``str(key)``, value JSON, no headers) takes `sink`: the whole
 batch encoded in C loops and its size checked by a bound (`_fit`), record by record only
@@ -11,26 +12,24 @@ from __future__ import annotations
 
 from functools import partial
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from processor.api.ops import TAGGED, oversized, sink_key_of
 from processor.api.sinks import SinkSpec
 from processor.api.sinks import encode as encode_sink
 from processor.api.streams import Node
+from processor.engine.context import StageContext
 from processor.engine.windows import Item
 from processor.serde.codec import RecordError, sink_value
-
-if TYPE_CHECKING:
-    from processor.engine.chain import StageChain
 
 _KEY, _VALUE = itemgetter(0), itemgetter(1)
 
 
-def sink(chain: StageChain, node: Node, batch: list[Any], keyed: bool) -> None:
+def sink(ctx: StageContext, node: Node, batch: list[Any], keyed: bool) -> None:
     """``batch`` into the records of ``node``, a sink with the defaults."""
-    records = chain.sinks.setdefault(node.topic, [])
+    records = ctx.sinks.setdefault(node.topic, [])
     start = len(records)
-    limit = chain._max_record
+    limit = ctx.max_record
     try:
         if keyed:
             # A plain string key's text is itself; an int's JSON its digits.
@@ -54,39 +53,39 @@ def sink(chain: StageChain, node: Node, batch: list[Any], keyed: bool) -> None:
             key = sink_key_of(item[0]) if keyed else None
             raw = sink_value(value)
         except RecordError as exc:
-            chain._dead(node, exc, value)
+            ctx.fail(node, exc, value)
             continue
         size = len(raw) + (len(key) if key is not None else 0)
         if size > limit:
-            chain._dead(node, oversized(size, limit), value)
+            ctx.fail(node, oversized(size, limit), value)
             continue
         records.append((key, raw))
 
 
-def sink_spec(chain: StageChain, node: Node, spec: SinkSpec, batch: list[Any], keyed: bool) -> None:
+def sink_spec(ctx: StageContext, node: Node, spec: SinkSpec, batch: list[Any], keyed: bool) -> None:
     """A sink with a key function, a value format or headers (`processor.api.sinks`)."""
-    plain, headed = encode_sink(spec, batch, keyed, chain._max_record, partial(chain._dead, node))
+    plain, headed = encode_sink(spec, batch, keyed, ctx.max_record, partial(ctx.fail, node))
     if plain:
-        chain.sinks.setdefault(node.topic, []).extend(plain)
+        ctx.sinks.setdefault(node.topic, []).extend(plain)
     if headed:
-        chain.headed.setdefault(node.topic, []).extend(headed)
+        ctx.headed.setdefault(node.topic, []).extend(headed)
 
 
-def late(chain: StageChain, node: Node, late: list[Item], quiet: bool) -> None:
+def late(ctx: StageContext, node: Node, late: list[Item], quiet: bool) -> None:
     """Records a window or join got after its watermark: to ``<job>.late``, counted."""
     if not late or quiet:
         return
-    chain.late[node.name] += len(late)
-    records = chain.sinks.setdefault(chain._late_topic, [])
-    limit = chain._max_record
+    ctx.late[node.name] += len(late)
+    records = ctx.sinks.setdefault(ctx.late_topic, [])
+    limit = ctx.max_record
     for (text, _), value in late:
         try:
             key, raw = sink_key_of(text), sink_value(value)
         except RecordError as exc:
-            chain._dead(node, exc, value)
+            ctx.fail(node, exc, value)
             continue
         if len(key) + len(raw) > limit:
-            chain._dead(node, oversized(len(key) + len(raw), limit), value)
+            ctx.fail(node, oversized(len(key) + len(raw), limit), value)
             continue
         records.append((key, raw))
 

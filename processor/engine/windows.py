@@ -68,6 +68,11 @@ class _Timed:
             keys[heapq.heappop(timers)[1]] = None
         return list(keys)
 
+    def held(self, text: str) -> Any:
+        """The key's state of this epoch, in memory (`UNSET`: not; DELETED: deleted). Read
+        from a request thread: one dict lookup (`processor.engine.live_state`)."""
+        return self._cache.get(text, UNSET)
+
     def take_writes(self) -> dict[str, Any]:
         """The epoch's changed state by key text (DELETED: delete it); the cache is empty
         after."""

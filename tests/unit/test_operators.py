@@ -11,8 +11,8 @@ from processor import Pipeline
 from processor.api.streams import Node
 from processor.engine.chain import StageChain
 from processor.engine.operators import Operator, running
+from processor.engine.operators.aggregate import Aggregate
 from processor.engine.operators.base import Pass
-from processor.engine.operators.keyed import Aggregate
 from processor.engine.operators.sink import Sink
 from processor.engine.operators.stateless import FlatMap, KeyBy, Map, StripMeta, WithMeta
 from processor.jobs.wordcount import wordcount_pipeline
@@ -22,7 +22,7 @@ from processor.testing import MemoryState
 
 
 def _kinds(chain: StageChain) -> dict[str, type[Operator]]:
-    return {node.name: type(op) for node, op in chain._ops.items()}
+    return {node.name: type(op) for node, op in chain.operators.by_node.items()}
 
 
 def test_word_count_compiles_to_one_operator_per_node_and_runs_without_reading_kinds() -> None:
@@ -33,7 +33,7 @@ def test_word_count_compiles_to_one_operator_per_node_and_runs_without_reading_k
     count = StageChain(compiled, count_stage, 0, MemoryState(), partitions)
     assert _kinds(split) == {"split": Pass, "words": FlatMap, "count": KeyBy}
     assert _kinds(count) == {"count": Pass, "counts": Aggregate, "output": Sink}
-    counts = count._ops[count_stage.nodes[0]]
+    counts = count.operators.by_node[count_stage.nodes[0]]
     assert isinstance(counts, Aggregate) and counts.plain_sink is count_stage.nodes[1]
     watched = [split_stage.head, *split_stage.nodes, *count_stage.nodes]
     for node in watched:
@@ -66,7 +66,7 @@ def test_metadata_adapters_are_compiled_only_where_records_carry_it() -> None:
     nums.map(lambda v: v + 1, name="plain").sink("plain", name="plain-out")
     compiled = plan(p)
     chain = StageChain(compiled, compiled.stages[0], 0, MemoryState(), {})
-    ops = {node.name: op for node, op in chain._ops.items()}
+    ops = {node.name: op for node, op in chain.operators.by_node.items()}
     assert isinstance(ops["tag"], WithMeta) and isinstance(running(ops["tag"]), Map)
     # Records carry metadata from the source through "tag" (which uses it); the nodes that
     # take none get them without it.

@@ -420,7 +420,7 @@ def test_a_bad_ttl_in_state_set_makes_a_dead_record() -> None:
 def test_no_ttl_no_ticks_and_no_filter() -> None:
     t = Task(lambda s: s.process(_counter), timed=False)
     assert not t.chain.ticks
-    assert t.chain._reader is t.backend
+    assert t.chain.context.reader is t.backend
 
 
 def _first_sight(ttl_ms: int) -> Pipeline:
@@ -530,16 +530,17 @@ def test_a_processing_time_timer_sets_a_ttl_from_the_watermark_in_event_time() -
     keyed = source.key_by(lambda v: v["k"])
     keyed.process(fn, on_timer=on_timer, processing_time=True, ttl_ms=TTL).sink("out")
     compiled = plan(p)
-    chain = StageChain(compiled, compiled.stages[1], 0, MemoryState(), {})
+    state = MemoryState()
+    chain = StageChain(compiled, compiled.stages[1], 0, state, {})
     chain.shuffled([["a", {"k": "a", "ts": 0}, 0]])
     chain.advance(100)
     chain.tick(10**12)
     chain.flush()  # stamped under the watermark 100: deadline 1100
     chain.advance(1_099)
-    assert chain._state.get_many([b"in.key_by.process\0a"]) == [b'"from a timer"']
+    assert state.get_many([b"in.key_by.process\0a"]) == [b'"from a timer"']
     chain.advance(1_100)
     chain.flush()
-    assert chain._state.get_many([b"in.key_by.process\0a"]) == [None]
+    assert state.get_many([b"in.key_by.process\0a"]) == [None]
 
 
 def test_a_window_state_takes_no_ttl() -> None:

@@ -7,27 +7,27 @@ the operators' state at the epoch's end.
 - `stateless`: map, filter, flat_map, key_by, and the adapters of inputs with event time or
   metadata (`StripTime`, `StripTimeTouch`, `StripMeta`, `WithMeta`);
 - `sink`: sinks;
-- `keyed`: aggregations (per checkpoint, per record), ``process``, per-window operators and
-  the join.
+- `aggregate`: aggregations (per checkpoint, per record); `process`: ``process``;
+  `windowed`: per-window operators and the join.
 
 `compile_operators` decides, per node and from the graph alone (its kind, whether its input
 is keyed, timed or carries metadata), which operator runs it: the per-batch path reads no
-``Node.kind``.
+``Node.kind``. `StageOperators` holds them by node and by what the epoch's end, the
+watermark and the clock act on. Every operator gets the stage's `StageContext` (state reads,
+dead records, output: `processor.engine.context`), never the chain.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
+from processor.api.ops import merger
 from processor.api.streams import Node
+from processor.engine.context import StageContext
+from processor.engine.operators.aggregate import Aggregate, PerRecordAggregate
 from processor.engine.operators.base import IntoMerge, Operator, Pass, Unknown
-from processor.engine.operators.keyed import (
-    Aggregate,
-    Join,
-    PerRecordAggregate,
-    Process,
-    Window,
-)
+from processor.engine.operators.process import Process
 from processor.engine.operators.sink import PostgresRows, Sink
 from processor.engine.operators.stateless import (
     Filter,
@@ -40,34 +40,68 @@ from processor.engine.operators.stateless import (
     StripTimeTouch,
     WithMeta,
 )
+from processor.engine.operators.windowed import Join, Window
 from processor.plan.stages import Stage
 
-if TYPE_CHECKING:
-    from processor.engine.chain import StageChain
-
-__all__ = ["Operator", "compile_operators", "running"]
+__all__ = ["Operator", "StageOperators", "compile_operators", "running"]
 
 # Nodes that pass on every input's items: a merge, a loop (its input and feedback).
 UNIONS = frozenset({"merge", "loop"})
 
 
-def compile_operators(chain: StageChain, stage: Stage) -> dict[Node, Operator]:
-    """The operator of every node ``chain`` runs (its stage's head, its nodes, and what they
-    feed within the stage), wired to their children's."""
+def compile_operators(ctx: StageContext, stage: Stage) -> dict[Node, Operator]:
+    """The operator of every node a task of ``stage`` runs (its head, its nodes, and what
+    they feed within the stage), wired to their children's."""
     ops: dict[Node, Operator] = {}
     stack = [stage.head, *stage.nodes]
     while stack:
         node = stack.pop()
         if node in ops:
             continue
-        ops[node] = _operator(chain, stage, node)
+        ops[node] = _operator(ctx, stage, node)
         if _feeds_stage(stage, node):
             stack.extend(node.children)
     for node, op in ops.items():
         if _feeds_stage(stage, node):
-            op.children = [_edge(chain, node, ops[child]) for child in node.children]
+            op.children = [_edge(ctx, node, ops[child]) for child in node.children]
         _share_children(op)
     return ops
+
+
+Keeper = PerRecordAggregate | Process | Window | Join  # state other than the aggregations'
+
+
+class StageOperators:
+    """The operators of a task of ``stage``: by node (`by_node`), and by what the epoch's
+    end, the watermark and the clock act on, in graph order."""
+
+    def __init__(self, ctx: StageContext, stage: Stage) -> None:
+        self.by_node = compile_operators(ctx, stage)
+        head = self.by_node[stage.head]
+        self.join = head if isinstance(head, Join) else None  # a join stage's head
+        # The operators that run the stage's nodes (inside their input adapters).
+        self.runs = [running(self.by_node[n]) for n in stage.nodes]
+        runs = self.runs
+        self.aggregates = [op for op in runs if isinstance(op, Aggregate)]
+        self.per_record = [op for op in runs if isinstance(op, PerRecordAggregate)]
+        self.processes = [op for op in runs if isinstance(op, Process)]
+        self.windows = [op for op in runs if isinstance(op, Window)]
+        # What keeps state other than the aggregations, in the order it is written at flush.
+        self.keepers: list[Keeper] = [*self.per_record, *self.processes, *self.windows]
+        if self.join is not None:
+            self.keepers.append(self.join)
+        # The aggregation a combined shuffle record's partials go to, and how they merge.
+        self.combiner: tuple[Aggregate, Callable[[Any, Any], Any]] | None = None
+        combiner = None if stage.combiner is None else running(self.by_node[stage.combiner])
+        if isinstance(combiner, Aggregate):
+            self.combiner = (combiner, merger(combiner.node))
+
+    @property
+    def pending(self) -> int:
+        """The keys the aggregations hold for the flush (see `StageChain.pending`)."""
+        return sum(len(op.dirty) for op in self.aggregates) + sum(
+            op.pending for op in self.per_record
+        )
 
 
 def running(op: Operator) -> Operator:
@@ -82,10 +116,10 @@ def _feeds_stage(stage: Stage, node: Node) -> bool:
     return node.kind != "key_by" or node is stage.head or node.feeds is not None
 
 
-def _edge(chain: StageChain, sender: Node, child: Operator) -> Operator:
+def _edge(ctx: StageContext, sender: Node, child: Operator) -> Operator:
     """What ``sender``'s batches go to, to reach ``child``."""
     if child.node.kind in UNIONS and sender.meta != child.node.meta:
-        return IntoMerge(chain, sender, child)
+        return IntoMerge(ctx, sender, child)
     return child
 
 
@@ -97,63 +131,63 @@ def _share_children(op: Operator) -> None:
         inner = getattr(inner, "inner", None)
 
 
-def _operator(chain: StageChain, stage: Stage, node: Node) -> Operator:
+def _operator(ctx: StageContext, stage: Stage, node: Node) -> Operator:
     parent = node.parent
     if node is stage.head and stage.is_join:
-        return Join(chain, node)
+        return Join(ctx, node)
     if parent is None or node is stage.head or node.kind in UNIONS:
-        return Pass(chain, node)
-    plain = _plain(chain, node, parent)
+        return Pass(ctx, node)
+    plain = _plain(ctx, node, parent)
     # Records with metadata (`processor.engine.metachain`): of a pipeline that uses it only.
     if parent.meta and not node.meta_in:
-        return StripMeta(chain, plain, parent)
+        return StripMeta(ctx, plain, parent)
     if parent.meta or node.meta_in:
-        return WithMeta(chain, plain, parent)
+        return WithMeta(ctx, plain, parent)
     return plain
 
 
-def _plain(chain: StageChain, node: Node, parent: Node) -> Operator:
+def _plain(ctx: StageContext, node: Node, parent: Node) -> Operator:
     """The operator of ``node`` where its parent's items have no metadata."""
     kind, keyed = node.kind, parent.keyed
     if parent.timed:
         if kind in ("map", "filter", "flat_map"):
             keyed = True  # the time rides along like a key
         elif kind == "key_by":
-            return KeyByTimed(chain, node)
+            return KeyByTimed(ctx, node)
         elif kind == "window":
-            return Pass(chain, node)
+            return Pass(ctx, node)
         elif kind == "process" and not node.windowed:  # its output keeps the time
-            return Process(chain, node)
+            return Process(ctx, node)
         elif node.windowed:
-            return Window(chain, node)
+            return Window(ctx, node)
         else:  # aggregations, sinks: without the time
-            inner = _of_kind(chain, node, keyed)
+            inner = _of_kind(ctx, node, keyed)
             expiry = getattr(inner, "expiry", None)  # a TTL from the records' times
             if node.aggregated and expiry is not None:
-                return StripTimeTouch(chain, inner, keyed, expiry)
-            return StripTime(chain, inner, keyed)
-    return _of_kind(chain, node, keyed)
+                return StripTimeTouch(ctx, inner, keyed, expiry)
+            return StripTime(ctx, inner, keyed)
+    return _of_kind(ctx, node, keyed)
 
 
-def _of_kind(chain: StageChain, node: Node, keyed: bool) -> Operator:
+def _of_kind(ctx: StageContext, node: Node, keyed: bool) -> Operator:
     """The operator of ``node`` over untimed items (``keyed``: ``(key, value)`` pairs)."""
     kind = node.kind
     if kind == "map":
-        return Map(chain, node, keyed)
+        return Map(ctx, node, keyed)
     if kind == "filter":
-        return Filter(chain, node, keyed)
+        return Filter(ctx, node, keyed)
     if kind == "flat_map":
-        return FlatMap(chain, node, keyed)
+        return FlatMap(ctx, node, keyed)
     if kind == "key_by":
-        return KeyBy(chain, node, keyed)
+        return KeyBy(ctx, node, keyed)
     if node.aggregated:
         if node.per_record:
-            return PerRecordAggregate(chain, node)
-        return Aggregate(chain, node)
+            return PerRecordAggregate(ctx, node)
+        return Aggregate(ctx, node)
     if kind == "process":
-        return Process(chain, node)
+        return Process(ctx, node)
     if kind == "sink":
-        return Sink(chain, node, keyed)
+        return Sink(ctx, node, keyed)
     if kind == "sink_postgres":
-        return PostgresRows(chain, node, keyed)
-    return Unknown(chain, node)
+        return PostgresRows(ctx, node, keyed)
+    return Unknown(ctx, node)

@@ -6,26 +6,26 @@ refuses a node no operator runs, on its first batch, as the interpreter did befo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from processor.api.streams import Node
 from processor.engine import metachain
-
-if TYPE_CHECKING:
-    from processor.engine.chain import StageChain
+from processor.engine.context import StageContext
 
 
 class Operator:
     """One node of a stage, compiled once when its `StageChain` is built: `apply` takes a
     batch from an input, `emit` hands what it makes to ``children`` (the compiled operators
-    of the node's children in the stage). Like Flink's stream operators, one class per kind
-    of node; which class, and which variant of it (keyed, timed, with metadata), is decided
-    from the graph at compile time, so that no batch is dispatched on ``Node.kind``."""
+    of the node's children in the stage). ``ctx``: what the stage's operators share (state
+    reads, dead records, output: `processor.engine.context`). Like Flink's stream
+    operators, one class per kind of node; which class, and which variant of it (keyed,
+    timed, with metadata), is decided from the graph at compile time, so that no batch is
+    dispatched on ``Node.kind``."""
 
-    __slots__ = ("chain", "children", "node")
+    __slots__ = ("children", "ctx", "node")
 
-    def __init__(self, chain: StageChain, node: Node) -> None:
-        self.chain = chain
+    def __init__(self, ctx: StageContext, node: Node) -> None:
+        self.ctx = ctx
         self.node = node
         self.children: list[Operator] = []
 
@@ -60,8 +60,8 @@ class IntoMerge(Operator):
 
     __slots__ = ("sender", "union")
 
-    def __init__(self, chain: StageChain, sender: Node, union: Operator) -> None:
-        super().__init__(chain, union.node)
+    def __init__(self, ctx: StageContext, sender: Node, union: Operator) -> None:
+        super().__init__(ctx, union.node)
         self.sender, self.union = sender, union
 
     def apply(self, batch: list[Any], quiet: bool) -> None:

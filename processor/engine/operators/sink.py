@@ -1,5 +1,5 @@
-"""``sink``: a batch into the chain's sink records, taken by the task at flush; nothing in a
-replay (its records are committed already). With the defaults through
+"""``sink``: a batch into the stage's sink records (`processor.engine.context`), taken by the
+task at flush; nothing in a replay (its records are committed already). With the defaults through
 `processor.engine.sink_batch.sink`, with options through its `sink_spec`.
 ``sink_postgres``: a batch into the epoch's rows of its table (`processor.api.postgres`),
 taken by the task at the checkpoint."""
@@ -7,15 +7,13 @@ taken by the task at the checkpoint."""
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from processor.api.postgres import add_rows
 from processor.api.streams import Node
 from processor.engine import sink_batch
+from processor.engine.context import StageContext
 from processor.engine.operators.base import Operator
-
-if TYPE_CHECKING:
-    from processor.engine.chain import StageChain
 
 
 class Sink(Operator):
@@ -23,8 +21,8 @@ class Sink(Operator):
 
     __slots__ = ("keyed",)
 
-    def __init__(self, chain: StageChain, node: Node, keyed: bool) -> None:
-        super().__init__(chain, node)
+    def __init__(self, ctx: StageContext, node: Node, keyed: bool) -> None:
+        super().__init__(ctx, node)
         self.keyed = keyed
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
@@ -32,25 +30,25 @@ class Sink(Operator):
             return
         spec = self.node.sink_spec
         if spec is None:
-            sink_batch.sink(self.chain, self.node, batch, self.keyed)
+            sink_batch.sink(self.ctx, self.node, batch, self.keyed)
         else:
-            sink_batch.sink_spec(self.chain, self.node, spec, batch, self.keyed)
+            sink_batch.sink_spec(self.ctx, self.node, spec, batch, self.keyed)
 
 
 class PostgresRows(Operator):
-    """A PostgreSQL sink: the batch's rows into ``chain.rows`` under its name."""
+    """A PostgreSQL sink: the batch's rows into the context's ``rows`` under its name."""
 
     __slots__ = ("dead", "keyed")
 
-    def __init__(self, chain: StageChain, node: Node, keyed: bool) -> None:
-        super().__init__(chain, node)
+    def __init__(self, ctx: StageContext, node: Node, keyed: bool) -> None:
+        super().__init__(ctx, node)
         self.keyed = keyed
-        self.dead = partial(chain._dead, node)
+        self.dead = partial(ctx.fail, node)
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
         if quiet:
             return
         target = self.node.postgres
         assert target is not None
-        rows = self.chain.rows.setdefault(self.node.name, {})
+        rows = self.ctx.rows.setdefault(self.node.name, {})
         add_rows(target, rows, batch, self.keyed, self.dead)

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import chain as flatten
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from processor.api.streams import Node
-from processor.engine import metachain, shuffle_format
+from processor.engine import metachain
+from processor.engine.context import StageContext
 from processor.engine.expiry import Expiry
 from processor.engine.operators.base import Operator
-
-if TYPE_CHECKING:
-    from processor.engine.chain import StageChain
 
 
 class _Function(Operator):
@@ -29,8 +27,8 @@ class _Function(Operator):
 
     __slots__ = ("fn", "keyed")
 
-    def __init__(self, chain: StageChain, node: Node, keyed: bool) -> None:
-        super().__init__(chain, node)
+    def __init__(self, ctx: StageContext, node: Node, keyed: bool) -> None:
+        super().__init__(ctx, node)
         assert node.fn is not None
         self.fn: Callable[[Any], Any] = node.fn
         self.keyed = keyed
@@ -46,7 +44,7 @@ class Map(_Function):
         try:
             out = [(k, fn(v)) for k, v in batch] if self.keyed else list(map(fn, batch))
         except Exception:  # noqa: BLE001 - find the failing records one by one
-            out = each(self.chain, self.node, batch, self.keyed, lambda v: [fn(v)], fast=False)
+            out = each(self.ctx, self.node, batch, self.keyed, lambda v: [fn(v)], fast=False)
         self.emit(out, quiet)
 
 
@@ -61,7 +59,7 @@ class Filter(_Function):
             out = [kv for kv in batch if fn(kv[1])] if self.keyed else list(filter(fn, batch))
         except Exception:  # noqa: BLE001 - find the failing records one by one
             out = each(
-                self.chain, self.node, batch, self.keyed, lambda v: [v] if fn(v) else [], False
+                self.ctx, self.node, batch, self.keyed, lambda v: [v] if fn(v) else [], False
             )
         self.emit(out, quiet)
 
@@ -72,8 +70,8 @@ class FlatMap(_Function):
 
     __slots__ = ("batch_fn",)
 
-    def __init__(self, chain: StageChain, node: Node, keyed: bool) -> None:
-        super().__init__(chain, node, keyed)
+    def __init__(self, ctx: StageContext, node: Node, keyed: bool) -> None:
+        super().__init__(ctx, node, keyed)
         self.batch_fn = None if keyed else node.batch_fn
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
@@ -86,7 +84,7 @@ class FlatMap(_Function):
                 return out if type(out) is list else list(out)
             except Exception:  # noqa: BLE001 - find the failing records one by one
                 pass
-        return each(self.chain, self.node, batch, self.keyed, self.fn)
+        return each(self.ctx, self.node, batch, self.keyed, self.fn)
 
 
 class KeyBy(_Function):
@@ -94,7 +92,11 @@ class KeyBy(_Function):
     pre-aggregated per key there when that stage is combinable. Nothing in a replay: its
     shuffle records are committed already."""
 
-    __slots__ = ()
+    __slots__ = ("shuffle",)
+
+    def __init__(self, ctx: StageContext, node: Node, keyed: bool) -> None:
+        super().__init__(ctx, node, keyed)
+        self.shuffle = ctx.shuffles[node.name]
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
         fn = self.fn
@@ -104,19 +106,41 @@ class KeyBy(_Function):
         try:
             keys = values if all_str else list(map(fn, values))
         except Exception:  # noqa: BLE001 - keep the records it could key
-            pairs = each(self.chain, self.node, values, False, lambda v: [(fn(v), v)], False)
+            pairs = each(self.ctx, self.node, values, False, lambda v: [(fn(v), v)], False)
             keys, values = [k for k, _ in pairs], [v for _, v in pairs]
         if not quiet:
-            self.chain.shuffles[self.node.name].add(keys, values, all_str)
+            self.shuffle.add(keys, values, all_str)
 
 
 class KeyByTimed(Operator):
-    """``key_by`` of items with event time (`shuffle_format.key_by_timed`)."""
+    """``key_by`` of items with event time: shipped uncombined with it (or combined, into a
+    stage that drops it)."""
 
-    __slots__ = ()
+    __slots__ = ("fn", "keyed", "shuffle")
+
+    def __init__(self, ctx: StageContext, node: Node) -> None:
+        super().__init__(ctx, node)
+        assert node.fn is not None and node.parent is not None
+        self.fn: Callable[[Any], Any] = node.fn
+        self.keyed = node.parent.keyed
+        self.shuffle = ctx.shuffles[node.name]
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
-        shuffle_format.key_by_timed(self.chain, self.node, batch, quiet)
+        fn, keyed, node = self.fn, self.keyed, self.node
+        keys: list[Any] = []
+        values: list[Any] = []
+        times: list[int] = []
+        for first, value in batch:
+            try:
+                key = fn(value)
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                self.ctx.fail(node, exc, value)
+                continue
+            keys.append(key)
+            values.append(value)
+            times.append(first[1] if keyed else first)
+        if not quiet:
+            self.shuffle.add(keys, values, times=times)
 
 
 class StripTime(Operator):
@@ -124,8 +148,8 @@ class StripTime(Operator):
 
     __slots__ = ("inner", "keyed")
 
-    def __init__(self, chain: StageChain, inner: Operator, keyed: bool) -> None:
-        super().__init__(chain, inner.node)
+    def __init__(self, ctx: StageContext, inner: Operator, keyed: bool) -> None:
+        super().__init__(ctx, inner.node)
         self.inner, self.keyed = inner, keyed
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
@@ -141,8 +165,8 @@ class StripTimeTouch(StripTime):
 
     __slots__ = ("expiry",)
 
-    def __init__(self, chain: StageChain, inner: Operator, keyed: bool, expiry: Expiry) -> None:
-        super().__init__(chain, inner, keyed)
+    def __init__(self, ctx: StageContext, inner: Operator, keyed: bool, expiry: Expiry) -> None:
+        super().__init__(ctx, inner, keyed)
         self.expiry = expiry
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
@@ -156,8 +180,8 @@ class StripMeta(Operator):
 
     __slots__ = ("inner", "keyed", "timed")
 
-    def __init__(self, chain: StageChain, inner: Operator, parent: Node) -> None:
-        super().__init__(chain, inner.node)
+    def __init__(self, ctx: StageContext, inner: Operator, parent: Node) -> None:
+        super().__init__(ctx, inner.node)
         self.inner, self.keyed, self.timed = inner, parent.keyed, parent.timed
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
@@ -168,28 +192,31 @@ class WithMeta(Operator):
     """A map, filter, flat_map, key_by or ``process`` that takes items with metadata
     (`processor.engine.metachain`), from a parent that makes them or (``fresh``) from one
     that makes new records without, which get a meta of their key. ``inner``: the node's
-    operator without metadata, which runs nothing here but holds a ``process``'s state."""
+    operator without metadata; a ``process`` takes the items itself (``run`` None)."""
 
     __slots__ = ("fresh", "inner", "keyed", "run", "timed")
 
-    def __init__(self, chain: StageChain, inner: Operator, parent: Node) -> None:
-        super().__init__(chain, inner.node)
+    def __init__(self, ctx: StageContext, inner: Operator, parent: Node) -> None:
+        super().__init__(ctx, inner.node)
         self.inner, self.timed = inner, parent.timed
         self.fresh = not parent.meta
         # Only records made by a keyed operator have no metadata.
         self.keyed = True if self.fresh else parent.keyed
-        self.run = metachain.run_of(inner.node)
+        self.run = None if inner.node.kind == "process" else metachain.run_of(inner.node)
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
         if self.fresh:
             batch = metachain.fresh(batch, self.timed)
-        out = self.run(self.chain, self.node, batch, self.keyed, quiet)
+        if self.run is None:
+            self.inner.apply(batch, quiet)  # emits to this one's children
+            return
+        out = self.run(self.ctx, self.node, batch, self.keyed, quiet)
         if out is not None:
             self.emit(out, quiet)
 
 
 def each(
-    chain: StageChain,
+    ctx: StageContext,
     node: Node,
     batch: list[Any],
     keyed: bool,
@@ -210,7 +237,7 @@ def each(
         try:
             outs = list(fn(value))
         except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
-            chain._dead(node, exc, value)
+            ctx.fail(node, exc, value)
             continue
         if keyed:
             result.extend((item[0], out) for out in outs)

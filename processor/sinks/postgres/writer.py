@@ -459,7 +459,7 @@ class PostgresSinks:
         rows_of = chain.take_rows()
         for name, rows in rows_of.items():
             node = next(n for n in chain.stage.postgres_sinks if n.name == name)
-            written += self.writers[name].prepare(checkpoint_id, rows, partial(chain._dead, node))
+            written += self.writers[name].prepare(checkpoint_id, rows, partial(chain.fail, node))
         if any(checkpoint_id in w.outstanding for w in self.writers.values()):
             faults.reach("postgres_prepared", task_id)
         return written
