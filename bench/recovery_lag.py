@@ -32,6 +32,10 @@ count of every key (bench/harness/measure.py OutputWatcher, as bench/run.py judg
     python bench/recovery_lag.py --port 29992 --systems processor,kafka_streams,flink \\
         --keys 1000000 --kills 10 --rate 20000
 
+``kafka_streams_standby`` (``num.standby.replicas=1``) and ``flink_standby`` (a third, standby
+TaskManager and task-local recovery) run the same kills with the peers' fast-failover
+settings, next to today's (issue #42).
+
 The broker must already run on ``--port`` (``processor kafka start --port ...``). Writes
 ``bench/results/<timestamp>-recovery-lag.json``; a summary table on stderr; the last stdout
 line is the JSON report.
@@ -448,8 +452,73 @@ class FlinkSystem(System):
         return None if self.job_id is None else self.cluster.tasks_running(self.job_id)
 
 
+class KafkaStreamsStandbySystem(KafkaStreamsSystem):
+    """Kafka Streams with a standby replica of every task's state on the other instance
+    (``num.standby.replicas=1``, the Kafka Streams docs' advice for fast failover): the
+    surviving instance takes over a warm copy instead of restoring the changelog."""
+
+    name: ClassVar[str] = "kafka_streams_standby"
+    CONFIG: ClassVar[dict[str, str]] = {
+        **KafkaStreamsSystem.CONFIG,
+        "num.standby.replicas": "1 (a warm copy of each task's store on the other instance)",
+    }
+
+    def _instance(self, index: int) -> list[str]:
+        return [*super()._instance(index), "num.standby.replicas=1"]
+
+
+# Task-local recovery (Flink's docs, "Task-Local Recovery"): each TaskManager keeps a local copy
+# of its tasks' last checkpoint and a task rescheduled onto it restores from that copy.
+LOCAL_RECOVERY = {
+    "execution.checkpointing.local-backup.enabled": "true",
+    "execution.state-recovery.from-local": "true",
+}
+
+
+class _LocalRecoveryCluster(flink_cluster.FlinkSessionCluster):
+    def config(self) -> dict[str, str]:
+        return {**super().config(), **LOCAL_RECOVERY}
+
+
+class FlinkStandbySystem(FlinkSystem):
+    """The session cluster with a standby TaskManager (a free slot: the failed tasks are
+    redeployed at once, not after a replacement JVM registers) and task-local recovery."""
+
+    name: ClassVar[str] = "flink_standby"
+    CONFIG: ClassVar[dict[str, str]] = {
+        **FlinkSystem.CONFIG,
+        "deployment": "as flink, with a third TaskManager JVM of 1 slot (tm-2), a standby",
+        **LOCAL_RECOVERY,
+    }
+
+    def __init__(self, bootstrap: str, job: str, workdir: Path) -> None:
+        super().__init__(bootstrap, job, workdir)
+        self.cluster = _LocalRecoveryCluster(workdir, PARALLELISM + 1)
+
+    def start(self) -> None:
+        flink_peer.FlinkPeer().prepare()
+        self.cluster.write_config()
+        self.procs.append(self.cluster.start_jobmanager())
+        self.logs.append(self.workdir / "jobmanager.log")
+        for i in range(PARALLELISM + 1):
+            self.procs.append(self.cluster.start_taskmanager(i))
+            self.logs.append(self.workdir / f"taskmanager-{i}.log")
+        self.cluster.wait_taskmanagers(PARALLELISM + 1, self.procs)
+        args = [self.bootstrap, self.input_topic, self.output_topic, self.job]
+        args += [str(self.workdir / "flink"), str(PARALLELISM), str(INTERVAL_MS)]
+        self.job_id = self.cluster.submit(args, self.workdir / "submit.log")
+        say(f"flink: job {self.job_id} submitted to the session cluster (with a standby)")
+
+
 SYSTEMS: dict[str, type[System]] = {
-    s.name: s for s in (ProcessorSystem, KafkaStreamsSystem, FlinkSystem)
+    s.name: s
+    for s in (
+        ProcessorSystem,
+        KafkaStreamsSystem,
+        KafkaStreamsStandbySystem,
+        FlinkSystem,
+        FlinkStandbySystem,
+    )
 }
 
 
