@@ -44,6 +44,7 @@ A sitting starts its own broker (``--port`` and the next port), then:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import shutil
@@ -51,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,7 @@ RESULTS = ROOT / "bench" / "results"
 EXAMPLES = ROOT / "examples" / "nexmark"
 ENGINES = ("processor", "flink")
 TOPIC = "nexmark"
+SUBMIT_TIMEOUT_S = 900  # the Flink client plans the SQL: minutes on a loaded machine
 
 
 def pipeline_file(query: str, events: str, output: str, path: Path) -> Path:
@@ -143,12 +146,17 @@ def run_flink(
     jvms.start()
     try:
         reaped = children_cpu_s()
-        job_id = peer.submit(cluster, job)
+        job_id = peer.submit(cluster, job, timeout=SUBMIT_TIMEOUT_S)
         client = children_cpu_s() - reaped
         state = cluster.wait_final(job_id, timeout)
         time.sleep(2 * jvms.interval)  # a sample after the end
+    except BaseException:
+        cancel_jobs(cluster)
+        raise
     finally:
         jvms.stop()
+    if state != "FINISHED":
+        cancel_jobs(cluster)
     detail = cluster.rest(f"/jobs/{job_id}")
     if state != "FINISHED":
         return {"state": state, "seconds": None, "job_id": job_id}
@@ -161,6 +169,21 @@ def run_flink(
         "client_cpu_s": round(client, 3),
         "broker_cpu_s": broker.cpu_between(start, end),
     }
+
+
+def cancel_jobs(cluster: FlinkSessionCluster) -> None:
+    """Cancels every job of the cluster that has not ended (a run that failed or timed out,
+    a submission whose client was stopped after it submitted), so the next run is alone."""
+    try:
+        jobs = cluster.rest("/jobs").get("jobs", [])
+    except (OSError, ValueError):
+        return
+    for entry in jobs:
+        if entry.get("status") not in ("FINISHED", "FAILED", "CANCELED"):
+            url = f"http://127.0.0.1:{cluster.rest_port}/jobs/{entry['id']}?mode=cancel"
+            request = urllib.request.Request(url, method="PATCH")
+            with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=10):
+                pass
 
 
 def delete_topics(bootstrap: str, output: str, job: str) -> None:
@@ -283,6 +306,9 @@ class Sitting:
                 record |= run_flink(cluster, procs, job, query, self.args.timeout, broker)
             else:
                 record |= run_processor(job, query, self.args.timeout, broker)
+        except (RuntimeError, OSError, KeyError, ValueError, subprocess.SubprocessError) as exc:
+            # The sitting goes on: the run does not count.
+            record |= {"state": f"ERROR: {exc}", "seconds": None}
         finally:
             broker.stop()
         events = self.report["loader"]["records"]
@@ -290,13 +316,17 @@ class Sitting:
         record["events_per_s"] = round(events / seconds) if seconds else None
         record["exact"] = False
         if record["state"] == "FINISHED":
-            have, records = got_rows(query, bootstrap, output)
-            record |= compare_rows(self.wants[query], have)
-            per_m = events / 1e6
-            record["output_records"] = records
-            record["output_records_per_m_events"] = round(records / per_m, 1)
-            record["job_cpu_s_per_m_events"] = round(record["job_cpu_s"] / per_m, 2)
-            record["broker_cpu_s_per_m_events"] = round(record["broker_cpu_s"] / per_m, 2)
+            try:
+                have, records = got_rows(query, bootstrap, output)
+                record |= compare_rows(self.wants[query], have)
+            except (TimeoutError, RuntimeError, ValueError) as exc:
+                record["state"] = f"OUTPUT NOT READ: {exc}"
+            else:
+                per_m = events / 1e6
+                record["output_records"] = records
+                record["output_records_per_m_events"] = round(records / per_m, 1)
+                record["job_cpu_s_per_m_events"] = round(record["job_cpu_s"] / per_m, 2)
+                record["broker_cpu_s_per_m_events"] = round(record["broker_cpu_s"] / per_m, 2)
         if not self.args.keep:
             delete_topics(bootstrap, output, job.name)
             shutil.rmtree(job.workdir, ignore_errors=True)

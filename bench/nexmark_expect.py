@@ -5,7 +5,7 @@ give what those definitions give.
 
 What is kept, at most: per auction its times, category and seller (q4, q6: some 6 % of the
 events are auctions); q3's persons of three states and auctions of category 10; q5's bid count
-per (window, auction); q7's top bids per window; q8's persons and (seller, window) pairs; the
+per (2 s slice, auction); q7's top bids per window; q8's persons and (seller, window) pairs; the
 bids of an auction not seen yet (the crate's bids may name an auction a few ids ahead). The
 row queries' rows go straight into `Rows` (a count and a digest beyond a few hundred
 thousand), so q0's 9 M rows cost no memory.
@@ -38,8 +38,8 @@ class Expected:
         self.auctions: dict[int, tuple[int, int, int, int]] = {}
         self.final: dict[int, int] = {}
         self.pending: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        # q5
-        self.counts5: Counter[tuple[int, int]] = Counter()
+        # q5: per 2 s slice (a window's step) the bids per auction; a window is 5 slices
+        self.slices5: dict[int, Counter[int]] = defaultdict(Counter)
         # q7: window -> (top price, its bids' rows)
         self.top7: dict[int, tuple[int, list[dict[str, Any]]]] = {}
         # q8
@@ -72,8 +72,7 @@ class Expected:
             else:
                 self.pending[auction].append((at, bid["price"]))
         if "q5" in self.queries:
-            for start in range(at - at % 2000, at - 10_000, -2000):
-                self.counts5[start, bid["auction"]] += 1
+            self.slices5[at - at % 2000][bid["auction"]] += 1
         if "q7" in self.queries:
             window, price = at // 10_000, bid["price"]
             top, rows = self.top7.get(window, (0, []))
@@ -151,14 +150,21 @@ class Expected:
         return out
 
     def _q5(self) -> list[dict[str, Any]]:
-        top: dict[int, int] = defaultdict(int)
-        for (start, _), n in self.counts5.items():
-            top[start] = max(top[start], n)
-        return [
-            {"auction": a, "count": n, "window_start": s, "window_end": s + 10_000}
-            for (s, a), n in self.counts5.items()
-            if n == top[s]
-        ]
+        """A bid at ``t`` is in the 5 windows starting at its slice ``t - t % 2000`` and the 4
+        slices before: window ``w`` holds the slices ``w``, ``w + 2000`` ... ``w + 8000``. One
+        window's counts at a time (a map of every window's would be 5 times the slices')."""
+        out = []
+        for start in sorted({s - 2000 * k for s in self.slices5 for k in range(5)}):
+            counts: Counter[int] = Counter()
+            for k in range(5):
+                counts.update(self.slices5.get(start + 2000 * k, {}))
+            top = max(counts.values())
+            out += [
+                {"auction": a, "count": n, "window_start": start, "window_end": start + 10_000}
+                for a, n in counts.items()
+                if n == top
+            ]
+        return out
 
     def _q7(self) -> list[dict[str, Any]]:
         return [row for _, rows in self.top7.values() for row in rows]

@@ -136,9 +136,12 @@ def stream_records(
             "group.id": f"nexmark-reader-{uuid.uuid4().hex}",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
-            "fetch.max.bytes": 64 << 20,
-            "max.partition.fetch.bytes": 16 << 20,
-            "queued.max.messages.kbytes": 16 << 10,  # prefetched, per partition: bounded
+            # What librdkafka holds prefetched stays small: per partition at most 8 MB or
+            # 20,000 records, one fetch at most 16 MB.
+            "fetch.max.bytes": 16 << 20,
+            "max.partition.fetch.bytes": 4 << 20,
+            "queued.max.messages.kbytes": 8 << 10,
+            "queued.min.messages": 20_000,
         }
     )
     try:
@@ -153,7 +156,7 @@ def stream_records(
         while ends:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{topic}: partitions {sorted(ends)} not read to their end")
-            for msg in consumer.consume(10_000, 0.2):
+            for msg in consumer.consume(2000, 0.2):
                 if msg.error() is not None:
                     raise RuntimeError(f"{topic}: {msg.error()}")
                 yield msg.key(), msg.value()
