@@ -1,2 +1,3 @@
-"""Benchmarks: the harness (run.py and what it runs, compare.py, sustainable.py, recovery_lag.py,
-loops.py; bench/README.md) and, under experiments/, one-off studies."""
+"""Benchmarks: the scripts in bench/ (run.py, capacity.py, sustainable.py, recovery_lag.py, ...)
+are the entry points; harness/ is what they are built of, peers/ the systems they run,
+experiments/ one-off studies (bench/README.md)."""

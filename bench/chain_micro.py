@@ -1,5 +1,5 @@
 """Word count's two stages as `StageChain`s in one process, no broker: the per-batch cost of
-the operators alone (what a refactor of `processor.pipeline.chain` must not slow down).
+the operators alone (what a refactor of `processor.engine.chain` must not slow down).
 
 The split stage takes lines in batches of about ``--batch`` words (flat_map, key_by into the
 combining `ShuffleOut`); each epoch (``--epoch`` batches) its shuffle records are taken,
@@ -17,14 +17,19 @@ import argparse
 import gc
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from bench.common import say
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness.common import say
 from processor.commands.corpus import lines
+from processor.engine.chain import StageChain
 from processor.jobs.wordcount import wordcount_pipeline
 from processor.models.records import decode_shuffle
-from processor.pipeline.chain import StageChain
-from processor.pipeline.plan import plan
+from processor.plan.stages import plan
 from processor.testing import MemoryState
 
 _PARTITIONS = 4

@@ -1,5 +1,6 @@
-"""Word count and the three-stage pipeline (bench/three_stage.py), on this checkout's engine
-and on other checkouts', interleaved on one broker: words/s, CPU and checkpoint durations.
+"""Word count and the three-stage pipeline (bench/pipelines/three_stage.py), on this
+checkout's engine and on other checkouts', interleaved on one broker: words/s, CPU and
+checkpoint durations.
 
 Per pipeline, one corpus (bench/run.py's: seeded Zipf lines, 4 partitions; ``--words`` for word
 count, ``--three-stage-words`` for the much slower three-stage pipeline, so that both run long
@@ -40,18 +41,18 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import say  # noqa: E402
-from bench.measure import OutputWatcher, create_topic, exact_counts, produce_all  # noqa: E402
-from bench.modes import INTERVAL_MS, PARALLELISM, PARTITIONS, RESULTS  # noqa: E402
+from bench.harness.common import say  # noqa: E402
+from bench.harness.measure import OutputWatcher, create_topic, exact_counts, produce_all  # noqa: E402
+from bench.harness.modes import INTERVAL_MS, PARALLELISM, PARTITIONS, RESULTS  # noqa: E402
+from bench.harness.phases import throughput_run  # noqa: E402
+from bench.harness.provenance import source_version  # noqa: E402
 from bench.peers.base import Job  # noqa: E402
 from bench.peers.processor_peer import ProcessorPeer  # noqa: E402
-from bench.phases import throughput_run  # noqa: E402
-from bench.run import source_version  # noqa: E402
 from processor.commands import corpus  # noqa: E402
-from processor.kafka.broker import LocalBroker  # noqa: E402
+from processor.localkafka.broker import LocalBroker  # noqa: E402
 
 PIPELINES = ("wordcount", "three_stage")
-THREE_STAGE = Path(__file__).resolve().parent / "three_stage.py"
+THREE_STAGE = Path(__file__).resolve().parent / "pipelines" / "three_stage.py"
 
 
 class Corpus:

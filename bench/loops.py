@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 from tests.integration.pipeline_run import PipelineRun, read_committed
 from tests.loopcheck import COMPONENTS, check_components, random_edges
 

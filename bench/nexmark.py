@@ -62,7 +62,7 @@ if __package__ in (None, ""):
 
 from confluent_kafka.admin import AdminClient
 
-from bench.measure import create_topic
+from bench.harness.measure import create_topic
 from bench.nexmark_cpu import CpuSampler, load_1m, machine
 from bench.nexmark_expect import from_topic
 from bench.nexmark_load import load_crate
@@ -72,7 +72,7 @@ from bench.peers.base import Job
 from bench.peers.flink_cluster import FlinkSessionCluster, stop_all
 from bench.peers.flink_nexmark_peer import QUERIES, FlinkNexmarkPeer
 from bench.peers.processor_peer import ProcessorPeer
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

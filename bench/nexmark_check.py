@@ -27,13 +27,13 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.measure import create_topic
+from bench.harness.measure import create_topic
 from bench.nexmark_load import load
 from bench.nexmark_output import compare, expected, got
 from bench.peers.base import Job
 from bench.peers.flink_cluster import FlinkSessionCluster, stop_all
 from bench.peers.flink_nexmark_peer import QUERIES, FlinkNexmarkPeer
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 from tests import nexmark_data as nexmark
 
 TOPIC = "nexmark"

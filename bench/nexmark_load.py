@@ -13,7 +13,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from bench.measure import create_topic
+from bench.harness.measure import create_topic
 from processor.commands import nexmark as generate
 from processor.config import Settings
 from tests import nexmark_data as nexmark

@@ -19,7 +19,7 @@ words). Throughput is from the first committed output to the complete output: th
 committed in between over that time (``input_per_s``). Every run's output is checked exact
 before it counts. The sinks alternate (kafka, postgres; then postgres, kafka; ...).
 
-PostgreSQL runs on a server this script starts (processor/postgres_server.py) on the local
+PostgreSQL runs on a server this script starts (tests/postgres_server.py) on the local
 disk, with durable settings (``fsync``, ``synchronous_commit``, ``full_page_writes`` on: the
 server's defaults; the tests' server turns them off) unless ``--pg-fast``; besides those,
 ``max_prepared_transactions=64``, ``max_connections=200``, ``listen_addresses=127.0.0.1``.
@@ -52,7 +52,7 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import own_cpu_s, say
+from bench.harness.common import own_cpu_s, say
 from processor import Pipeline
 from processor.jobs.wordcount import line_words
 
@@ -73,7 +73,7 @@ TABLES = {
 # and the records the job read in it.
 _COMPLETE = re.compile(r"checkpoint \d+ complete in ([\d.]+)s: (\d+) records")
 TABLE_NAMES = {"rows": "events", "counts": "word_counts"}
-# Durable: PostgreSQL's own defaults for these three (processor/postgres_server.py turns them
+# Durable: PostgreSQL's own defaults for these three (tests/postgres_server.py turns them
 # off for tests). The other settings of postgres_server.SETTINGS stay.
 DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 SHOWN = [
@@ -198,14 +198,14 @@ class PostgresWatch:
 def _postgres_cpu_s(data_dir: Path) -> float:
     """CPU seconds of the server's process tree (ended backends counted in the postmaster's
     children's time)."""
-    from bench.measure import ProcessSampler
+    from bench.harness.measure import ProcessSampler
 
     pid = int((data_dir / "postmaster.pid").read_text().split()[0])
     return ProcessSampler([pid]).sample()
 
 
 def _broker_cpu_s(broker_dir: Path | None) -> float | None:
-    from bench.measure import process_cpu_s
+    from bench.harness.measure import process_cpu_s
 
     if broker_dir is None or not (broker_dir / "kafka.pid").is_file():
         return None
@@ -269,7 +269,7 @@ def run_once(
     """One run of ``pipeline`` into ``sink``: its figures, once its output was verified."""
     import psycopg
 
-    from bench.measure import ProcessSampler, machine_busy_s
+    from bench.harness.measure import ProcessSampler, machine_busy_s
     from processor.kafka import clients
     from tests.integration.pipeline_run import PipelineRun
 
@@ -456,8 +456,8 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    from processor import postgres_server
     from processor.jobs.wordcount import words
+    from tests import postgres_server
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", default="127.0.0.1:20992")

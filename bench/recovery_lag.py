@@ -27,7 +27,7 @@ like):
                   1 s heartbeats); the source commits offsets on checkpoints
 
 After the kills the input stops; once the lag is 0 the committed output must hold the exact
-count of every key (bench/measure.py OutputWatcher, as bench/run.py judges it).
+count of every key (bench/harness/measure.py OutputWatcher, as bench/run.py judges it).
 
     python bench/recovery_lag.py --port 29992 --systems processor,kafka_streams,flink \\
         --keys 1000000 --kills 10 --rate 20000
@@ -65,11 +65,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import say
-from bench.measure import OutputWatcher, create_topic, produce_all
+from bench.harness.common import say
+from bench.harness.measure import OutputWatcher, create_topic, produce_all
+from bench.harness.scaling import KEYS_PER_LINE, key_lines
 from bench.peers import flink_cluster, flink_peer, kstreams_peer
 from bench.peers.base import Running, spawn
-from bench.scaling import KEYS_PER_LINE, key_lines
 from processor.kafka.clients import retried, watermark_offsets
 
 PARTITIONS = 4

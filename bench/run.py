@@ -9,7 +9,7 @@ per word is the exact count, nothing unknown; for this project also strictly inc
 before its figures count.
 
 Phases: throughput and resources (every system), the steady state on a backlog (every row:
-bench/steady.py), the balanced live capacity (every row with an output: bench/capacity.py;
+bench/harness/steady.py), the balanced live capacity (every row with an output: bench/capacity.py;
 quick mode only this project's, two short steps), latency at a fixed input rate (every system
 that sustains it) and at half the balanced capacity (full mode), state-size scaling of this
 project's checkpoints (bench/scaling.py), recovery after SIGKILL (this project, full mode
@@ -29,17 +29,14 @@ stdout is one JSON object with the headline figures.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import traceback
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -48,13 +45,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import capacity, loadgen  # noqa: E402
-from bench.common import say  # noqa: E402
-from bench.latency_phase import latency_phase  # noqa: E402
-from bench.measure import (  # noqa: E402
+from bench.harness import capacity, loadgen  # noqa: E402
+from bench.harness.common import say  # noqa: E402
+from bench.harness.latency_phase import latency_phase  # noqa: E402
+from bench.harness.measure import (  # noqa: E402
     exact_counts,
 )
-from bench.modes import (  # noqa: E402
+from bench.harness.modes import (  # noqa: E402
     FULL,
     FULL_STEADY,
     INTERVAL_MS,
@@ -66,7 +63,7 @@ from bench.modes import (  # noqa: E402
     Mode,
     steady_rows,
 )
-from bench.phases import (  # noqa: E402
+from bench.harness.phases import (  # noqa: E402
     SETTING_ONLY,
     BrokerDied,
     capacity_phase,
@@ -76,25 +73,16 @@ from bench.phases import (  # noqa: E402
     summarize_steady,
     throughput,
 )
-from bench.report import headline, markdown, plot_python, write_plot  # noqa: E402
+from bench.harness.provenance import (  # noqa: E402
+    same_measured_code,
+    source_version,
+    terminate_as_interrupt,
+)
+from bench.harness.report import headline, markdown, plot_python, write_plot  # noqa: E402
 from processor.commands import corpus  # noqa: E402
-from processor.kafka.broker import LocalBroker  # noqa: E402
+from processor.localkafka.broker import LocalBroker  # noqa: E402
 
 # ------------------------------------------------------------------------------ main
-
-
-@contextlib.contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so that every `finally` stops its processes."""
-
-    def handler(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -361,35 +349,10 @@ def _sittings(
                 f"{path} measured {sitting.get('commit')}, the results {ours}: the code "
                 "measured differs between them"
             )
-    return capacity.join_sittings(sittings)
-
-
-# What a sitting measures: everything but the results, the docs and the tests.
-NOT_MEASURED = (":!bench/results", ":!*.md", ":!docs", ":!tests", ":!.ci")
-
-
-def same_measured_code(a: str, b: str | None) -> bool:
-    """Whether commits ``a`` and ``b`` run the same code (a full run in several sittings may
-    span commits that only add results, docs or tests)."""
-    if b is None:
-        return False
-    if a == b:
-        return True
-    done = subprocess.run(
-        ["git", "diff", "--quiet", a, b, "--", ".", *NOT_MEASURED], cwd=ROOT, check=False
-    )
-    return done.returncode == 0
-
-
-def source_version() -> dict[str, Any]:
-    """The commit measured, and which files of the project differed from it (uncommitted)."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-        return done.stdout.strip()
-
-    dirty = [line[3:] for line in git("status", "--porcelain", "processor").splitlines()]
-    return {"commit": git("rev-parse", "HEAD"), "uncommitted_processor_files": dirty}
+    try:
+        return capacity.join_sittings(sittings)
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def _machine() -> str:

@@ -1,9 +1,10 @@
 """The highest input rate each system sustains live on this machine, and its latency at half.
 
 bench/run.py's steady state measures throughput on a backlog, with nothing else running. A live
-rate is different: the input is produced while the system runs, by a process (bench/measure.py
-RateProducer) that shares the machine's two cores with it, as it would in production where the
-producers run beside the job. So "the highest sustainable rate" is searched for live:
+rate is different: the input is produced while the system runs, by a process
+(bench/harness/measure.py RateProducer) that shares the machine's two cores with it, as it
+would in production where the producers run beside the job. So "the highest sustainable
+rate" is searched for live:
 
 * a ladder of rates, each 1.5x the previous one from ``--start`` (per system), every rung a
   fresh job on fresh topics with ``--warmup-s`` + ``--seconds`` of input at that rate and the
@@ -61,12 +62,12 @@ from typing import Any
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import say
-from bench.latency_phase import latency
-from bench.modes import FULL, PEERS, RESULTS, Mode
-from bench.phases import BrokerDied
-from bench.run import terminate_as_interrupt
-from processor.kafka.broker import LocalBroker
+from bench.harness.common import say
+from bench.harness.latency_phase import latency
+from bench.harness.modes import FULL, PEERS, RESULTS, Mode
+from bench.harness.phases import BrokerDied
+from bench.harness.provenance import terminate_as_interrupt
+from processor.localkafka.broker import LocalBroker
 
 SEARCH_INTERVAL_MS = 1000
 # Where each system's ladder starts (words/s): well below what it sustains, a few rungs up.

@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import say
+from bench.harness.common import say
 from processor import Pipeline
 
 RESULTS = Path(__file__).resolve().parent / "results"

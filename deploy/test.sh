@@ -28,7 +28,7 @@ fi
 # 15432; under CI a missing PostgreSQL fails them): Debian's postgresql, installed here when
 # missing (as root). Told first not to create the package's own cluster, which its postinst
 # would start on 5432: nothing of the package runs, only our test server does.
-if ! python -m processor.postgres_server bindir >/dev/null && command -v apt-get >/dev/null &&
+if ! python -m tests.postgres_server bindir >/dev/null && command -v apt-get >/dev/null &&
   [ "$(id -u)" = 0 ]; then
   (export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq &&

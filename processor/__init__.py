@@ -1,6 +1,27 @@
-"""Exactly-once stream processing on Kafka. Users import `Pipeline` from here."""
+"""Exactly-once stream processing on Kafka. Users import `Pipeline` from here, and the types
+their functions can be annotated with: `Meta` (``meta=True``), `State` and `Timers`
+(``process``), `WindowState` and `Window` (windows)."""
 
-from processor.pipeline.api import KeyedStream, Pipeline, PipelineError, Stream
-from processor.pipeline.meta import Meta
+from processor.api.context import Meta, State, Timers, Window, WindowState
+from processor.api.streams import (
+    BoundedWindowedStream,
+    KeyedStream,
+    Pipeline,
+    PipelineError,
+    Stream,
+    WindowedStream,
+)
 
-__all__ = ["KeyedStream", "Meta", "Pipeline", "PipelineError", "Stream"]
+__all__ = [
+    "BoundedWindowedStream",
+    "KeyedStream",
+    "Meta",
+    "Pipeline",
+    "PipelineError",
+    "State",
+    "Stream",
+    "Timers",
+    "Window",
+    "WindowState",
+    "WindowedStream",
+]

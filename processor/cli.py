@@ -16,12 +16,12 @@ from typing import Any
 from pydantic import SecretStr
 from pydantic_core import PydanticUndefined
 
+from processor.api.streams import PipelineError
 from processor.commands import acls as acls_command
 from processor.commands import nexmark as nexmark_command
 from processor.commands import postgres as postgres_command
 from processor.config import Settings, SettingsError, load_settings
 from processor.logs import configure_logging
-from processor.pipeline.api import PipelineError
 
 # Flags that override settings, shared by every command that talks to Kafka.
 _SETTING_FLAGS: list[tuple[str, type, str]] = [
@@ -301,7 +301,7 @@ def _stop_event() -> threading.Event:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["kafka"]:
-        from processor.kafka import cluster
+        from processor.localkafka import cluster
 
         return cluster.main(argv[1:])
     args = build_parser().parse_args(argv)
@@ -351,7 +351,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if command == "coordinator":
         from processor.commands.local import EXIT_STOPPED
-        from processor.runtime.coordinator import CoordinatorService
+        from processor.coordinator.service import CoordinatorService
 
         # The coordinator serves /metrics with its status page and API on the same port.
         stopped = CoordinatorService(settings).run(
@@ -359,7 +359,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         return EXIT_STOPPED if stopped else 0
     if command == "worker":
-        from processor.runtime.worker import Worker
+        from processor.worker.service import Worker
 
         worker = Worker(settings)
         token = settings.api_token.get_secret_value()

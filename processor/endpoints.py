@@ -1,6 +1,6 @@
 """The services' HTTP endpoints: ``/metrics`` (Prometheus) and ``/healthz`` (the main loop's
 liveness, processor/health.py), on the server of `processor.http_server`; the coordinator adds
-its status pages (`processor.runtime.status`)."""
+its status pages (`processor.coordinator.status.page`)."""
 
 from __future__ import annotations
 

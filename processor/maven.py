@@ -11,7 +11,7 @@ list's digest); a lock lets two processes (a CLI and a test session) fetch at on
 After a version bump the fetch fails for want of a list (or on unlisted jars) and names the
 command that writes one from the jars it fetched (review the diff, then commit it)::
 
-    python -m processor.maven --write-sums processor/kafka/checksums/kafka-<v>.sha256 \
+    python -m processor.maven --write-sums processor/localkafka/checksums/kafka-<v>.sha256 \
         ~/.cache/processor/kafka-<v>/libs
 """
 

@@ -1,11 +1,11 @@
 """Run a pipeline without a broker: `run` for a whole input at once, `Driver` step by step.
 
 Both run the engine's own stage code, not a second interpreter: the pipeline is split by
-`processor.pipeline.plan.plan` into the stages the engine runs, and every task of every stage
-is a `processor.pipeline.chain.StageChain` over an in-memory state (`processor.testing_tasks`).
+`processor.plan.stages.plan` into the stages the engine runs, and every task of every stage
+is a `processor.engine.chain.StageChain` over an in-memory state (`processor.testing_tasks`).
 Shuffles go through the real `ShuffleOut` partitioning and wire encoding
 (`processor.models.records`), watermarks are computed as the source and keyed tasks compute
-them (`processor.pipeline.time`), and a *checkpoint* is what an epoch's end is in the engine:
+them (`processor.engine.time`), and a *checkpoint* is what an epoch's end is in the engine:
 the chains flush (aggregations emit one update per key), the shuffles deliver, the watermarks
 move on, stage after stage.
 
@@ -45,17 +45,17 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from processor.api.streams import Node, Pipeline
+from processor.engine.chain import DeadRecord
+from processor.engine.dead import dead_value
+from processor.engine.epoch import drain
+from processor.engine.meta import decode_key
+from processor.engine.time import NO_WATERMARK, keyed_mark, source_marks
 from processor.jobs.graph import JobGraph
 from processor.models.limits import EVENT_TIME_LIMIT, event_time_error
 from processor.models.murmur2 import partition_of
 from processor.models.records import Watermark
-from processor.pipeline.api import Node, Pipeline
-from processor.pipeline.chain import DeadRecord
-from processor.pipeline.dead import dead_value
-from processor.pipeline.epoch import drain
-from processor.pipeline.meta import decode_key
-from processor.pipeline.plan import Plan, plan
-from processor.pipeline.time import NO_WATERMARK, keyed_mark, source_marks
+from processor.plan.stages import Plan, plan
 from processor.serde.codec import RecordError, decode
 from processor.testing_tasks import MemoryState as MemoryState  # re-exported: tests use it
 from processor.testing_tasks import (

@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from processor.engine.chain import StageChain
+from processor.engine.meta import Meta
+from processor.engine.time import ChannelWatermarks, SourceWatermarks
 from processor.jobs.graph import JobGraph
 from processor.models.records import Watermark, decode_shuffle
-from processor.pipeline.chain import StageChain
-from processor.pipeline.meta import Meta
-from processor.pipeline.plan import Plan, Stage
-from processor.pipeline.time import ChannelWatermarks, SourceWatermarks
+from processor.plan.stages import Plan, Stage
 
 # Source records decoded per `StageChain.values` call at most: the engine's batches.
 _BATCH = 500
@@ -123,7 +123,7 @@ def read_sources(task: Task) -> None:
         batch = pending[start : start + _BATCH]
         times = [r.timestamp for r in batch] if kafka_times else None
         metas = None
-        if head.meta:  # as the source task reads them (`processor.runtime.source_meta`)
+        if head.meta:  # as the source task reads them (`processor.worker.source_meta`)
             metas = [
                 Meta(r.key, r.timestamp, list(r.headers or []), head.topic, r.partition, r.offset)
                 for r in batch
@@ -150,7 +150,7 @@ def read_shuffle(task: Task) -> None:
 
 def read_fed_back(task: Task) -> None:
     """A loop task's fed-back records of the last checkpoint, after its input's, in order:
-    what a keyed task does at a barrier (`processor.runtime.keyed_feedback`)."""
+    what a keyed task does at a barrier (`processor.worker.keyed_feedback`)."""
     records, task.fed_back = task.fed_back, []
     for record in records:
         _, body = decode_shuffle(record)

@@ -24,5 +24,5 @@ def shuffle_topic(job: str, stage: str) -> str:
 
 
 def feedback_topic(job: str, loop: str) -> str:
-    """The topic a loop's records go round through (`processor.pipeline.loops`)."""
+    """The topic a loop's records go round through (`processor.api.loops`)."""
     return f"{job}.{loop}.feedback"

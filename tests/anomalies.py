@@ -21,7 +21,7 @@ that data is followed by the next producer epoch's data before any marker, and t
 marker closes both. It is torn only if another partition of the same decision shows it
 committed.
 
-Kafka's own ``kafka-dump-log`` (``DumpLogSegments``, fetched by processor/kafka/tools.py)
+Kafka's own ``kafka-dump-log`` (``DumpLogSegments``, fetched by processor/localkafka/tools.py)
 reads the segment files of each partition's current leader: the batches with their producer
 ids and timestamps, the COMMIT/ABORT markers, and the coordinator's transaction log.
 
@@ -47,9 +47,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor.kafka import clients
-from processor.kafka.broker import LocalBroker
-from processor.kafka.brokertools import find_java
-from processor.kafka.tools import tools_libs
+from processor.localkafka.broker import LocalBroker
+from processor.localkafka.brokertools import find_java
+from processor.localkafka.tools import tools_libs
 
 TopicPart = tuple[str, int]
 DUMP = "org.apache.kafka.tools.DumpLogSegments"

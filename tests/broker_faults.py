@@ -8,7 +8,7 @@ Those that did not are counted as misses.
 
 Victims:
 - the leader of the transaction log partition of a task's transactional id
-  (``<job>.<task id>``, processor/runtime/task.py), found as Kafka's
+  (``<job>.<task id>``, processor/worker/task.py), found as Kafka's
   TransactionStateManager.partitionFor does: abs(String.hashCode(id)) % partitions;
 - the broker that leads the most partitions of the job's shuffle topics (``<job>.shuffle...``);
 - a broker that leads the most partitions, stopped past the brokers' session timeout
@@ -42,8 +42,8 @@ from confluent_kafka import Consumer, ElectionType, KafkaException, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from processor.kafka import clients
-from processor.kafka.brokertools import wait_exit
-from processor.kafka.cluster import LocalCluster
+from processor.localkafka.brokertools import wait_exit
+from processor.localkafka.cluster import LocalCluster
 from processor.models import control
 from tests.integration.harness import ControlLog, JobRun, control_messages
 from tests.netns import TestNetwork

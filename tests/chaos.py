@@ -22,7 +22,7 @@ input implies, no open transaction.
 
 With ``--pipeline`` the job runs that pipeline file instead (its one source topic gets the
 corpus) and every sink topic is verified against the reference execution
-(processor/pipeline/reference.py, tests/sinkcheck.py), as is the dead-letter count. Each run
+(tests/reference.py, tests/sinkcheck.py), as is the dead-letter count. Each run
 starts its own broker in a fresh directory, so a pipeline's fixed topic names cannot collide
 with another run's.
 
@@ -69,7 +69,7 @@ With ``--loops`` the job runs two loops (tests/loopcheck.py): connected componen
 decreasing from the vertex itself to its component's smallest id), and retry jobs whose tries
 are state, each done once after as many tries as it had.
 
-With ``--brokers 3`` the run is on a local 3-node KRaft cluster (processor/kafka/cluster.py)
+With ``--brokers 3`` the run is on a local 3-node KRaft cluster (processor/localkafka/cluster.py)
 whose topics, the input's too, have 3 copies and min.insync.replicas=2, and the one broker
 restart gives way to broker faults (tests/broker_faults.py): SIGKILL of the leader of a
 task's transaction coordinator partition and of a shuffle partitions' leader, SIGSTOP of a
@@ -98,14 +98,14 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from processor.api.streams import Pipeline
 from processor.commands import corpus
 from processor.commands.counts import read_records, read_updates
 from processor.kafka import clients
-from processor.kafka.broker import LocalBroker
-from processor.kafka.cluster import LocalCluster
-from processor.pipeline.api import Pipeline
-from processor.pipeline.load import load_pipeline
-from processor.pipeline.plan import plan
+from processor.localkafka.broker import LocalBroker
+from processor.localkafka.cluster import LocalCluster
+from processor.plan.load import load_pipeline
+from processor.plan.stages import plan
 from processor.topics import INTERNAL_SUFFIXES, job_topic
 from tests import anomalies, broker_faults, network_faults, reference
 from tests.anomalies import Anomalies

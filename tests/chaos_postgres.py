@@ -1,6 +1,6 @@
 """The chaos run's PostgreSQL sink (``python -m tests.chaos --postgres``): word count whose
 counts go both to a Kafka topic and, from the same operator and so in the same transactions,
-into a PostgreSQL table, on a server this run starts (processor/postgres_server.py).
+into a PostgreSQL table, on a server this run starts (tests/postgres_server.py).
 
 Besides the Kafka sink's checks against the reference execution, the table must hold the
 exact count of every word; every write that committed (a trigger logs them in order) must
@@ -19,8 +19,9 @@ from pathlib import Path
 
 import psycopg
 
-from processor import Pipeline, postgres_server
+from processor import Pipeline
 from processor.commands.counts import read_updates
+from tests import postgres_server
 from tests.chaos_summary import Summary
 from tests.integration.harness import JobRun
 from tests.integration.postgres_pipeline import TABLES

@@ -23,10 +23,10 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from psycopg import conninfo, sql
 from pydantic import SecretStr
 
-from processor import postgres_server
 from processor.config import S3Location
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 from processor.state.s3 import S3Storage
+from tests import postgres_server
 from tests.s3server import S3Server
 
 # Away from the default 9092 so a developer's own broker (and its topics) stay untouched,
@@ -178,7 +178,7 @@ def postgres_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The DSN of a real PostgreSQL server, as a superuser, database ``postgres``.
 
     PROCESSOR_TEST_PG_DSN when set; otherwise a server this session starts on TEST_PG_PORT
-    (processor/postgres_server.py) and stops at its end. Without PostgreSQL on the machine
+    (tests/postgres_server.py) and stops at its end. Without PostgreSQL on the machine
     the tests that need it are skipped, except under CI, where that is a failure: CI must
     not pass by running none of them.
     """

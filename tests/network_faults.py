@@ -22,7 +22,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-from processor.kafka.cluster import LocalCluster
+from processor.localkafka.cluster import LocalCluster
 from processor.models import control
 from tests import netns
 from tests.broker_faults import MOVE_TIMEOUT_S, ClusterFaults, FaultRecord

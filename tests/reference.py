@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from processor import testing
-from processor.pipeline.api import Node, Pipeline
+from processor.api.streams import Node, Pipeline
 
 SinkRecord = tuple[bytes | None, bytes]
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from processor import maven
-from processor.kafka.broker import _default_cache_dir
+from processor.localkafka.broker import _default_cache_dir
 from tests.s3server import _die_with_parent
 
 APICURIO_VERSION = "3.3.3"

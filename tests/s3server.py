@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from processor import maven
-from processor.kafka.broker import _default_cache_dir, _java, _port_free_soon
+from processor.localkafka.broker import _default_cache_dir, _java, _port_free_soon
 
 S3PROXY_VERSION = "2.7.0"
 # The SHA-256 of each jar (processor/maven.py; regenerate it as its docstring says).

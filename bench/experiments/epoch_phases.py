@@ -26,13 +26,13 @@ from typing import Any
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.lag import LagProbe
-from bench.loadgen import LoadGenerator
-from bench.measure import create_topic
+from bench.harness.lag import LagProbe
+from bench.harness.loadgen import LoadGenerator
+from bench.harness.measure import create_topic
 from bench.peers.base import Job
 from bench.peers.processor_peer import ProcessorPeer, read_json_topic
 from processor.commands import corpus
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 PHASES = ("epoch", "to_sources", "to_keyed", "alignment", "sync", "upload", "commit")
 LONG_EPOCH_S = 1.5  # configured interval 1 s: an epoch this long is a stretched one

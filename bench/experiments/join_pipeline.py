@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from processor.pipeline.api import Pipeline
+from processor.api.streams import Pipeline
 
 WITHIN_MS = 10_000
 

@@ -40,12 +40,12 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import ms as _ms  # noqa: E402
-from bench.common import say  # noqa: E402
-from bench.measure import create_topic, percentile  # noqa: E402
+from bench.harness.common import ms as _ms  # noqa: E402
+from bench.harness.common import say  # noqa: E402
+from bench.harness.measure import create_topic, percentile  # noqa: E402
 from bench.peers.base import spawn  # noqa: E402
 from bench.peers.processor_peer import completed_checkpoints  # noqa: E402
-from processor.kafka.broker import LocalBroker  # noqa: E402
+from processor.localkafka.broker import LocalBroker  # noqa: E402
 
 PIPELINE = Path(__file__).resolve().parent / "join_pipeline.py"
 RESULTS = Path(__file__).resolve().parents[1] / "results"

@@ -1,6 +1,6 @@
 """What the bench's rate producer alone costs the broker, by ``linger.ms``.
 
-Every latency run has `bench.measure.RateProducer` beside the system under test on the same
+Every latency run has `bench.harness.measure.RateProducer` beside the system under test on the same
 2 cores; the broker's CPU for the producer's requests is CPU no system gets. This runs the
 producer alone at ``--rate`` on a broker of its own, once per linger, and prints the broker's
 CPU (from /proc, over ``--seconds`` after a few seconds of warm-up).
@@ -21,9 +21,9 @@ from unittest import mock
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import measure
+from bench.harness import measure
 from processor.commands import corpus
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,15 +39,15 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import say  # noqa: E402
-from bench.latency_phase import latency  # noqa: E402
-from bench.measure import _label, _tree, exact_counts  # noqa: E402
-from bench.modes import CONTROLLER_PORT, PORT, QUICK, Mode  # noqa: E402
+from bench.harness.common import say  # noqa: E402
+from bench.harness.latency_phase import latency  # noqa: E402
+from bench.harness.measure import _label, _tree, exact_counts  # noqa: E402
+from bench.harness.modes import CONTROLLER_PORT, PORT, QUICK, Mode  # noqa: E402
+from bench.harness.phases import throughput  # noqa: E402
 from bench.peers.base import Running  # noqa: E402
 from bench.peers.processor_peer import ProcessorPeer  # noqa: E402
-from bench.phases import throughput  # noqa: E402
 from processor.commands import corpus  # noqa: E402
-from processor.kafka.broker import LocalBroker  # noqa: E402
+from processor.localkafka.broker import LocalBroker  # noqa: E402
 
 # The context of a sample: the first of these (in this order) found anywhere in its stack ...
 CONTEXTS = [
@@ -64,7 +64,7 @@ CONTEXTS = [
     ("task loop", r"^(SourceTask|KeyedTask)\.run "),
 ]
 # ... and its activity: the first of these found, innermost first. Frames look like
-# "KeyedTask._checkpoint (processor/runtime/keyed.py:330)" in py-spy's raw format; a call
+# "KeyedTask._checkpoint (processor/worker/keyed.py:330)" in py-spy's raw format; a call
 # into a C extension (consume, commit_transaction) shows as the Python line that makes it.
 ACTIVITIES = [
     ("commit_transaction", r"^TransactionalOutput\.commit"),

@@ -35,7 +35,7 @@ from processor.config import Settings  # noqa: E402
 from processor.jobs.wordcount import words  # noqa: E402
 from processor.kafka import clients  # noqa: E402
 
-# The source tasks' wait for a first record when nothing is ready (processor/runtime/source.py).
+# The source tasks' wait for a first record when nothing is ready (processor/worker/source.py).
 WAIT_S = 0.05
 
 

@@ -8,12 +8,12 @@
 #
 # The Kafka stand-in's jars come from Maven Central through mvn (kafka/pom.xml), cached in
 # ~/.cache/processor/standins, and are checked against the committed SHA-256 lists the local
-# broker's and tools' jars are (processor/kafka/checksums/, processor/maven.py): the stand-in's
+# broker's and tools' jars are (processor/localkafka/checksums/, processor/maven.py): the stand-in's
 # set is the union of the two, so its libs must hold exactly the files they list, each with its
 # hash, before an image is built from them (and again each time the cache is used).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CHECKSUMS="${PROCESSOR_STANDIN_CHECKSUMS:-$HERE/../../processor/kafka/checksums}"
+CHECKSUMS="${PROCESSOR_STANDIN_CHECKSUMS:-$HERE/../../processor/localkafka/checksums}"
 CACHE="${PROCESSOR_CACHE_DIR:-$HOME/.cache/processor}/standins"
 
 say() { echo "standins: $*" >&2; }

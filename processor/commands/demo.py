@@ -20,7 +20,7 @@ from processor.commands.local import run_local
 from processor.commands.produce import produce_lines
 from processor.config import Settings
 from processor.jobs.wordcount import words as extract_words
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 
 def run_demo(settings: Settings, words: int, workers: int, k: int, env: dict[str, str]) -> int:

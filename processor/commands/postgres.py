@@ -2,7 +2,7 @@
 the job's (docs/postgres.md: Prepared transactions left behind).
 
 Listing reads the database only. ``--resolve`` resolves the job's as its tasks' restores
-would (`processor.runtime.postgres_orphans.resolve_task`): commit iff n is at or below the
+would (`processor.worker.postgres_orphans.resolve_task`): commit iff n is at or below the
 checkpoint the task's committed offsets name in Kafka, roll back the others. Transactions
 of other jobs, and ids that are not a writer's, are listed and left alone.
 """
@@ -13,9 +13,9 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from processor.checkpointing import prepared
 from processor.config import Settings
 from processor.jobs.graph import JobGraph
+from processor.sinks.postgres import prepared
 
 _PREPARED = (
     "SELECT gid, prepared, owner FROM pg_prepared_xacts"
@@ -60,7 +60,7 @@ def prepared_in(dsn: str) -> list[Prepared]:
     import psycopg
     from psycopg import sql
 
-    from processor.runtime.postgres_conn import FENCES
+    from processor.sinks.postgres.conn import FENCES
 
     query = sql.SQL("SELECT writer, fence, checkpoint FROM {}").format(sql.Identifier(FENCES))
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
@@ -105,8 +105,8 @@ def render(graph: JobGraph, found: list[Prepared]) -> list[str]:
 def resolve(settings: Settings, graph: JobGraph, dsn: str, found: list[Prepared]) -> list[str]:
     """Resolve the job's prepared transactions, task by task; what was done, one line each.
     Meant for a stopped job: a task that runs is fenced (it fails, and restarts)."""
-    from processor.runtime.postgres_orphans import resolve_task
-    from processor.runtime.postgres_sink import PostgresWriter
+    from processor.sinks.postgres.writer import PostgresWriter
+    from processor.worker.postgres_orphans import resolve_task
 
     lines = []
     for task, names in sorted(tasks_of(graph, found).items()):

@@ -6,7 +6,7 @@ aligned checkpoint, like any other), then copies it out of the job's reach
 copy runs; the copy is verified file by file, and on a missing file it starts again from the
 checkpoint completed next. ``--last-completed`` copies the job's last completed checkpoint at
 once instead, for a job that cannot run any more (its source topics gained partitions, see
-`processor.runtime.layout`): its snapshots are there while no task has committed
+`processor.worker.layout`): its snapshots are there while no task has committed
 ``PROCESSOR_RETAINED_CHECKPOINTS`` later ones (retention deletes them then).
 """
 

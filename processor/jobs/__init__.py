@@ -5,8 +5,8 @@ from __future__ import annotations
 from processor.config import Settings
 from processor.jobs.graph import JobGraph, TaskId
 from processor.jobs.wordcount import wordcount_pipeline
-from processor.pipeline.load import load_pipeline, pipeline_job_name
-from processor.pipeline.plan import plan
+from processor.plan.load import load_pipeline, pipeline_job_name
+from processor.plan.stages import plan
 
 
 def load_graph(settings: Settings) -> JobGraph:

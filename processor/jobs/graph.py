@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from processor.pipeline.plan import Plan, Stage
+from processor.plan.stages import Plan, Stage
 from processor.topics import LATE, feedback_topic, job_topic, shuffle_topic
 
 
@@ -57,7 +57,7 @@ class JobGraph:
         return job_topic(self.job_name, LATE)
 
     def feedback_topic(self, stage: Stage) -> str:
-        """The topic a loop stage's records go round through (`processor.pipeline.loops`)."""
+        """The topic a loop stage's records go round through (`processor.api.loops`)."""
         assert stage.loop is not None, f"stage {stage.name!r} runs no loop"
         return feedback_topic(self.job_name, stage.loop.name)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from processor.pipeline.api import Pipeline
+from processor.api.streams import Pipeline
 from processor.topics import shuffle_topic
 
 _WORD = re.compile(r"\w+")

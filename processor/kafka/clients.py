@@ -208,7 +208,7 @@ def committed_offsets(
     (librdkafka#5040, confluent-kafka-javascript#374). A consumer has a group handle and
     looks the coordinator up again. ``read_uncommitted`` makes librdkafka ask without
     ``require_stable``: a pending offset commit (a zombie's, see
-    `processor.runtime.task.committed_after_fencing`) is then not waited for.
+    `processor.worker.task.committed_after_fencing`) is then not waited for.
     """
     consumer = Consumer(
         {

@@ -26,7 +26,7 @@ from processor.kafka.serial import SerialCalls
 from processor.models.records import Headers
 
 # A sink's records: ``(key, value)``, or ``(key, value, headers)`` for a sink with headers
-# (`processor.pipeline.sinks`); one kind per list.
+# (`processor.api.sinks`); one kind per list.
 Headed = tuple[bytes | None, bytes, list[tuple[str, bytes]]]
 SinkRecords = list[tuple[bytes | None, bytes]] | list[Headed]
 

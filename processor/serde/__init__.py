@@ -24,11 +24,12 @@ topic, for serdes that name things after it (the registry's subject ``<topic>-va
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 from processor.errors import PipelineError
 from processor.serde.avro import Avro
 from processor.serde.codec import RecordError, Unavailable, decode, sink_value
+from processor.serde.protocol import Serde
 
 Format = Literal["text", "json", "bytes"]
 FORMATS: tuple[Format, ...] = ("text", "json", "bytes")
@@ -46,15 +47,6 @@ __all__ = [
     "Unavailable",
     "resolve",
 ]
-
-
-@runtime_checkable
-class Serde(Protocol):
-    """What a format is: bytes to a value and back."""
-
-    def loads(self, raw: bytes) -> Any: ...
-
-    def dumps(self, value: Any) -> bytes: ...
 
 
 class Builtin:

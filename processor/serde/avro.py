@@ -21,7 +21,6 @@ import time (every process imports the pipeline file).
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import threading
@@ -105,11 +104,14 @@ class Avro:
         Sources and sinks call it; plain Avro is the same for every topic."""
         if self.registry_url is None:
             return self
-        bound = copy.copy(self)
+        # A new object, not a copy: its registry client, serdes and writer schemas are its own.
+        bound = Avro(
+            self.schema_str,
+            self.registry_url,
+            registry_config=self.registry_config,
+            auto_register=self.auto_register,
+        )
         bound.topic, bound.is_key = topic, is_key
-        bound._lock = threading.Lock()
-        bound._serializer = bound._deserializer = bound._context = bound._registry = None
-        bound._writers = {}
         return bound
 
     def dumps(self, value: Any) -> bytes:

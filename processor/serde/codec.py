@@ -4,12 +4,10 @@ a record dead (`RecordError`) or the task retry (`Unavailable`). Pure functions.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from processor.models.limits import MAX_JSON_DEPTH, json_problem
-
-if TYPE_CHECKING:
-    from processor.serde import Serde
+from processor.serde.protocol import Serde
 
 
 class RecordError(Exception):

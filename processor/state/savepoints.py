@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from processor.config import S3Location, Settings
-from processor.pipeline.floors import Floors
-from processor.pipeline.time import NO_WATERMARK
+from processor.engine.floors import Floors
+from processor.engine.time import NO_WATERMARK
 from processor.state.factory import open_storage
 from processor.state.rocksdb.snapshots import (
     SnapshotRef,
@@ -245,7 +245,7 @@ class SavepointStore:
 def inherited_floors(
     savepoint: Savepoint, metas: dict[str, dict[str, Any]], operators: Iterable[str]
 ) -> list[list[int]]:
-    """Lateness floors (`processor.pipeline.floors`) for a keyed task of a new job whose
+    """Lateness floors (`processor.engine.floors`) for a keyed task of a new job whose
     stage holds ``operators``: per saved stage holding any of them, the watermark each of its
     tasks had reached (index: its partition), and the floors those tasks had inherited
     themselves. Empty for a savepoint without watermarks (untimed, or of an older version)."""
@@ -277,8 +277,8 @@ def _copy_partition(
 ) -> int:
     """Keys ``<operator>\\0<key text>`` of ``operators`` whose key text hashes to
     ``partition``, as the shuffle hashes it (CRC-32 of the key text, modulo partitions). An
-    operator's timers (``<operator>/timers``, `processor.pipeline.timers`) and TTL deadlines
-    (``<operator>/ttl``, `processor.pipeline.expiry`) go with it."""
+    operator's timers (``<operator>/timers``, `processor.engine.timers`) and TTL deadlines
+    (``<operator>/ttl``, `processor.engine.expiry`) go with it."""
     batch: dict[bytes, bytes | None] = {}
     copied = 0
     with RocksDBStore(source) as saved:

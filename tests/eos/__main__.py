@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from processor.kafka.cluster import LocalCluster
+from processor.localkafka.cluster import LocalCluster
 from tests.eos.run import EosRun, Plan
 from tests.eos.verify import report
 

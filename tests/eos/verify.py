@@ -23,8 +23,8 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from processor.kafka.broker import LocalBroker
-from processor.kafka.brokertools import find_java
+from processor.localkafka.broker import LocalBroker
+from processor.localkafka.brokertools import find_java
 from tests.eos.checks import AGGREGATES, Record, Tally, check_aggregate, check_echo
 
 OUTPUTS = ("echo", *AGGREGATES)

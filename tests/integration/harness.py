@@ -26,8 +26,8 @@ from processor.jobs.wordcount import words
 from processor.kafka import clients
 from processor.kafka.replication import topic_replication
 from processor.models import control
-from processor.runtime.task import committed_after_fencing
 from processor.state.rocksdb.snapshots import unseal_manifest
+from processor.worker.task import committed_after_fencing
 
 T = TypeVar("T")
 

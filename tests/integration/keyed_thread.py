@@ -11,8 +11,8 @@ from confluent_kafka import Producer
 from processor.config import Settings
 from processor.jobs.graph import JobGraph
 from processor.models import control
-from processor.runtime.keyed import KeyedTask
-from processor.runtime.task import TaskContext
+from processor.worker.keyed import KeyedTask
+from processor.worker.task import TaskContext
 from tests.integration.harness import wait_until
 
 

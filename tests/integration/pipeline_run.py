@@ -20,7 +20,7 @@ from confluent_kafka import (
 )
 
 from processor.kafka import clients
-from processor.pipeline.load import load_pipeline
+from processor.plan.load import load_pipeline
 from tests import reference
 from tests.integration.harness import JobRun, wait_until
 

@@ -34,7 +34,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from processor.config import load_settings
 from processor.jobs import load_graph
 from processor.kafka import acls
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 from tests.conftest import TEST_PORT
 from tests.integration.harness import JobRun, SuccessorRun, wait_until
 from tests.integration.pipeline_run import PipelineRun

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 from tests import anomalies
 from tests.conftest import NewTopicFactory
 

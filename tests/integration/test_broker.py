@@ -8,7 +8,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 from tests.conftest import NewTopicFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 from tests.integration.harness import JobRun, wait_until
 
 # A broker of its own: restarting the session's broker would disturb other tests. Below the

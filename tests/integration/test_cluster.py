@@ -17,11 +17,12 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from processor.config import Settings
-from processor.kafka import clients, cluster
-from processor.kafka.brokertools import wait_exit
-from processor.kafka.cluster import LocalCluster
+from processor.coordinator.service import CoordinatorService
+from processor.kafka import clients
 from processor.kafka.replication import topic_replication
-from processor.runtime.coordinator import CoordinatorService
+from processor.localkafka import cluster
+from processor.localkafka.brokertools import wait_exit
+from processor.localkafka.cluster import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 

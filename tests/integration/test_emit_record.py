@@ -10,7 +10,7 @@ import random
 import time
 from pathlib import Path
 
-from processor.pipeline.plan import plan
+from processor.plan.stages import plan
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import (
     PipelineRun,

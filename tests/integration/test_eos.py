@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.kafka import cluster
-from processor.kafka.cluster import LocalCluster
+from processor.localkafka import cluster
+from processor.localkafka.cluster import LocalCluster
 from tests.eos.run import EosRun, Plan
 from tests.eos.verify import report
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from processor.pipeline.plan import plan
+from processor.plan.stages import plan
 from tests.integration import after_join_pipeline as after_join
 from tests.integration import after_window_pipeline as after_window
 from tests.integration.after_count_pipeline import threshold

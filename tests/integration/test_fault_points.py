@@ -100,7 +100,7 @@ def test_a_worker_restarted_at_once_after_its_commit_holds_no_checkpoint_back(
     """Killed between its commit and its acknowledgement, and restarted under its id long
     before its heartbeat timeout (a supervisor's restart): its task restores at the
     checkpoint it never acknowledged, so the coordinator must fail that checkpoint at the new
-    process's first heartbeat (processor/runtime/task_reports.py) instead of holding every
+    process's first heartbeat (processor/coordinator/reports.py) instead of holding every
     later one back until its timeout (2 minutes here). Heartbeats 2 s apart: the task has
     restored before the next one, so a stale "running" is all the coordinator would see."""
     run = JobRun(

@@ -35,7 +35,7 @@ def test_at_least_once_loses_nothing_when_workers_are_killed(
         assert final.keys() == run.expected.keys()
         low = {w: (final[w], n) for w, n in run.expected.items() if final[w] < n}
         assert not low, f"counts below the exact one (lost input): {list(low.items())[:5]}"
-        assert "processor.runtime.keyed" in run.log("worker-0") + run.log("worker-1")
+        assert "processor.worker.keyed" in run.log("worker-0") + run.log("worker-1")
     finally:
         run.stop()
 

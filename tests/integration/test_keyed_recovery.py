@@ -32,7 +32,7 @@ from processor.models.records import (
     encode_shuffle,
     encode_watermark,
 )
-from processor.pipeline.plan import plan
+from processor.plan.stages import plan
 from tests.integration.keyed_thread import KeyedTaskThread
 
 STAGE = "keyed"

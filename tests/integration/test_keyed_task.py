@@ -19,8 +19,8 @@ from processor.config import load_settings
 from processor.jobs import load_graph
 from processor.kafka import clients
 from processor.models.records import Barrier, encode_barrier, encode_counts
-from processor.runtime.layout import ChannelsChanged
-from processor.runtime.task import commit_metadata, committed_after_fencing
+from processor.worker.layout import ChannelsChanged
+from processor.worker.task import commit_metadata, committed_after_fencing
 from tests.integration.harness import wait_until
 from tests.integration.keyed_thread import KeyedTaskThread
 

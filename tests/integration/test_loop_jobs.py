@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import OFFSET_END, Producer, TopicPartition
 
 from processor.kafka import clients
-from processor.pipeline.plan import plan
+from processor.plan.stages import plan
 from processor.testing import run as run_directly
 from processor.topics import feedback_topic
 from tests.integration.harness import wait_until

@@ -1,4 +1,4 @@
-"""One job name, one Kafka cluster, per database (`processor.runtime.postgres_claim`).
+"""One job name, one Kafka cluster, per database (`processor.sinks.postgres.claim`).
 
 Two Kafka clusters running jobs of one name into one database would share writers and resolve
 each other's prepared transactions by their own checkpoints. The first task to start claims
@@ -13,12 +13,12 @@ import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from processor.api.postgres import PostgresTarget
+from processor.errors import OutsideFailure
 from processor.kafka import clients
-from processor.pipeline.sink_postgres import PostgresTarget
-from processor.runtime.postgres_claim import ClaimedElsewhere
-from processor.runtime.postgres_conn import FENCES
-from processor.runtime.postgres_sink import PostgresSinks, PostgresWriter
-from processor.runtime.task import OutsideFailure
+from processor.sinks.postgres.claim import ClaimedElsewhere
+from processor.sinks.postgres.conn import FENCES
+from processor.sinks.postgres.writer import PostgresSinks, PostgresWriter
 
 pytestmark = pytest.mark.integration
 

@@ -28,11 +28,11 @@ import psycopg
 import pytest
 from psycopg import conninfo, errors, sql
 
-from processor import postgres_server
-from processor.pipeline.sink_postgres import PostgresTarget
-from processor.runtime import postgres_conn
-from processor.runtime.postgres_conn import GidTaken, Locked, ServerNotReady
-from processor.runtime.postgres_sink import Fenced, PostgresSinks, PostgresWriter
+from processor.api.postgres import PostgresTarget
+from processor.sinks.postgres import conn as postgres_conn
+from processor.sinks.postgres.conn import GidTaken, Locked, ServerNotReady
+from processor.sinks.postgres.writer import Fenced, PostgresSinks, PostgresWriter
+from tests import postgres_server
 from tests.conftest import TEST_PG_PORT, postgres_base
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

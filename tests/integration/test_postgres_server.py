@@ -1,4 +1,4 @@
-"""The session's PostgreSQL server (processor/postgres_server.py, tests/conftest.py): two-phase
+"""The session's PostgreSQL server (tests/postgres_server.py, tests/conftest.py): two-phase
 commit works across connections, as the exactly-once PostgreSQL sink needs, and a prepared
 transaction a test leaves behind does not outlive its database."""
 

@@ -1,4 +1,4 @@
-"""The exactly-once PostgreSQL sink against a real server (`processor.runtime.postgres_sink`).
+"""The exactly-once PostgreSQL sink against a real server (`processor.sinks.postgres.writer`).
 
 - The writer alone: rows the database refuses are dead, the others written; a prepared
   transaction left by a crash is committed or rolled back as Kafka decided; a zombie whose
@@ -27,13 +27,14 @@ import psycopg
 import pytest
 from psycopg import conninfo, errors, sql
 
-from processor import Pipeline, postgres_server
+from processor import Pipeline
+from processor.api.postgres import PostgresTarget
 from processor.commands import corpus
-from processor.pipeline.chain import StageChain
-from processor.pipeline.plan import plan
-from processor.pipeline.sink_postgres import PostgresTarget
-from processor.runtime.postgres_sink import Fenced, PostgresSinks, PostgresWriter, ServerNotReady
+from processor.engine.chain import StageChain
+from processor.plan.stages import plan
+from processor.sinks.postgres.writer import Fenced, PostgresSinks, PostgresWriter, ServerNotReady
 from processor.testing import MemoryState
+from tests import postgres_server
 from tests.conftest import TEST_PG_PORT, postgres_base
 from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed, updates_per_key

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 from tests.integration.harness import JobRun
 
 # A broker of its own, below the ephemeral port range like every test port (tests/conftest.py):

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench import shuffle_size
 from processor.kafka import clients
 from processor.models import control
-from processor.runtime.task import committed_after_fencing
+from processor.worker.task import committed_after_fencing
 from tests.integration.harness import JobRun, control_messages, wait_until
 
 

@@ -24,7 +24,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from processor.kafka import clients
-from processor.kafka.broker import LocalBroker, _java
+from processor.localkafka.broker import LocalBroker, _java
 from processor.serde import Avro
 from processor.serde.avro import REQUEST_TIMEOUT_S
 from processor.serde.avro_bounds import MAX_SCHEMA_BYTES

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
-from processor.runtime.task import committed_after_fencing
+from processor.worker.task import committed_after_fencing
 from tests.integration.harness import JobRun, wait_until
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from processor.coordinator.status import page as status
 from processor.health import LoopHealth
-from processor.runtime import status
 from tests.integration.harness import JobRun, wait_until
 
 CHROMIUM = shutil.which("chromium")

@@ -29,7 +29,7 @@ from processor.config import load_settings
 from processor.jobs.graph import JobGraph
 from processor.kafka import clients
 from processor.models.records import Barrier, encode_barrier
-from processor.pipeline.plan import plan
+from processor.plan.stages import plan
 from tests.integration.carts_pipeline import expired, track
 from tests.integration.harness import wait_until
 from tests.integration.keyed_thread import KeyedTaskThread

@@ -36,7 +36,7 @@ IN_FLIGHT = [
 ]
 
 
-# How the zombie's task ends (processor.runtime.worker): its commit fenced, or stopped first.
+# How the zombie's task ends (processor.worker.service): its commit fenced, or stopped first.
 _ENDS = ("failed", "stopped")
 
 

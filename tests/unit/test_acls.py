@@ -19,7 +19,7 @@ from processor import cli
 from processor.config import Settings
 from processor.jobs import load_graph
 from processor.kafka import acls, clients
-from processor.kafka.broker import LocalBroker
+from processor.localkafka.broker import LocalBroker
 
 Row = tuple[str, str, str, str, tuple[str, ...]]
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import pytest
 
-from processor.runtime.assignment import WorkerRegistry, WorkerState, assign
+from processor.jobs.assignment import WorkerRegistry, WorkerState, assign
 
 Assign = Callable[[Sequence[str], Sequence[str], Mapping[str, str]], dict[str, str]]
 

@@ -1,11 +1,13 @@
-"""The pure parts of bench/capacity.py, bench/lag.py and bench/markers.py: when a step kept
+"""The pure parts of bench/harness/capacity.py, lag.py and markers.py: when a step kept
 up, the ladder's rates, the commits per minute, a row's summary."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bench.capacity import (
+import pytest
+
+from bench.harness.capacity import (
     CapacityMode,
     down,
     geometric_middle,
@@ -14,8 +16,8 @@ from bench.capacity import (
     next_rates,
     summary,
 )
-from bench.lag import MAX_LAG_S, LagSample, judge, judge_stage
-from bench.markers import per_minute
+from bench.harness.lag import MAX_LAG_S, LagSample, judge, judge_stage
+from bench.harness.markers import per_minute
 
 
 def test_a_flat_lag_keeps_up_and_a_growing_one_does_not() -> None:
@@ -115,9 +117,10 @@ def test_down_the_ladder_two_steps_at_a_time() -> None:
     assert down(20_000, 1.25) == 13_000
 
 
-def _sitting(stamp: str, rows: dict[str, list[int]]) -> dict[str, Any]:
+def _sitting(stamp: str, rows: dict[str, list[int]], cpu: str = "cpu") -> dict[str, Any]:
     return {
         "method": "m",
+        "machine": {"cores": 2, "cpu": cpu, "memory_gib": 24},
         "timestamp": stamp,
         "commit": stamp * 2,
         "order": [f"{key}#{k}" for key, caps in rows.items() for k in range(len(caps))],
@@ -147,6 +150,16 @@ def test_sittings_join_into_one_phase_with_each_rows_runs_from_all_of_them() -> 
     assert len(first["rows"]["processor"]["runs"]) == 2  # the inputs are left as they were
 
 
+def test_sittings_on_two_machines_are_not_joined() -> None:
+    first = _sitting("a", {"processor": [100]})
+    other = _sitting("b", {"processor": [300]}, cpu="another cpu")
+    with pytest.raises(ValueError, match="different"):
+        join_sittings([first, other])
+    unnamed = {k: v for k, v in _sitting("c", {"processor": [300]}).items() if k != "machine"}
+    with pytest.raises(ValueError, match="unnamed"):
+        join_sittings([first, unnamed])
+
+
 def test_every_ladder_ends_with_its_figure_to_the_same_precision() -> None:
     """Up the ladder (480 k kept up, 580 k not) one bisection brings the two within 10 %; down
     from a start too high (440 k not, 310 k kept up) it takes two, not one."""
@@ -164,7 +177,7 @@ def test_a_sitting_hands_over_its_report_after_every_run(monkeypatch: Any, tmp_p
     after each run, and a run that crashed is a result, not the end of the sitting."""
     import types
 
-    import bench.capacity as capacity
+    import bench.harness.capacity as capacity
 
     made: list[dict[str, Any] | Exception] = [
         {"ok": True, "capacity_words_per_s": 100, "steps": []},

@@ -1,6 +1,6 @@
 """bench/ is a harness, not a notebook. No helper is written twice in bench/: two top-level
 functions with the same code (as Python parses it, names of their own aside) are one helper, in
-bench/common.py. A results file is kept only while a README quotes it by name, and every
+bench/harness/common.py. A results file is kept only while a README quotes it by name, and every
 bench script a README names exists."""
 
 from __future__ import annotations
@@ -20,11 +20,6 @@ RESULTS = BENCH / "results"
 # stay), docs/, and bench's own two.
 _BENCH_DOCS = [BENCH / "README.md", BENCH / "experiments" / "README.md"]
 
-# Scripts moved into bench/experiments/ (one-off studies) that README.md still names at their
-# old paths: README.md is being rewritten elsewhere, and takes the new paths then. Delete this
-# once it does; a path here is accepted in README.md and docs/ only, and only as long as its
-# new path exists.
-
 
 def _body(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     """The function's code without its name and docstring."""
@@ -41,7 +36,9 @@ def test_no_helper_is_defined_twice() -> None:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name != "main":
                 seen[_body(node)].append(f"{path.relative_to(BENCH)}:{node.name}")
     twice = [where for where in seen.values() if len(where) > 1]
-    assert not twice, f"the same helper in several places (move it to bench/common.py): {twice}"
+    assert not twice, (
+        f"the same helper in several places (move it to bench/harness/common.py): {twice}"
+    )
 
 
 def _docs() -> dict[Path, str]:
@@ -102,3 +99,9 @@ def test_every_bench_script_named_in_the_docs_exists() -> None:
                 continue
             missing.append(f"{path.relative_to(ROOT)}: {named}")
     assert not missing, f"bench scripts the docs name that do not exist: {missing}"
+
+
+def test_the_bench_readme_stays_short() -> None:
+    """bench/README.md is the method and today's figures; past runs are in the git history."""
+    lines = (BENCH / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 400, f"bench/README.md has {len(lines)} lines: the history goes to git"

@@ -1,12 +1,12 @@
-"""bench/steady.py's pure parts: the slope, offsets to words, the lag verdict, the work
+"""bench/harness/steady.py's pure parts: the slope, offsets to words, the lag verdict, the work
 summary. The phase itself runs end to end in tests/integration/test_bench.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.measure import slope
-from bench.steady import InputCorpus, keeps_up, spread, topic_kind, work_summary
+from bench.harness.measure import slope
+from bench.harness.steady import InputCorpus, keeps_up, spread, topic_kind, work_summary
 
 
 def test_slope_is_the_least_squares_rate() -> None:

@@ -1,5 +1,5 @@
-"""bench/sustainable.py's verdict on a rung and bench/measure.py's latency quarters, the pure
-parts of the live-rate search (the search itself needs a broker and every system: it is a
+"""bench/sustainable.py's verdict on a rung and bench/harness/measure.py's latency quarters,
+the pure parts of the live-rate search (the search itself needs a broker and every system: it is a
 benchmark, not a test)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench.measure import latency_percentiles
+from bench.harness.measure import latency_percentiles
 from bench.sustainable import find_rate, half_summary, kept_up
 
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
+from processor.engine.chain import StageChain
+from processor.engine.shuffle_out import MAX_RECORD_BYTES
 from processor.models.records import decode_shuffle
-from processor.pipeline.chain import StageChain
-from processor.pipeline.load import load_pipeline
-from processor.pipeline.plan import Plan, plan
-from processor.pipeline.shuffle_out import MAX_RECORD_BYTES
+from processor.plan.load import load_pipeline
+from processor.plan.stages import Plan, plan
 from processor.testing import MemoryState
 from tests.reference import run
 
@@ -289,7 +289,9 @@ def test_keys_and_values_json_cannot_encode_are_dead_not_a_failed_flush() -> Non
     raw.key_by(lambda v: "k").sink("as-is")  # bytes values: not JSON
     text = raw.map(bytes.decode, name="text")
     text.key_by(lambda v: {1, 2} if v == "set" else v, name="odd-keys").count().sink("c")
-    text.key_by(lambda v: "k", name="sets").aggregate(set(), lambda acc, v: acc | {v}).sink("s")
+    text.key_by(lambda v: "k", name="sets").aggregate(set[str](), lambda acc, v: acc | {v}).sink(
+        "s"
+    )
     compiled = plan(p)
     partitions = {}.fromkeys(("b.key_by", "odd-keys", "sets"), 1)
     chain = StageChain(compiled, compiled.stages[0], 0, DictBackend(), partitions)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from processor.pipeline.load import load_pipeline
+from processor.plan.load import load_pipeline
 from tests import chaincheck
 from tests.chaincheck import LATENESS, OUT_OF_ORDER, SECOND, expected, stream
 

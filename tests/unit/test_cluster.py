@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from processor.config import Settings, SettingsError, load_settings
-from processor.kafka.broker import LocalBroker
-from processor.kafka.brokertools import BrokerError
-from processor.kafka.cluster import LocalCluster, cluster_properties, port_layout
 from processor.kafka.replication import default_factor, min_insync, topic_config, topic_replication
+from processor.localkafka.broker import LocalBroker
+from processor.localkafka.brokertools import BrokerError
+from processor.localkafka.cluster import LocalCluster, cluster_properties, port_layout
 
 
 def _properties(broker: LocalBroker) -> dict[str, str]:
@@ -109,6 +109,20 @@ def test_stop_and_status_find_the_cluster_a_data_dir_holds(tmp_path: Path) -> No
     assert [node.pid for node in LocalCluster.found(tmp_path, 39092).status()] == [None] * 3
     with pytest.raises(BrokerError, match="holds a cluster of 3 brokers"):
         LocalCluster(5, 39092, tmp_path)._cluster_id()
+
+
+def test_a_data_dir_keeps_one_layout(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "meta.properties").write_text("cluster.id=x\n")  # a single broker's
+    with pytest.raises(BrokerError, match="holds a single broker's data"):
+        LocalCluster(3, 39092, tmp_path).start()
+    LocalCluster(1, 39092, tmp_path).check_layout()
+    other = tmp_path / "other"
+    other.mkdir()
+    LocalCluster(3, 39092, other)._cluster_id()
+    with pytest.raises(BrokerError, match="holds a cluster of 3 brokers; start it with"):
+        LocalCluster(1, 39092, other).start()
+    LocalCluster(3, 39092, other).check_layout()
 
 
 def test_the_cluster_id_is_kept_across_starts(tmp_path: Path) -> None:

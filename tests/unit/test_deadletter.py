@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
-from processor.pipeline.chain import DeadRecord, StageChain
-from processor.pipeline.dead import Position, dead_value
-from processor.pipeline.plan import plan
-from processor.runtime.deadletter import DeadLetters, StoppedOnError
-from processor.runtime.failures import TRACEBACK_BYTES, traceback_text, user_error
+from processor.engine.chain import DeadRecord, StageChain
+from processor.engine.dead import Position, dead_value
+from processor.plan.stages import plan
+from processor.worker.deadletter import DeadLetters, StoppedOnError
+from processor.worker.failures import TRACEBACK_BYTES, traceback_text, user_error
 from tests.unit.test_chain import DictBackend
 from tests.unit.test_poison import _Msg, _Out
 
-_LOGGER = "processor.runtime.deadletter"
+_LOGGER = "processor.worker.deadletter"
 
 
 class _Clock:
@@ -289,7 +289,7 @@ class _StoppingTask:
 
 def test_a_task_stopped_on_a_record_is_reported_stopped_and_counted_in_a_gauge() -> None:
     from processor import metrics
-    from processor.runtime.worker import TaskRunner
+    from processor.worker.service import TaskRunner
 
     job = f"stopping-{id(object())}"
     task: Any = _StoppingTask(job)

@@ -33,9 +33,9 @@ from packaging.utils import canonicalize_name
 
 from processor.cli import build_parser
 from processor.config import SECRETS_DIR_ENV, Settings
+from processor.coordinator.status import page as status
 from processor.health import LoopHealth
-from processor.kafka.broker import KAFKA_VERSION
-from processor.runtime import status
+from processor.localkafka.broker import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -909,4 +909,4 @@ def test_stand_in_kafka_jars_are_checked_against_the_committed_lists(tmp_path: P
     assert kafka_libs.endswith('\n  verify_jars "$dir/libs" "$version"\n  echo "$dir/libs"')
     # The lists build.sh reads by default are the broker's and the tools' of the tested version.
     for name in (f"kafka-{KAFKA_VERSION}.sha256", f"kafka-tools-{KAFKA_VERSION}.sha256"):
-        assert (ROOT / "processor/kafka/checksums" / name).is_file()
+        assert (ROOT / "processor/localkafka/checksums" / name).is_file()

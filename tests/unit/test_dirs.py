@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from processor.config import Settings, SettingsError, default_state_root
-from processor.runtime.task import local_dir
 from processor.state.dirs import private_dir
+from processor.worker.task import local_dir
 
 
 def test_the_defaults_are_per_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

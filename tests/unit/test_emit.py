@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
+from processor.api.streams import KeyedStream, PipelineError
+from processor.engine.chain import StageChain
 from processor.models.records import decode_shuffle
-from processor.pipeline.api import KeyedStream, PipelineError
-from processor.pipeline.chain import StageChain
-from processor.pipeline.plan import Plan, plan
+from processor.plan.stages import Plan, plan
 from tests.reference import run
 from tests.unit.test_chain import DictBackend, compiled_names, simulate
 
@@ -58,9 +58,9 @@ def test_emit_is_validated_and_refused_on_windows() -> None:
 def test_a_per_record_aggregation_is_not_combined_upstream() -> None:
     def stages(emit: Any) -> Plan:
         p = Pipeline()
-        keyed: KeyedStream = p.source("w").key_by(str)
+        keyed: KeyedStream[Any, Any] = p.source("w").key_by(str)
         keyed.count(emit=emit).sink("c")
-        keyed2: KeyedStream = p.source("v").key_by(str)
+        keyed2: KeyedStream[Any, Any] = p.source("v").key_by(str)
         keyed2.aggregate(0, lambda a, _: a + 1, lambda a, b: a + b, emit=emit).sink("a")
         return plan(p)
 

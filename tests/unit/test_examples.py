@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from processor import testing
-from processor.pipeline.load import load_pipeline
+from processor.plan.load import load_pipeline
 from processor.serde.codec import sink_value
 from processor.testing import FINAL_WATERMARK, Driver
 from tests import chaincheck, timecheck

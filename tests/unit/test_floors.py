@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from processor import Pipeline
-from processor.pipeline.chain import StageChain
-from processor.pipeline.floors import Floors
-from processor.pipeline.plan import Plan, Stage, plan
-from processor.pipeline.time import NO_WATERMARK
+from processor.engine.chain import StageChain
+from processor.engine.floors import Floors
+from processor.engine.time import NO_WATERMARK
+from processor.plan.stages import Plan, Stage, plan
 from processor.state.rocksdb.snapshots import SnapshotStore
 from processor.state.rocksdb.store import RocksDBStore
 from processor.state.savepoints import Savepoint, SavepointStore, inherited_floors

@@ -16,13 +16,13 @@ import pytest
 
 from processor import endpoints
 from processor.config import Settings
+from processor.coordinator.status import page as status
 from processor.http_server import HttpServer, Request, Response
 from processor.jobs import load_graph
+from processor.jobs.assignment import WorkerRegistry
 from processor.models import control
-from processor.runtime import status
-from processor.runtime.assignment import WorkerRegistry
-from processor.runtime.query import operators, stage_tasks
-from processor.runtime.query_forward import MAX_ANSWER_BYTES, ForwardRoutes, WorkerDirectory
+from processor.query.forward import MAX_ANSWER_BYTES, ForwardRoutes, WorkerDirectory
+from processor.query.owners import operators, stage_tasks
 from processor.worker_hosts import WorkerHosts, url_problem
 
 GRAPH = load_graph(Settings(job_name="j", input_topic="in", output_topic="out"))

@@ -12,12 +12,12 @@ import pytest
 
 from processor.checkpointing.coordinator import CheckpointCoordinator
 from processor.config import Settings
+from processor.coordinator.lease import lease_renewal
+from processor.coordinator.status.page import _fmt_watermark
+from processor.jobs.assignment import FollowedAssignment
 from processor.models import control
 from processor.models.internal import checkpoint_record, plausible_history
 from processor.models.limits import INT64_MAX, MAX_CLOCK_SKEW_S, MAX_ID, MAX_ID_JUMP
-from processor.runtime.assignment import FollowedAssignment
-from processor.runtime.lease import lease_renewal
-from processor.runtime.status import _fmt_watermark
 
 NOW = 1_760_000_000.0  # a wall clock, Unix seconds
 
@@ -127,7 +127,7 @@ def test_a_lease_renewal_from_the_future_or_out_of_range_is_no_renewal(
 
 
 def test_a_worker_skips_a_trigger_far_above_its_checkpoints(tmp_path: Path) -> None:
-    from processor.runtime.worker import Worker
+    from processor.worker.service import Worker
 
     settings = Settings(
         bootstrap_servers="127.0.0.1:1",  # never reached: the clients connect lazily

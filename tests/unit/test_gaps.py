@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processor.runtime.gaps import INPUT_LOST, STATE_LOST, describe_gap
+from processor.worker.gaps import INPUT_LOST, STATE_LOST, describe_gap
 
 
 def test_no_gap_when_the_resume_offset_is_still_there() -> None:

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from processor import metrics
+from processor.coordinator.status import page as status
 from processor.health import LoopHealth
-from processor.runtime import status
 
 
 class Clock:

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from processor import http_server
+from processor.coordinator.status.page import StatusBoard, serve
 from processor.health import LoopHealth
 from processor.http_server import HttpServer, Request, parse_head
-from processor.runtime.status import StatusBoard, serve
 
 TOKEN = "s3cret-token"
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from processor.api.streams import Pipeline
 from processor.config import Settings
 from processor.jobs import load_graph
 from processor.jobs.graph import JobGraph, TaskId
 from processor.jobs.wordcount import line_words, wordcount_pipeline, words
-from processor.pipeline.api import Pipeline
-from processor.pipeline.plan import plan
+from processor.plan.stages import plan
 from tests.reference import run as reference_run
 
 
@@ -259,7 +259,9 @@ def test_task_ids_of_a_two_shuffle_pipeline() -> None:
     pipeline = Pipeline()
     words_ = pipeline.source("lines").flat_map(str.split)
     words_.key_by(str).count().sink("counts")
-    words_.key_by(str, name="firsts").count().key_by(len, name="by-len").count().sink("lens")
+    words_.key_by(str, name="firsts").count().key_by(lambda n: n % 10, name="by-len").count().sink(
+        "lens"
+    )
     graph = JobGraph("j", plan(pipeline))
     names = [s.name for s in graph.stages]
     assert names == ["lines", "lines.flat_map.key_by", "firsts", "by-len"]

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from processor import Pipeline
+from processor.errors import PermanentTaskFailure
 from processor.jobs.graph import JobGraph
-from processor.pipeline.plan import plan
-from processor.runtime.layout import (
+from processor.plan.stages import plan
+from processor.worker.layout import (
     ChannelsChanged,
     check_history,
     check_snapshot,
     describe_change,
 )
-from processor.runtime.task import PermanentTaskFailure
 
 
 def _join_graph() -> JobGraph:

@@ -1,4 +1,4 @@
-"""The coordinator lease (processor/runtime/lease.py): its decision over every case, and its
+"""The coordinator lease (processor/coordinator/lease.py): its decision over every case, and its
 renewal's handling of a failed commit."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.config import Settings
-from processor.models.control import Lease, decode, encode
-from processor.runtime.lease import (
+from processor.coordinator.lease import (
     EXPIRE_S,
     CoordinatorConflict,
     CoordinatorLease,
@@ -20,6 +19,7 @@ from processor.runtime.lease import (
     conflict_line,
     decide,
 )
+from processor.models.control import Lease, decode, encode
 
 
 def test_no_other_coordinator_or_an_expired_lease_is_taken_at_once() -> None:

@@ -1,4 +1,4 @@
-"""Model check of a loop task's back-edge (`processor.runtime.keyed_feedback.FeedbackInput`,
+"""Model check of a loop task's back-edge (`processor.worker.keyed_feedback.FeedbackInput`,
 docs/loops.md): random interleavings of forward records and barriers, fetches of the
 feedback partition, commits, declined checkpoints, crashes and restores (from the committed
 snapshot, and fallbacks to an older one with the quiet replay), with the real class over a
@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from processor.models.records import encode_shuffle
-from processor.runtime.keyed_feedback import (
+from processor.worker.keyed_feedback import (
     BUFFER_BYTES,
     CHUNK,
     FeedbackInput,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from processor import Pipeline, PipelineError
-from processor.pipeline.plan import plan
+from processor.plan.stages import plan
 from processor.testing import Driver, run
 from tests.loopcheck import check_components, random_edges
 
@@ -155,8 +155,8 @@ def test_feedback_topic_names_are_checked() -> None:
 
 
 def test_the_status_page_shows_a_loop_stage_and_its_feedback_topic() -> None:
+    from processor.coordinator.status.document import _input, _kind
     from processor.jobs.graph import JobGraph
-    from processor.runtime.job_status import _input, _kind
 
     graph = JobGraph("job", plan(countdown(1)))
     loop_stage = graph.stages[1]
@@ -166,7 +166,7 @@ def test_the_status_page_shows_a_loop_stage_and_its_feedback_topic() -> None:
 
 
 def test_the_status_page_draws_the_loop() -> None:
-    from processor.runtime.status_svg import checkpoint_chart, job_graph
+    from processor.coordinator.status.svg import checkpoint_chart, job_graph
 
     stages = [
         {"stage": "edges", "kind": "source", "tasks": 4, "upstreams": [], "records_per_s": 1200},

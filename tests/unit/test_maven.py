@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from processor import maven
-from processor.kafka.brokertools import BROKER_SUMS, TOOLS_SUMS
+from processor.localkafka.brokertools import BROKER_SUMS, TOOLS_SUMS
 
 POM = "<project>fake</project>\n"
 

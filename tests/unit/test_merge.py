@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from processor import Meta, Pipeline
+from processor.api.streams import PipelineError
+from processor.engine.chain import StageChain
 from processor.jobs.graph import JobGraph
 from processor.models.records import decode_shuffle
-from processor.pipeline.api import PipelineError
-from processor.pipeline.chain import StageChain
-from processor.pipeline.plan import plan
+from processor.plan.stages import plan
 from processor.testing import Driver
 from tests.unit.test_chain import DictBackend
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from processor import Meta, Pipeline, PipelineError
+from processor.engine.chain import StageChain
+from processor.engine.meta import from_wire, to_wire
 from processor.models.records import decode_shuffle
-from processor.pipeline.chain import StageChain
-from processor.pipeline.meta import from_wire, to_wire
-from processor.pipeline.plan import Plan, plan
-from processor.runtime import source_meta
+from processor.plan.stages import Plan, plan
+from processor.worker import source_meta
 from tests.unit.test_chain import DictBackend
 
 HEADERS: list[tuple[str, bytes | None]] = [
@@ -120,7 +120,7 @@ def test_the_timestamp_is_the_source_s_timestamp_function_else_kafka_s() -> None
 
 def test_a_failing_function_with_meta_makes_only_its_record_dead() -> None:
     p = Pipeline()
-    p.source("in").map(lambda v, m: 1 // (m.offset - 71), meta=True).sink("out")
+    p.source("in").map(lambda v, m: 1 // ((m.offset or 0) - 71), meta=True).sink("out")
     chain = _chain(plan(p), 0)
     chain.values(["a", "b", "c"], metas=_metas(3))
     assert chain.take_sinks()["out"] == [(None, b"-1"), (None, b"1")]
@@ -232,7 +232,7 @@ def test_windows_in_a_pipeline_with_meta_use_the_event_time() -> None:
     p = Pipeline()
     (
         p.source("in", value="json", timestamp=lambda v: v["t"])
-        .map(lambda v, m: {**v, "h": dict(m.headers).get("source", b"").decode()}, meta=True)
+        .map(lambda v, m: {**v, "h": (dict(m.headers).get("source") or b"").decode()}, meta=True)
         .key_by(lambda v, m: v["h"], meta=True)
         .map(lambda v, m: [v["t"], m.timestamp, m.key], meta=True)
         .window(size_ms=10)
@@ -281,7 +281,7 @@ def test_a_pipeline_without_metadata_carries_none() -> None:
 def test_meta_must_be_a_bool_and_key_a_format() -> None:
     p = Pipeline()
     with pytest.raises(PipelineError, match="meta="):
-        p.source("in").map(str, meta=1)  # type: ignore[arg-type]
+        p.source("in").map(str, meta=1)  # type: ignore[call-overload]
     with pytest.raises(PipelineError, match="key="):
         p.source("in2", key="avro")
 
@@ -364,7 +364,7 @@ def test_a_source_key_decodes_in_its_format_and_an_undecodable_one_is_refused(
 @pytest.mark.parametrize("fmt", ["text", "json", "bytes"])
 def test_a_batch_of_good_records_reads_in_one_pass_like_one_by_one(fmt: str) -> None:
     p = Pipeline()
-    p.source("in", key="json", value=fmt).map(lambda v, m: v, meta=True).sink("out")  # type: ignore[arg-type]
+    p.source("in", key="json", value=fmt).map(lambda v, m: v, meta=True).sink("out")  # type: ignore[call-overload]
     head = plan(p).stages[0].head
     msgs: list[Any] = [_Msg(b'{"v":%d}' % i, b"[%d]" % i, i, [("h", b"%d" % i)]) for i in range(3)]
     msgs.insert(1, _Msg(b"", b"1", 9))  # empty: not a record for the pipeline

@@ -1,4 +1,4 @@
-"""The operators a StageChain compiles from its graph (`processor.pipeline.operators`): one
+"""The operators a StageChain compiles from its graph (`processor.engine.operators`): one
 class per kind of node, decided once, so that no batch reads ``Node.kind``."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
+from processor.api.streams import Node
+from processor.engine.chain import StageChain
+from processor.engine.operators import Operator, running
+from processor.engine.operators.base import Pass
+from processor.engine.operators.keyed import Aggregate
+from processor.engine.operators.sink import Sink
+from processor.engine.operators.stateless import FlatMap, KeyBy, Map, StripMeta, WithMeta
 from processor.jobs.wordcount import wordcount_pipeline
 from processor.models.records import decode_shuffle
-from processor.pipeline.api import Node
-from processor.pipeline.chain import StageChain
-from processor.pipeline.operators import Operator, running
-from processor.pipeline.operators.base import Pass
-from processor.pipeline.operators.keyed import Aggregate
-from processor.pipeline.operators.sink import Sink
-from processor.pipeline.operators.stateless import FlatMap, KeyBy, Map, StripMeta, WithMeta
-from processor.pipeline.plan import plan
+from processor.plan.stages import plan
 from processor.testing import MemoryState
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from processor import Pipeline, PipelineError
-from processor.pipeline.load import load_pipeline
-from processor.pipeline.plan import plan
+from processor.plan.load import load_pipeline
+from processor.plan.stages import plan
 from tests.reference import run
 
 CONTRACT = """

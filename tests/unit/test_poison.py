@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
+from processor.api.ops import load_value
+from processor.engine.chain import DeadRecord, StageChain
 from processor.models import limits
 from processor.models.limits import DEFAULT_RECORD_LIMIT as RECORD_LIMIT
 from processor.models.records import (
@@ -20,11 +22,9 @@ from processor.models.records import (
     encode_shuffle,
     encode_watermark,
 )
-from processor.pipeline.chain import DeadRecord, StageChain
-from processor.pipeline.ops import load_value
-from processor.pipeline.plan import Plan, plan
-from processor.runtime.deadletter import DeadLetters
+from processor.plan.stages import Plan, plan
 from processor.serde.codec import RecordError, decode, shown, sink_value
+from processor.worker.deadletter import DeadLetters
 from tests.unit.test_chain import DictBackend
 
 SURROGATE = "\ud800"

@@ -1,9 +1,9 @@
-"""Model check of the PostgreSQL sink's two-phase commit (`processor.checkpointing.prepared`).
+"""Model check of the PostgreSQL sink's two-phase commit (`processor.sinks.postgres.prepared`).
 
 A model of one task's writer: a Kafka transactional id (``init_transactions`` fences older
 producers; a commit is atomic and names its checkpoint), a PostgreSQL database (prepared
 transactions that survive crashes, the fence row and its lock), and incarnations of the task
-as step machines doing what `processor.runtime.postgres_sink.PostgresWriter` does: restore
+as step machines doing what `processor.sinks.postgres.writer.PostgresWriter` does: restore
 (fence in Kafka, read the committed checkpoint, resolve with the real `prepared.resolve`,
 raise the fence, resolve again), then epochs (check the fence, write, PREPARE, perhaps be
 declined, commit in Kafka, COMMIT PREPARED). A random scheduler interleaves them with crashes
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from processor.checkpointing import prepared
+from processor.sinks.postgres import prepared
 
 WRITER = "job.count.0.pg"
 RECORDS = 24

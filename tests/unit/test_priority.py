@@ -1,11 +1,11 @@
-"""processor.runtime.priority: source threads wait while a keyed checkpoint step runs."""
+"""processor.worker.priority: source threads wait while a keyed checkpoint step runs."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from processor.runtime.priority import KeyedSyncPriority
+from processor.worker.priority import KeyedSyncPriority
 
 
 def test_nothing_held_no_wait() -> None:

@@ -13,18 +13,18 @@ import pytest
 
 from processor.commands import state
 from processor.config import Settings
+from processor.coordinator.status import page as status
 from processor.http_server import HttpServer, Response
 from processor.jobs import load_graph
-from processor.runtime import status
-from processor.runtime.query import key_tasks, operators, stage_tasks
-from processor.runtime.query_forward import (
+from processor.query.forward import (
     ForwardRoutes,
     Target,
     WorkerDirectory,
     advertised_url,
     merge_scans,
 )
-from processor.runtime.query_routes import StateRoutes, json_answer
+from processor.query.owners import key_tasks, operators, stage_tasks
+from processor.query.routes import StateRoutes, json_answer
 from tests.unit.test_query_state import PARTITIONS, _serve, _Served
 
 GRAPH = load_graph(Settings(job_name="j", input_topic="in", output_topic="out"))
@@ -177,7 +177,7 @@ def test_a_worker_announces_its_url_at_start_and_every_tenth_heartbeat(
     tmp_path: Path, api: str
 ) -> None:
     from processor.models import control
-    from processor.runtime.worker import ENDPOINT_EVERY, Worker
+    from processor.worker.service import ENDPOINT_EVERY, Worker
 
     settings = Settings(
         bootstrap_servers="127.0.0.1:1",  # never reached: the clients connect lazily

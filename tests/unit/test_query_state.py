@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 
 from processor import endpoints
+from processor.api.streams import Pipeline
 from processor.config import Settings
+from processor.engine.chain import StageChain
+from processor.engine.live_state import epoch_value
 from processor.http_server import HttpServer, Request, Response
 from processor.jobs import load_graph
 from processor.jobs.graph import JobGraph
-from processor.pipeline.api import Pipeline
-from processor.pipeline.chain import StageChain
-from processor.pipeline.live_state import epoch_value
-from processor.pipeline.plan import plan
-from processor.runtime.query import QueryRegistry, key_candidates, operators, owner, split_window
-from processor.runtime.query_routes import StateRoutes
+from processor.plan.stages import plan
+from processor.query.owners import QueryRegistry, key_candidates, operators, owner, split_window
+from processor.query.routes import StateRoutes
 from processor.state.query_gate import NotServing, TaskGate, link_view
 from processor.state.rocksdb.store import RocksDBStore
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
-from processor.pipeline.api import KeyedStream
-from processor.pipeline.chain import StageChain
-from processor.pipeline.plan import Plan, Stage, plan
+from processor.api.streams import KeyedStream
+from processor.engine.chain import StageChain
+from processor.plan.stages import Plan, Stage, plan
 from tests.unit.test_chain import DictBackend, restored
 
 # An epoch is a list of steps: ("records", items, side), ("advance", watermark), ("flush",)
@@ -71,7 +71,9 @@ def first_run_and_replay(compiled: Plan, stage: Stage, epochs: list[Epoch]) -> t
     return first, replay
 
 
-def _keyed(shape: Callable[[KeyedStream], Any], timed: bool = False) -> tuple[Plan, Stage]:
+def _keyed(
+    shape: Callable[[KeyedStream[Any, Any]], Any], timed: bool = False
+) -> tuple[Plan, Stage]:
     p = Pipeline()
     if timed:
         source = p.source("in", value="json", timestamp=lambda v: v["ts"])
@@ -170,7 +172,7 @@ def per_window(value: Any, state: Any) -> list[Any]:
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("kind", ["count", "process"])
 def test_a_process_after_a_window_is_rebuilt(seed: int, kind: str) -> None:
-    def shape(s: KeyedStream) -> Any:
+    def shape(s: KeyedStream[Any, Any]) -> Any:
         windowed = s.window(size_ms=500)
         return (windowed.count() if kind == "count" else windowed.process(per_window)).process(
             running

@@ -23,7 +23,7 @@ def _job_with_two_keyed_tasks(tmp_path: Path, storage: DirectoryStorage) -> Save
         with RocksDBStore(db) as store:
             store.write({f"counts\0{w}".encode(): b"%d" % len(w) for w in words})
             store.write({f"other\0{w}".encode(): b"1" for w in words})
-            # A process's timers (processor.pipeline.timers) go where its keys go.
+            # A process's timers (processor.engine.timers) go where its keys go.
             store.write({f"counts/timers\0{w}".encode(): b"[%d]" % len(w) for w in words})
             store.checkpoint(tmp_path / task / "chk")
         snapshots = SnapshotStore(storage, f"j/{task}", generation=3)

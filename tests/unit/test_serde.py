@@ -196,9 +196,9 @@ def test_source_takes_a_serde_and_keeps_builtins_by_name() -> None:
     assert p.source("a", value=avro).node.value_format is avro
     assert p.source("b", value=JSON).node.value_format == "json"  # the engine's fast path
     with pytest.raises(PipelineError, match="value must be one of"):
-        p.source("c", value="xml")  # type: ignore[arg-type]
+        p.source("c", value="xml")  # type: ignore[call-overload]
     with pytest.raises(PipelineError, match="serde"):
-        p.source("d", value=42)  # type: ignore[arg-type]
+        p.source("d", value=42)  # type: ignore[call-overload]
 
 
 def test_a_registry_urls_credentials_are_never_shown() -> None:

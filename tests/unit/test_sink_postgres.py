@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
-from processor.checkpointing import prepared
-from processor.pipeline.api import PipelineError
-from processor.pipeline.plan import plan
-from processor.pipeline.sink_postgres import PostgresTarget, Rows, add_rows
+from processor.api.postgres import PostgresTarget, Rows, add_rows
+from processor.api.streams import PipelineError
+from processor.plan.stages import plan
+from processor.sinks.postgres import prepared
 from processor.testing import Driver
 
 DSN = "postgresql://app@127.0.0.1/app"

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from processor import Pipeline, PipelineError
-from processor.pipeline.api import KeyedStream, Stream
-from processor.pipeline.chain import StageChain
-from processor.pipeline.ops import key_text
-from processor.pipeline.plan import plan
+from processor.api.ops import key_text
+from processor.api.streams import KeyedStream, Stream
+from processor.engine.chain import StageChain
+from processor.plan.stages import plan
 from processor.serde import JSON, TEXT, Avro
 from processor.serde.codec import Unavailable
 from tests.reference import run
@@ -47,7 +47,7 @@ def _keyed_run(p: Pipeline, pairs: list[tuple[Any, Any]], max_record: int = 10**
     return chain.take_sinks(), chain.take_headed(), dead
 
 
-def _keyed(p: Pipeline) -> KeyedStream:
+def _keyed(p: Pipeline) -> KeyedStream[Any, Any]:
     return p.source("in", value="json").key_by(lambda v: v["k"])
 
 
@@ -127,11 +127,11 @@ def test_failing_functions_and_wrong_types_are_dead_records_never_a_crash() -> N
     p = Pipeline()
     s = p.source("in", value="json")
     keys_out = {"ok": "ok", "int": 7, "surrogate": "\ud800"}
-    s.sink("k", key=lambda k, v: keys_out[v["key"]], name="k")
+    s.sink("k", key=lambda k, v: keys_out[v["key"]], name="k")  # type: ignore[arg-type, return-value]
     values_out = {"ok": b"ok", "str": "str", "none": None}
-    s.sink("v", value=lambda k, v: values_out[v["value"]], name="v")
+    s.sink("v", value=lambda k, v: values_out[v["value"]], name="v")  # type: ignore[arg-type, return-value]
     headers_out = {"ok": [("a", b"1")], "int": [("a", 1)], "str": "x"}
-    s.sink("h", headers=lambda k, v: headers_out[v["headers"]], name="h")
+    s.sink("h", headers=lambda k, v: headers_out[v["headers"]], name="h")  # type: ignore[arg-type, return-value]
     s.sink("t", value="text", name="t")
     values = [
         {"key": "ok", "value": "ok", "headers": "ok"},
@@ -203,13 +203,13 @@ def test_a_registry_away_fails_the_task_rather_than_dead_letter() -> None:
 
 
 def test_sink_arguments_are_checked_when_the_pipeline_is_built() -> None:
-    s: Stream = Pipeline().source("in")
+    s: Stream[Any] = Pipeline().source("in")
     with pytest.raises(PipelineError, match="key: expected a function"):
         s.sink("out", key="user")  # type: ignore[arg-type]
     with pytest.raises(PipelineError, match="headers: expected a function"):
         s.sink("out", headers=[("a", b"b")])  # type: ignore[arg-type]
     with pytest.raises(PipelineError, match="value"):
-        s.sink("out", value="xml")
+        s.sink("out", value="xml")  # type: ignore[arg-type]
     with pytest.raises(PipelineError, match="value"):
-        s.sink("out", value=3)
-    assert s.pipeline.sinks == []  # nothing half-made stays in the pipeline
+        s.sink("out", value=3)  # type: ignore[arg-type]
+    assert s.graph.sinks == []  # nothing half-made stays in the pipeline

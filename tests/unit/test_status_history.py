@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from processor.runtime import status
-from processor.runtime.status_history import HOUR_S, MAX_POINTS, StatusHistory
+from processor.coordinator.status import page as status
+from processor.coordinator.status.history import HOUR_S, MAX_POINTS, StatusHistory
 
 
 def record(n: int, at: float, per_task: dict[str, int], alignment: float = 0.0) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from processor.config import SettingsError, load_settings
-from processor.runtime.status import render_html
+from processor.coordinator.status.page import render_html
 
 
 def _doc(**extra: object) -> dict[str, object]:
@@ -50,11 +50,11 @@ def test_the_setting_takes_only_a_web_address() -> None:
 def test_a_stage_shows_its_records_per_second_and_how_busy_its_tasks_were() -> None:
     """Busy: the task threads' CPU time between the last two checkpoints over that time,
     averaged over the stage's tasks (from the acks: read once a checkpoint, not per batch)."""
+    from processor.api.streams import Pipeline
+    from processor.coordinator.status.document import _stage_rates
+    from processor.coordinator.status.svg import job_graph
     from processor.jobs.graph import JobGraph
-    from processor.pipeline.api import Pipeline
-    from processor.pipeline.plan import plan
-    from processor.runtime.job_status import _stage_rates
-    from processor.runtime.status_svg import job_graph
+    from processor.plan.stages import plan
 
     p = Pipeline(name="busy")
     p.source("in", value="text").key_by(lambda w: w).count().sink("out")

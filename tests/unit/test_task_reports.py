@@ -1,12 +1,12 @@
 """What the coordinator knows of each task from the heartbeats, and a worker restarted under
-its id (processor/runtime/task_reports.py). No I/O."""
+its id (processor/coordinator/reports.py). No I/O."""
 
 from __future__ import annotations
 
 from processor.checkpointing.coordinator import CheckpointCoordinator, FailedCheckpoint
+from processor.coordinator.reports import TaskReport, TaskReports
+from processor.jobs.assignment import WorkerRegistry
 from processor.models.control import Ack, TaskStatus
-from processor.runtime.assignment import WorkerRegistry
-from processor.runtime.task_reports import TaskReport, TaskReports
 
 TASKS = ["split-0", "split-1", "count-0"]
 PLACEMENT = {"split-0": "w0", "split-1": "w1", "count-0": "w1"}

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from processor.pipeline.time import (
+from processor.engine.time import (
     NO_WATERMARK,
     READ_GAP_S,
     ChannelWatermarks,

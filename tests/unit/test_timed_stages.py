@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
+from processor.api.ops import UNSET
+from processor.api.streams import KeyedStream, WindowedStream
+from processor.engine.chain import StageChain
+from processor.engine.time import NO_WATERMARK, ChannelWatermarks
+from processor.engine.windows import WindowOperator
 from processor.models.records import decode_shuffle
-from processor.pipeline.api import KeyedStream, WindowedStream
-from processor.pipeline.chain import StageChain
-from processor.pipeline.ops import UNSET
-from processor.pipeline.plan import Plan, Stage, plan
-from processor.pipeline.time import NO_WATERMARK, ChannelWatermarks
-from processor.pipeline.windows import WindowOperator
+from processor.plan.stages import Plan, Stage, plan
 from tests.unit.test_windows import LATE, Harness
 
 Items = list[tuple[str, Any, int]]  # (key, value, event time)
@@ -96,7 +96,8 @@ class Chained:
 
 
 def _chained(
-    first: Callable[[KeyedStream], KeyedStream], second: Callable[[KeyedStream], KeyedStream]
+    first: Callable[[KeyedStream[Any, Any]], KeyedStream[Any, Any]],
+    second: Callable[[KeyedStream[Any, Any]], KeyedStream[Any, Any]],
 ) -> tuple[Plan, Stage, Stage]:
     """``first`` on the input keyed by ``k``, then keyed by ``"all"`` into ``second``."""
     p = Pipeline()
@@ -189,11 +190,14 @@ def _check(c: Chained, want: Counter[tuple[str, str]]) -> None:
     assert not c.down.backend.data and not c.up.backend.data, "every window closed"
 
 
-def _second(s: KeyedStream) -> KeyedStream:
+def _second(s: KeyedStream[Any, Any]) -> KeyedStream[Any, Any]:
     return s.window(size_ms=1000).sum()
 
 
-SHAPES: dict[str, tuple[int, Callable[[KeyedStream], WindowedStream], Callable[[Items], Any]]] = {
+SHAPES: dict[
+    str,
+    tuple[int, Callable[[KeyedStream[Any, Any]], WindowedStream[Any, Any]], Callable[[Items], Any]],
+] = {
     "tumbling": (
         500,
         lambda s: s.window(size_ms=1000, lateness_ms=500),
@@ -349,7 +353,7 @@ def test_window_into_a_window_in_one_stage(first: str, seed: int) -> None:
     assert task.late == [] and task.emitted() == want
 
 
-SHAPES_SMALL: dict[str, Callable[[KeyedStream], KeyedStream]] = {
+SHAPES_SMALL: dict[str, Callable[[KeyedStream[Any, Any]], KeyedStream[Any, Any]]] = {
     "tumbling": lambda s: s.window(size_ms=10, lateness_ms=7).count(),
     "tumbling, no lateness": lambda s: s.window(size_ms=10).count(),
     "hopping": lambda s: s.window(size_ms=10, slide_ms=4, lateness_ms=7).count(),

@@ -1,4 +1,4 @@
-"""Timers in ``process`` (`processor.pipeline.timers`) on a stage chain without Kafka:
+"""Timers in ``process`` (`processor.engine.timers`) on a stage chain without Kafka:
 firing order, the ``state.timers`` calls, restores from the stored state, quiet replays,
 processing-time timers by an injected clock, failing callbacks; and the cart example of
 issue 23 against a direct computation, with random batching, watermarks and restarts."""
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from processor import Pipeline, PipelineError
-from processor.pipeline.api import KeyedStream
-from processor.pipeline.chain import StageChain
-from processor.pipeline.plan import Plan, Stage, plan
-from processor.pipeline.time import NO_WATERMARK
+from processor.api.streams import KeyedStream
+from processor.engine.chain import StageChain
+from processor.engine.time import NO_WATERMARK
+from processor.plan.stages import Plan, Stage, plan
 from tests.integration.carts_pipeline import CART_MS, expired, track
 from tests.unit.test_chain import DictBackend
 from tests.unit.test_timed_stages import Chained, _chained
@@ -364,7 +364,7 @@ def test_event_time_timers_make_the_pipeline_timed() -> None:
 )
 def test_timer_pipelines_that_cannot_run(build: Any, error: str) -> None:
     p = Pipeline()
-    keyed: KeyedStream = p.source("in", value="json").key_by(lambda v: v["k"])
+    keyed: KeyedStream[Any, Any] = p.source("in", value="json").key_by(lambda v: v["k"])
     with pytest.raises(PipelineError, match=error):
         build(keyed).sink("out")
         plan(p)

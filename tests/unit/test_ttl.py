@@ -1,4 +1,4 @@
-"""State TTL (`processor.pipeline.expiry`, `processor.pipeline.ttl`) on a stage chain without
+"""State TTL (`processor.engine.expiry`, `processor.engine.ttl`) on a stage chain without
 Kafka: every operator kind in wall-clock and event-time mode, ``state.set(ttl_ms=)``, an
 expired key starting from nothing, deadlines rebuilt at a restore, expiry without a scan of
 the state, argument checks, and `processor.testing` giving the same."""
@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 
 from processor import Pipeline, PipelineError
-from processor.pipeline.api import KeyedStream
-from processor.pipeline.chain import StageChain
-from processor.pipeline.plan import plan
+from processor.api.streams import KeyedStream
+from processor.engine.chain import StageChain
+from processor.plan.stages import plan
 from processor.testing import Driver, run
 from processor.testing_tasks import MemoryState
 from tests.unit.test_chain import restored
 
 TTL = 1_000
-Shape = Callable[[KeyedStream], KeyedStream]
+Shape = Callable[[KeyedStream[Any, Any]], KeyedStream[Any, Any]]
 
 
 def _counter(value: Any, state: Any) -> list[int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError, KafkaException
 
-from processor.runtime.worker import unmasked
+from processor.worker.service import unmasked
 
 
 def test_the_kafka_error_behind_a_system_error_is_reported() -> None:

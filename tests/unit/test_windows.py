@@ -12,16 +12,18 @@ from typing import Any
 import pytest
 
 from processor import Pipeline, PipelineError
+from processor.api.streams import KeyedStream
+from processor.engine.chain import StageChain
 from processor.models.records import decode_shuffle
-from processor.pipeline.api import KeyedStream
-from processor.pipeline.chain import StageChain
-from processor.pipeline.plan import Plan, Stage, plan
+from processor.plan.stages import Plan, Stage, plan
 from tests.unit.test_chain import DictBackend, restored
 
 LATE = "job.late"
 
 
-def _keyed_plan(shape: Callable[[KeyedStream], KeyedStream]) -> tuple[Plan, Stage]:
+def _keyed_plan(
+    shape: Callable[[KeyedStream[Any, Any]], KeyedStream[Any, Any]],
+) -> tuple[Plan, Stage]:
     p = Pipeline()
     shape(p.source("in", value="json", timestamp=lambda v: v["ts"]).key_by(lambda v: v["k"])).sink(
         "out"
@@ -170,7 +172,7 @@ def test_a_record_bridging_two_sessions_merges_them() -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_sum_reduce_aggregate_per_window(seed: int) -> None:
-    def shape(s: KeyedStream) -> KeyedStream:
+    def shape(s: KeyedStream[Any, Any]) -> KeyedStream[Any, Any]:
         w = s.map(lambda v: v["n"]).window(size_ms=2000)
         w.sum(name="s").sink("sums")
         w.reduce(max, name="r").sink("maxes")
@@ -517,7 +519,7 @@ def test_window_bounds_come_with_each_result() -> None:
     }
     assert sorted(d.output("plain")) == [("7@0", 2), ("7@1000", 1), ("x@0", 1)]
     with pytest.raises(PipelineError, match="bounds must be True or False"):
-        p.source("other", value="json").key_by(lambda r: r).window(size_ms=1, bounds=1)  # type: ignore[arg-type]
+        p.source("other", value="json").key_by(lambda r: r).window(size_ms=1, bounds=1)  # type: ignore[call-overload]
 
 
 def test_a_join_without_a_bound_meets_every_partner_and_drops_nothing() -> None:

@@ -1,0 +1,1 @@
+"""Pipelines the harness runs with ``--pipeline bench/pipelines/<file>.py``."""

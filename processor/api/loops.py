@@ -1,0 +1,91 @@
+"""Loops: `KeyedStream.iterate`, a stream whose records come back to it.
+
+``stream.iterate(body)`` adds a node of kind ``"loop"`` after ``stream`` (`open_loop`) and
+calls ``body(loop)`` once. The body returns ``(feedback, output)``: ``feedback`` ends in its
+own ``key_by`` (the *feedback key_by*, perhaps followed by map, filter or flat_map), and its
+records re-enter the loop under that key (`close_loop`). The loop node is a union of the
+loop's input and the feedback's last node, as a ``merge`` is; the feedback key_by is not a
+stage head: it writes into the loop stage's feedback topic ``<job>.<loop>.feedback`` instead
+of a shuffle (`processor.worker.keyed_feedback` reads it back). The nodes after it run in the
+loop's stage when a fed-back record is read, before the loop node's children.
+
+A loop runs in one stage (the one of ``stream``): no other ``key_by`` between the loop and
+its feedback key_by. Windows, joins and event time in that stage, and record metadata, are
+refused (`processor.plan.stages`): a watermark would have to go around the loop.
+docs/loops.md has the rules and why.
+"""
+
+from __future__ import annotations
+
+from processor.api.graph import Graph
+from processor.api.node import Node
+from processor.errors import PipelineError
+
+# What may run on a fed-back record between the feedback key_by and the loop.
+_AFTER_KEY_BY = frozenset({"map", "filter", "flat_map"})
+
+
+def open_loop(graph: Graph, parent: Node, name: str | None) -> Node:
+    """The loop node after ``parent``: the body is built on it."""
+    return graph.child(parent, "loop", name, keyed=True)
+
+
+def close_loop(loop: Node, feedback: Node, output: Node) -> None:
+    """The back-edge from the body's ``feedback`` (its last node, keyed) into ``loop``;
+    ``output`` must be downstream of the loop."""
+    where = f"iterate {loop.name!r}"
+    key_by = feedback_key_by(loop, feedback, where)
+    if not _downstream(output, loop):
+        raise PipelineError(f"{where}: the output is not downstream of the loop's stream")
+    key_by.feeds = loop
+    loop.merged = [feedback]
+    feedback.children.append(loop)
+
+
+def feedback_key_by(loop: Node, end: Node, where: str) -> Node:
+    """The key_by that ``end`` (the body's feedback) re-keys its records with: the last one
+    on its way from ``loop``, with only map, filter and flat_map after it and no other
+    key_by before it (the body runs in one stage)."""
+    node: Node | None = end
+    key_by: Node | None = None
+    while node is not None and node is not loop:
+        if node.kind == "key_by":
+            if key_by is not None:
+                raise PipelineError(
+                    f"{where}: a loop's body runs in one stage: no key_by in it before the "
+                    f"feedback's own ({node.name!r} is one)"
+                )
+            key_by = node
+        elif node.kind == "loop":
+            raise PipelineError(f"{where}: a loop inside a loop's body is not supported")
+        elif node.merged:
+            raise PipelineError(f"{where}: no merge on the feedback's way ({node.name!r})")
+        elif key_by is None and node.kind not in _AFTER_KEY_BY:
+            raise PipelineError(
+                f"{where}: the feedback must end in its own key_by (then map, filter or "
+                f"flat_map at most): {node.name!r} is a {node.kind}"
+            )
+        node = node.parent
+    if node is None:
+        raise PipelineError(f"{where}: the feedback is not downstream of the loop's stream")
+    if key_by is None:
+        raise PipelineError(
+            f"{where}: the feedback must end in its own key_by: its records re-enter the loop "
+            "under that key (feedback.key_by(...))"
+        )
+    return key_by
+
+
+def _downstream(node: Node, loop: Node) -> bool:
+    """Whether ``loop``'s records reach ``node`` (following every input)."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current is loop:
+            return True
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        stack.extend(current.inputs)
+    return False

@@ -1,0 +1,180 @@
+"""The coordinator's status document (the status page and ``/api/status``): checkpoints,
+tasks, workers, stages and lag, from what the coordinator knows. Pure: no I/O."""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import TYPE_CHECKING, Any
+
+from processor.checkpointing.coordinator import CheckpointCoordinator
+from processor.jobs.assignment import WorkerRegistry
+from processor.jobs.graph import JobGraph
+from processor.plan.stages import Stage
+
+if TYPE_CHECKING:
+    from processor.coordinator.service import CoordinatorService
+
+
+def job_status(
+    service: CoordinatorService,
+    checkpoints: CheckpointCoordinator,
+    registry: WorkerRegistry,
+    placement: dict[str, str],
+    now: float,
+) -> dict[str, Any]:
+    """The document `StatusBoard.publish` takes, at ``now`` (monotonic seconds)."""
+    completed = [
+        {
+            "id": r["id"],
+            "status": "completed",
+            "at": r.get("completed_at"),
+            "duration_s": r.get("duration_s"),
+            "size_bytes": r.get("uploaded_bytes"),
+            "full_size_bytes": r.get("state_bytes"),
+            "slowest_task": _slowest(r),
+            "records_in": r.get("records_in"),
+        }
+        for r in service.history[-50:]
+    ]
+    rates, busy = _stage_rates(service.graph, service.history[-2:])
+    history = sorted([*completed, *service._failures], key=lambda c: -int(c["id"]))[:50]
+    wall = time.time()
+    lines = service.hour.sparklines(wall)
+    tasks = []
+    reports = service.task_reports.reports
+    for task in sorted(set(placement) | set(reports), key=_task_key):
+        report = reports.get(task)
+        worker, state, checkpoint, reason = (
+            (report.worker, report.state, report.checkpoint, report.reason)
+            if report
+            else ("", "assigned", 0, "")
+        )
+        tasks.append(
+            {
+                "task": task,
+                "worker": placement.get(task, worker),
+                "state": state,
+                "checkpoint": checkpoint,
+                "lag": service._task_lag.get(task),
+                "watermark_ms": service._task_watermark.get(task),
+                "event_time_lag_s": _event_time_lag(service._task_watermark.get(task)),
+                "reason": reason or None,
+                "hour": lines.get(task, {"records_per_s": [], "lag": []}),
+            }
+        )
+    load = collections.Counter(placement.values())
+    workers = [
+        {
+            "worker": w,
+            "alive": True,
+            "last_seen_s": round(now - st.last_seen, 2),
+            "incarnation": st.incarnation,
+            "tasks": load.get(w, 0),
+        }
+        for w, st in sorted(registry.workers.items())
+    ]
+    return {
+        "job": service.settings.job_name,
+        "coordinator": service.incarnation,
+        "updated_at": time.time(),
+        "grafana_url": service.settings.grafana_url or None,
+        "input_topic": ", ".join(service.graph.plan.source_topics),
+        "output_topic": ", ".join(service.graph.plan.sink_topics),
+        "stages": [
+            {
+                "stage": stage.name,
+                "kind": _kind(stage),
+                "input": _input(service.graph, stage),
+                "tasks": service.parallelism.get(stage.name, 0),
+                "operators": [n.name for n in stage.nodes],
+                "upstreams": [u.name for u in stage.upstreams],
+                "records_per_s": rates.get(stage.name),
+                "busy": busy.get(stage.name),
+                "lag": sum(
+                    service._task_lag.get(t) or 0
+                    for t in service.task_reports.reports
+                    if t.rpartition("-")[0] == stage.name
+                ),
+            }
+            for stage in service.graph.stages
+        ],
+        "checkpoints": {
+            "last_completed": checkpoints.last_completed.checkpoint_id
+            if checkpoints.last_completed
+            else (service.history[-1]["id"] if service.history else None),
+            "in_progress": sorted(checkpoints.pending),
+            "completed": service._counts["completed"],
+            "failed": service._counts["failed"],
+            "history": history,
+            "hour": service.hour.checkpoints(wall),
+        },
+        "tasks": tasks,
+        "workers": workers,
+        "lag": sum(v for v in service._task_lag.values() if v),
+    }
+
+
+def _event_time_lag(watermark_ms: int | None) -> float | None:
+    """Wall time less a watermark, in seconds: how far behind event time a task is."""
+    if watermark_ms is None:
+        return None
+    return round(max(0.0, time.time() - watermark_ms / 1000), 3)
+
+
+def _slowest(record: dict[str, Any]) -> str | None:
+    tasks = record.get("tasks") or {}
+    if not tasks:
+        return None
+    return str(
+        max(
+            tasks,
+            key=lambda t: sum(
+                float(tasks[t].get(k, 0)) for k in ("alignment_s", "sync_s", "upload_s")
+            ),
+        )
+    )
+
+
+def _task_key(task: str) -> tuple[str, int]:
+    stage, _, index = task.rpartition("-")
+    return (stage, int(index)) if index.isdecimal() else (task, 0)
+
+
+def _kind(stage: Stage) -> str:
+    if stage.is_source:
+        return "source"
+    return "join" if stage.is_join else "loop" if stage.loop is not None else "keyed"
+
+
+def _input(graph: JobGraph, stage: Stage) -> str:
+    """What the stage reads: its source topic, its shuffle, and a loop's feedback topic."""
+    if stage.is_source:
+        return stage.head.topic
+    if stage.loop is not None:
+        return f"{graph.shuffle_topic(stage)} + {graph.feedback_topic(stage)} (fed back)"
+    return graph.shuffle_topic(stage)
+
+
+def _stage_rates(
+    graph: JobGraph, last_two: list[dict[str, Any]]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Over the last completed checkpoint, per stage: the records its tasks read per second,
+    and how busy they were (their threads' CPU time over the time, averaged over its tasks
+    that reported it; 1.0 is a task thread on a core the whole time)."""
+    if len(last_two) < 2:
+        return {}, {}
+    before, last = last_two
+    span = float(last.get("completed_at") or 0) - float(before.get("completed_at") or 0)
+    if span <= 0:
+        return {}, {}
+    per_stage: collections.Counter[str] = collections.Counter()
+    cpu: dict[str, list[float]] = {}
+    for task, ack in last.get("tasks", {}).items():
+        stage = task.rpartition("-")[0]
+        per_stage[stage] += int(ack.get("records_in") or 0)
+        if ack.get("busy_cpu_s"):
+            cpu.setdefault(stage, []).append(float(ack["busy_cpu_s"]))
+    rates = {s.name: round(per_stage[s.name] / span, 1) for s in graph.stages}
+    busy = {name: round(min(1.0, sum(v) / len(v) / span), 3) for name, v in cpu.items()}
+    return rates, busy

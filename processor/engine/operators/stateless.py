@@ -1,0 +1,219 @@
+"""The operators that keep no state: map, filter, flat_map and key_by (into the `ShuffleOut`
+of the stage downstream), and the adapters the compiler puts before an operator whose
+input has another form: `StripTime` (timed items into an operator that drops the time;
+`StripTimeTouch` into an aggregation with a TTL, whose deadlines count from those times),
+`StripMeta` and `WithMeta` (items with metadata: `processor.engine.metachain`).
+
+Each runs a whole batch in one comprehension (``keyed``: items are ``(key, value)`` pairs; in
+a timed pipeline the time rides along like a key); when a user function raises, the batch is
+run again one record at a time (`each`) and only the failing records are dead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from itertools import chain as flatten
+from typing import TYPE_CHECKING, Any
+
+from processor.api.streams import Node
+from processor.engine import metachain, shuffle_format
+from processor.engine.expiry import Expiry
+from processor.engine.operators.base import Operator
+
+if TYPE_CHECKING:
+    from processor.engine.chain import StageChain
+
+
+class _Function(Operator):
+    """An operator of a user function over values (``keyed``: of ``(key, value)`` items)."""
+
+    __slots__ = ("fn", "keyed")
+
+    def __init__(self, chain: StageChain, node: Node, keyed: bool) -> None:
+        super().__init__(chain, node)
+        assert node.fn is not None
+        self.fn: Callable[[Any], Any] = node.fn
+        self.keyed = keyed
+
+
+class Map(_Function):
+    """``map``: one output per value."""
+
+    __slots__ = ()
+
+    def apply(self, batch: list[Any], quiet: bool) -> None:
+        fn = self.fn
+        try:
+            out = [(k, fn(v)) for k, v in batch] if self.keyed else list(map(fn, batch))
+        except Exception:  # noqa: BLE001 - find the failing records one by one
+            out = each(self.chain, self.node, batch, self.keyed, lambda v: [fn(v)], fast=False)
+        self.emit(out, quiet)
+
+
+class Filter(_Function):
+    """``filter``: the values its function is true of."""
+
+    __slots__ = ()
+
+    def apply(self, batch: list[Any], quiet: bool) -> None:
+        fn = self.fn
+        try:
+            out = [kv for kv in batch if fn(kv[1])] if self.keyed else list(filter(fn, batch))
+        except Exception:  # noqa: BLE001 - find the failing records one by one
+            out = each(
+                self.chain, self.node, batch, self.keyed, lambda v: [v] if fn(v) else [], False
+            )
+        self.emit(out, quiet)
+
+
+class FlatMap(_Function):
+    """``flat_map``: any number of outputs per value; unkeyed with a batch function
+    (``Node.batch_fn``: word count's regex) the whole batch in one call."""
+
+    __slots__ = ("batch_fn",)
+
+    def __init__(self, chain: StageChain, node: Node, keyed: bool) -> None:
+        super().__init__(chain, node, keyed)
+        self.batch_fn = None if keyed else node.batch_fn
+
+    def apply(self, batch: list[Any], quiet: bool) -> None:
+        self.emit(self._outputs(batch), quiet)
+
+    def _outputs(self, batch: list[Any]) -> list[Any]:
+        if self.batch_fn is not None:
+            try:
+                out = self.batch_fn(batch)
+                return out if type(out) is list else list(out)
+            except Exception:  # noqa: BLE001 - find the failing records one by one
+                pass
+        return each(self.chain, self.node, batch, self.keyed, self.fn)
+
+
+class KeyBy(_Function):
+    """``key_by``: the batch into the downstream stage's `ShuffleOut` (`shuffle_out.py`),
+    pre-aggregated per key there when that stage is combinable. Nothing in a replay: its
+    shuffle records are committed already."""
+
+    __slots__ = ()
+
+    def apply(self, batch: list[Any], quiet: bool) -> None:
+        fn = self.fn
+        values = [v for _, v in batch] if self.keyed else batch
+        # key_by(str) of plain strings (word count's words) keys each by itself.
+        all_str = fn is str and set(map(type, values)) <= {str}
+        try:
+            keys = values if all_str else list(map(fn, values))
+        except Exception:  # noqa: BLE001 - keep the records it could key
+            pairs = each(self.chain, self.node, values, False, lambda v: [(fn(v), v)], False)
+            keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+        if not quiet:
+            self.chain.shuffles[self.node.name].add(keys, values, all_str)
+
+
+class KeyByTimed(Operator):
+    """``key_by`` of items with event time (`shuffle_format.key_by_timed`)."""
+
+    __slots__ = ()
+
+    def apply(self, batch: list[Any], quiet: bool) -> None:
+        shuffle_format.key_by_timed(self.chain, self.node, batch, quiet)
+
+
+class StripTime(Operator):
+    """Timed items into an operator that drops the time (aggregations, sinks)."""
+
+    __slots__ = ("inner", "keyed")
+
+    def __init__(self, chain: StageChain, inner: Operator, keyed: bool) -> None:
+        super().__init__(chain, inner.node)
+        self.inner, self.keyed = inner, keyed
+
+    def apply(self, batch: list[Any], quiet: bool) -> None:
+        if self.keyed:
+            self.inner.apply([(k[0], v) for k, v in batch], quiet)
+        else:
+            self.inner.apply([v for _, v in batch], quiet)
+
+
+class StripTimeTouch(StripTime):
+    """`StripTime` into an aggregation with a TTL (``expiry``, its deadlines): the keys'
+    TTLs count from the records' event times (`processor.engine.ttl`)."""
+
+    __slots__ = ("expiry",)
+
+    def __init__(self, chain: StageChain, inner: Operator, keyed: bool, expiry: Expiry) -> None:
+        super().__init__(chain, inner, keyed)
+        self.expiry = expiry
+
+    def apply(self, batch: list[Any], quiet: bool) -> None:
+        self.expiry.touch_timed(first for first, _ in batch)
+        super().apply(batch, quiet)
+
+
+class StripMeta(Operator):
+    """Items with metadata into a node that takes none (`metachain.strip`): given to
+    ``inner``, the node's operator as if its parent made them without."""
+
+    __slots__ = ("inner", "keyed", "timed")
+
+    def __init__(self, chain: StageChain, inner: Operator, parent: Node) -> None:
+        super().__init__(chain, inner.node)
+        self.inner, self.keyed, self.timed = inner, parent.keyed, parent.timed
+
+    def apply(self, batch: list[Any], quiet: bool) -> None:
+        self.inner.apply(metachain.strip(batch, self.keyed, self.timed), quiet)
+
+
+class WithMeta(Operator):
+    """A map, filter, flat_map, key_by or ``process`` that takes items with metadata
+    (`processor.engine.metachain`), from a parent that makes them or (``fresh``) from one
+    that makes new records without, which get a meta of their key. ``inner``: the node's
+    operator without metadata, which runs nothing here but holds a ``process``'s state."""
+
+    __slots__ = ("fresh", "inner", "keyed", "run", "timed")
+
+    def __init__(self, chain: StageChain, inner: Operator, parent: Node) -> None:
+        super().__init__(chain, inner.node)
+        self.inner, self.timed = inner, parent.timed
+        self.fresh = not parent.meta
+        # Only records made by a keyed operator have no metadata.
+        self.keyed = True if self.fresh else parent.keyed
+        self.run = metachain.run_of(inner.node)
+
+    def apply(self, batch: list[Any], quiet: bool) -> None:
+        if self.fresh:
+            batch = metachain.fresh(batch, self.timed)
+        out = self.run(self.chain, self.node, batch, self.keyed, quiet)
+        if out is not None:
+            self.emit(out, quiet)
+
+
+def each(
+    chain: StageChain,
+    node: Node,
+    batch: list[Any],
+    keyed: bool,
+    fn: Callable[[Any], Iterable[Any]],
+    fast: bool = True,
+) -> list[Any]:
+    """``fn`` over every value, flattened (keeping keys); a failing record is dead."""
+    if fast:
+        try:
+            if keyed:
+                return [(k, out) for k, v in batch for out in fn(v)]
+            return list(flatten.from_iterable(map(fn, batch)))
+        except Exception:  # noqa: BLE001 - find the failing records one by one
+            pass
+    result: list[Any] = []
+    for item in batch:
+        value = item[1] if keyed else item
+        try:
+            outs = list(fn(value))
+        except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+            chain._dead(node, exc, value)
+            continue
+        if keyed:
+            result.extend((item[0], out) for out in outs)
+        else:
+            result.extend(outs)
+    return result

@@ -1,0 +1,110 @@
+"""Aggregations with ``emit="record"``: an update per input record, emitted at once.
+
+An aggregation that emits per checkpoint keeps each key's latest value of the epoch in a dirty
+map and emits it once, at `StageChain.flush`. One that emits per record (`PerRecord`) folds
+each record into its key's value and emits ``(key, new value)`` right away, in input order,
+as ``process`` emits: the changelog of Kafka Streams without a cache, or of Flink. Its latest
+values still reach state at flush only, so a snapshot holds each key's value after exactly
+the records its checkpoint covers, and after a restore the updates continue from there (the
+updates of the records after it are in no committed transaction, so none is repeated or
+lost).
+
+The stage that feeds it does not pre-aggregate (`Stage.combiner` is None for it): every
+record arrives on its own, so every update is seen.
+
+A record whose fold fails (a user function raising, a sum of a non-number, a ``reduce`` or
+``aggregate`` result that JSON cannot store) is dead: its key keeps its value and no update
+is emitted for it, so the key's sequence continues from the value before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from processor.api.ops import UNSET, folder, load_value
+from processor.api.streams import Node
+from processor.engine.expiry import Expiry
+from processor.serde.codec import sink_value
+
+# Values that an update can share with the accumulator: nothing can change them later.
+_IMMUTABLE = frozenset({int, float, str, bool, type(None)})
+
+
+class _Reader(Protocol):
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]: ...
+
+
+class PerRecord:
+    """One ``emit="record"`` aggregation of a stage task: its keys' latest values this epoch."""
+
+    def __init__(
+        self,
+        node: Node,
+        prefix: bytes,
+        state: _Reader,
+        dead: Callable[[Node, Exception, Any], None],
+        expiry: Expiry | None = None,
+    ) -> None:
+        """``prefix``: of the node's keys in ``state``; ``dead(node, error, value)``: a
+        record whose fold failed; ``expiry``: the node's TTL deadlines, if it has one."""
+        self.node = node
+        self._prefix = prefix
+        self._state = state
+        self._dead = dead
+        self._count = node.kind == "count"
+        # reduce and aggregate run user code whose result may be anything, or may be changed
+        # in place by the next call: each result is checked (and copied) as it is made.
+        self._checked = node.kind in ("reduce", "aggregate")
+        self._fold = folder(node)
+        self._expiry = expiry
+        self.latest: dict[str, Any] = {}  # key text -> value after its last record so far
+
+    def __len__(self) -> int:
+        return len(self.latest)
+
+    def add(self, batch: list[tuple[str, Any]]) -> list[Any]:
+        """Fold ``(key text, value)`` records in order; their updates, ``(key text, new
+        value)`` in the same order (a keyed batch, as ``process`` returns)."""
+        latest = self.latest
+        if self._expiry is not None:  # updated now: its TTL counts from here
+            self._expiry.touch_all([t for t, _ in batch])
+        missing = [t for t in dict.fromkeys(t for t, _ in batch) if t not in latest]
+        if missing:
+            prefix = self._prefix
+            raws = self._state.get_many([prefix + t.encode() for t in missing])
+            for text, raw in zip(missing, raws, strict=True):
+                latest[text] = UNSET if raw is None else load_value(raw)
+        out: list[Any] = []
+        append = out.append
+        if self._count:
+            for text, _ in batch:
+                acc = latest[text]
+                acc = latest[text] = 1 if acc is UNSET else acc + 1
+                append((text, acc))
+            return out
+        fold, checked, node = self._fold, self._checked, self.node
+        for text, value in batch:
+            try:
+                acc = fold(latest[text], value)
+                update = acc
+                if checked:
+                    # Refused here, on the record that made it, not at the flush (where a
+                    # whole epoch of the key's updates would be lost from state after being
+                    # emitted); a copy, as an add() may change its accumulator in place.
+                    raw = sink_value(acc)
+                    if type(acc) not in _IMMUTABLE:
+                        update = load_value(raw)
+            except Exception as exc:  # noqa: BLE001 - a user function's failure: dead record
+                self._dead(node, exc, value)
+                continue
+            latest[text] = acc
+            append((text, update))
+        return out
+
+    def take(self) -> list[tuple[str, Any]]:
+        """The keys' latest values, for state (a key whose every record failed has none);
+        the epoch starts again from state."""
+        items = [(t, v) for t, v in self.latest.items() if v is not UNSET]
+        self.latest.clear()
+        return items

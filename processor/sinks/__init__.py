@@ -1,0 +1,1 @@
+"""Sinks with their own exactly-once protocol beyond Kafka's transactions."""
