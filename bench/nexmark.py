@@ -1,42 +1,58 @@
-"""Nexmark backlog throughput (issue #42), a skeleton: per query and engine, the events/s at
-which the engine drains a preloaded backlog, its output checked against the definition.
+"""Nexmark backlog throughput (issue #42): per query and engine, the events/s at which the
+engine drains a preloaded backlog of the ``nexmark`` crate's events, every run's output
+checked against the query's definition, repeated runs interleaved, CPU per event.
 
-    python bench/nexmark.py [--queries q0,q5] [--engines processor,flink] [--events N]
-        [--seed 42] [--port 26092] [--partitions 4] [--results-dir bench/results]
+    python bench/nexmark.py [--queries q0,q5] [--engines processor,flink] [--events 10000000]
+        [--runs 5] [--port 26092] [--partitions 4] [--results-dir bench/results]
+    python bench/nexmark.py --table bench/results/nexmark-<stamp>.json
 
-Starts its own broker (``--port`` and the next port) and preloads ``--events`` events of
-tests/nexmark_data.py's generator into one topic, which every run reads from its start with
-its own consumer group. Then per query and engine:
+A sitting starts its own broker (``--port`` and the next port), then:
 
-- processor: ``processor local --workers 2 --until-idle`` (bench/peers/processor_peer.py) on
-  examples/nexmark/<query>.py, built on this run's topics; the time is from the first
-  consume (the worker's log) to the process's exit;
-- flink: the query's Flink SQL (bench/peers/flink_nexmark_peer.py) with a bounded source,
-  submitted to a session cluster of two one-slot TaskManagers (bench/peers/flink_cluster.py);
-  the time is the job's own duration (REST ``/jobs/<id>``: start to FINISHED, the final
-  checkpoint included).
-
-events/s = events / time. Every run's output is then compared with the direct computation
-(bench/nexmark_output.py): a figure only counts when ``exact`` is true. Known difference
-(2026-12-05): ``processor local --until-idle`` exits without a final watermark, so the
-windows still open at the end of input (those ending after the last event time - 1 s: 6 rows
-of q5's 67 over 3000 events) never fire, while Flink's bounded source ends with the final
-watermark and fires them; the window queries of processor are therefore not ``exact`` here
-until the engine closes its windows at the end of input or the bench appends an event past
-them. Writes
-bench/results/nexmark-<stamp>.json. Not yet: the crate's generator for large N (Python's makes
-~100 k events/s), repeated runs and medians, CPU and memory per run.
+1. Events: ``--events`` events of the crate (0.2.0, ``nexmark --no-wait``) loaded into the
+   topic ``nexmark`` as `processor nexmark generate --closing` loads them
+   (bench/nexmark_load.py): blocks of the binary's output round robin over the partitions,
+   each partition in event-time order, then one closing event per partition 60 s of event
+   time after the last, so both engines close every window and timer (Flink's bounded source
+   ends with a final watermark as well; the input is the same for both). The JSON says what
+   the generator alone and the load cost, in events/s.
+2. Expected output: the topic read back once and every selected query's definition
+   (tests/nexmark_data.py) computed over it in one pass in bounded memory
+   (bench/nexmark_expect.py; the JSON says its time and the harness's peak RSS).
+3. Runs: for run in 1..``--runs``, for query, for engine, the engine that goes first
+   alternating from one query (and run) to the next, so one sitting interleaves the engines:
+   - processor: ``processor local --workers 2 --until-idle`` (bench/peers/processor_peer.py) on
+     examples/nexmark/<query>.py built on this run's topics; the time is from the first
+     consume (the worker's log) to the process's exit (after all input is committed and 3
+     checkpoints more); its CPU, the whole ``processor local`` tree's utime + stime (/proc,
+     sampled; reaped children included) in that window;
+   - flink: the query's Flink SQL (bench/peers/flink_nexmark_peer.py) with a bounded source,
+     submitted to a session cluster of two one-slot TaskManagers started once per sitting
+     (bench/peers/flink_cluster.py); the time is the job's own duration (REST
+     ``/jobs/<id>``: start to FINISHED, the final checkpoint included); its CPU, the
+     JobManager's and the TaskManagers' over that window (the submitting client's, which
+     plans the SQL, apart as ``client_cpu_s``);
+   - both: the broker's CPU over the same window; the run's output read back read_committed,
+     its records counted (per M events) and compared with the expected output. A run counts
+     only when ``exact``. The output topic and the job's own topics are deleted after it.
+4. Per (query, engine): the runs, the median of events/s with its range, CPU s per M events
+   of the job and of the broker, output records per M events (bench/nexmark_table.py), a
+   summary printed and the JSON written after every run (bench/results/nexmark-<stamp>.json),
+   with the machine and each run's 1-minute load average at its start: figures of different
+   sittings or machines are never joined.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -44,21 +60,26 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.measure import create_topic
-from bench.nexmark_load import load
-from bench.nexmark_output import compare, expected, got
+from confluent_kafka.admin import AdminClient
+
+from bench.harness.measure import create_topic
+from bench.nexmark_cpu import CpuSampler, load_1m, machine
+from bench.nexmark_expect import from_topic
+from bench.nexmark_load import load_crate
+from bench.nexmark_output import Rows, compare_rows, got_rows
+from bench.nexmark_table import markdown, summarize
 from bench.peers.base import Job
 from bench.peers.flink_cluster import FlinkSessionCluster, stop_all
 from bench.peers.flink_nexmark_peer import QUERIES, FlinkNexmarkPeer
 from bench.peers.processor_peer import ProcessorPeer
 from processor.localkafka.broker import LocalBroker
-from tests import nexmark_data as nexmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 EXAMPLES = ROOT / "examples" / "nexmark"
 ENGINES = ("processor", "flink")
 TOPIC = "nexmark"
+SUBMIT_TIMEOUT_S = 900  # the Flink client plans the SQL: minutes on a loaded machine
 
 
 def pipeline_file(query: str, events: str, output: str, path: Path) -> Path:
@@ -73,99 +94,296 @@ def pipeline_file(query: str, events: str, output: str, path: Path) -> Path:
     return path
 
 
-def run_processor(job: Job, query: str, timeout: float) -> dict[str, Any]:
+def children_cpu_s() -> float:
+    """CPU seconds of this process's reaped children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_processor(job: Job, query: str, timeout: float, broker: CpuSampler) -> dict[str, Any]:
     job.workdir.mkdir(parents=True, exist_ok=True)
     file = pipeline_file(query, job.input_topic, job.output_topic, job.workdir / "pipeline.py")
     peer = ProcessorPeer(pipeline=str(file))
+    reaped = children_cpu_s()
     running = peer.start(job)
+    tree = CpuSampler(running.roots)
+    tree.start()
     try:
         finished = running.wait(timeout)
         ended = time.time()
     finally:
+        tree.stop()
         running.stop()
+    # The whole tree's CPU, exactly: `processor local` reaps its processes, this one reaps it
+    # (the samples of /proc miss the last interval before the exit).
+    reaped = children_cpu_s() - reaped
+    total = max(reaped, tree.cpu_at(ended))
     first = peer.first_consumed_at(running)
     if not finished or first is None:
         return {"state": "TIMEOUT" if not finished else "NO START", "seconds": None}
     codes = running.exit_codes()
-    state = "FINISHED" if codes == [0] else f"EXIT {codes}"
-    return {"state": state, "seconds": round(ended - first, 3), "settings": peer.settings()}
+    return {
+        "state": "FINISHED" if codes == [0] else f"EXIT {codes}",
+        "seconds": round(ended - first, 3),
+        "job_cpu_s": round(total - tree.cpu_at(first), 3),
+        "job_cpu_s_with_startup": round(total, 3),
+        "job_cpu_s_with_startup_reaped": round(reaped, 3),
+        "job_cpu_s_with_startup_sampled": round(tree.cpu_at(ended), 3),
+        "broker_cpu_s": broker.cpu_between(first, ended),
+    }
 
 
-def run_flink(cluster: FlinkSessionCluster, job: Job, query: str, timeout: float) -> dict[str, Any]:
+def run_flink(
+    cluster: FlinkSessionCluster,
+    procs: list[subprocess.Popen[bytes]],
+    job: Job,
+    query: str,
+    timeout: float,
+    broker: CpuSampler,
+) -> dict[str, Any]:
     peer = FlinkNexmarkPeer(query)
-    job_id = peer.submit(cluster, job)
-    state = cluster.wait_final(job_id, timeout)
+    jvms = CpuSampler([p.pid for p in procs])
+    jvms.start()
+    try:
+        reaped = children_cpu_s()
+        job_id = peer.submit(cluster, job, timeout=SUBMIT_TIMEOUT_S)
+        client = children_cpu_s() - reaped
+        state = cluster.wait_final(job_id, timeout)
+        time.sleep(2 * jvms.interval)  # a sample after the end
+    except BaseException:
+        cancel_jobs(cluster)
+        raise
+    finally:
+        jvms.stop()
+    if state != "FINISHED":
+        cancel_jobs(cluster)
     detail = cluster.rest(f"/jobs/{job_id}")
-    seconds = detail.get("duration", 0) / 1000 if state == "FINISHED" else None
-    return {"state": state, "seconds": seconds, "settings": peer.settings(job.interval_ms)}
+    if state != "FINISHED":
+        return {"state": state, "seconds": None, "job_id": job_id}
+    start, end = detail["start-time"] / 1000, detail["end-time"] / 1000
+    return {
+        "state": state,
+        "seconds": detail["duration"] / 1000,
+        "job_id": job_id,
+        "job_cpu_s": jvms.cpu_between(start, end),
+        "client_cpu_s": round(client, 3),
+        "broker_cpu_s": broker.cpu_between(start, end),
+    }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def cancel_jobs(cluster: FlinkSessionCluster) -> None:
+    """Cancels every job of the cluster that has not ended (a run that failed or timed out,
+    a submission whose client was stopped after it submitted), so the next run is alone."""
+    try:
+        jobs = cluster.rest("/jobs").get("jobs", [])
+    except (OSError, ValueError):
+        return
+    for entry in jobs:
+        if entry.get("status") not in ("FINISHED", "FAILED", "CANCELED"):
+            url = f"http://127.0.0.1:{cluster.rest_port}/jobs/{entry['id']}?mode=cancel"
+            request = urllib.request.Request(url, method="PATCH")
+            with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=10):
+                pass
+
+
+def delete_topics(bootstrap: str, output: str, job: str) -> None:
+    """The run's output and the job's own topics (``<job>.*``): a sitting's disk stays
+    bounded (q0's output of 10 M events is some 2 GB)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [
+        t for t in admin.list_topics(timeout=10).topics if t == output or t.startswith(job + ".")
+    ]
+    for future in admin.delete_topics(names, operation_timeout=30).values():
+        try:
+            future.result(60)
+        except Exception as exc:  # noqa: BLE001 - the sitting goes on; the disk holds it
+            print(f"deleting a topic failed: {exc}", file=sys.stderr)
+
+
+class Sitting:
+    """One broker, one load, one Flink session cluster; every run of every query and engine."""
+
+    def __init__(self, args: argparse.Namespace, queries: list[str], engines: list[str]) -> None:
+        self.args = args
+        self.queries = queries
+        self.engines = engines
+        self.stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.tmp = Path(tempfile.mkdtemp(prefix="bench-nexmark-"))
+        self.out = args.results_dir / f"nexmark-{self.stamp}.json"
+        self.report: dict[str, Any] = {
+            "timestamp": self.stamp,
+            "machine": machine(),
+            "load_1m_at_start": load_1m(),
+            "events": args.events,
+            "partitions": args.partitions,
+            "runs_requested": args.runs,
+            "queries": queries,
+            "engines": engines,
+            "method": __doc__,
+            "runs": [],
+        }
+        self.wants: dict[str, Rows] = {}
+
+    def write(self) -> None:
+        self.report |= summarize(self.report)
+        self.args.results_dir.mkdir(parents=True, exist_ok=True)
+        self.out.write_text(json.dumps(self.report, indent=2) + "\n")
+
+    def prepare(self, bootstrap: str) -> None:
+        args = self.args
+        if "flink" in self.engines:
+            FlinkNexmarkPeer(self.queries[0]).prepare()
+        print(f"loading {args.events:,} events of the crate into {TOPIC}", flush=True)
+        self.report["loader"] = load_crate(bootstrap, TOPIC, args.events, args.partitions)
+        print(json.dumps(self.report["loader"]), flush=True)
+        started, rss = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        expected = from_topic(bootstrap, TOPIC, self.queries)
+        self.wants = {q: expected.rows(q) for q in self.queries}
+        seconds = time.perf_counter() - started
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        self.report["expected"] = {
+            "how": "the topic read back read_committed once, every query's definition in "
+            "one pass (bench/nexmark_expect.py), rows as a count and a digest "
+            "(bench/nexmark_output.py)",
+            "events": expected.events,
+            "seconds": round(seconds, 1),
+            "events_per_s": round(expected.events / seconds),
+            "harness_peak_rss_mb": round(peak / 1024),
+            "harness_peak_rss_mb_before": round(rss / 1024),
+            "rows": {q: w.count for q, w in self.wants.items()},
+        }
+        print(json.dumps(self.report["expected"]), flush=True)
+        self.report["settings"] = {
+            "processor": ProcessorPeer(pipeline="examples/nexmark/<query>.py").settings(),
+            "flink": {q: FlinkNexmarkPeer(q).settings() for q in self.queries},
+        }
+
+    def run_all(self, bootstrap: str, broker_pid: int) -> None:
+        cluster, procs = None, []
+        if "flink" in self.engines:
+            cluster = FlinkSessionCluster(self.tmp / "cluster", taskmanagers=2)
+            procs = cluster.start_all()
+        try:
+            turn = 0
+            for run in range(1, self.args.runs + 1):
+                for query in self.queries:
+                    order = self.engines if turn % 2 == 0 else self.engines[::-1]
+                    turn += 1
+                    for engine in order:
+                        record = self.one(bootstrap, broker_pid, run, query, engine, cluster, procs)
+                        record["first"] = order[0]
+                        self.report["runs"].append(record)
+                        self.write()
+        finally:
+            stop_all(procs)
+
+    def one(
+        self,
+        bootstrap: str,
+        broker_pid: int,
+        run: int,
+        query: str,
+        engine: str,
+        cluster: FlinkSessionCluster | None,
+        procs: list[subprocess.Popen[bytes]],
+    ) -> dict[str, Any]:
+        output = f"{TOPIC}-{query}-{engine}-r{run}"
+        create_topic(bootstrap, output, self.args.partitions)
+        job = Job(
+            bootstrap=bootstrap,
+            name=f"nexmark-{query}-{engine}-r{run}-{self.stamp}",
+            input_topic=TOPIC,
+            output_topic=output,
+            workdir=self.tmp / f"{query}-{engine}-r{run}",
+            until_idle=True,
+        )
+        record: dict[str, Any] = {"run": run, "query": query, "engine": engine}
+        record["load_1m"] = load_1m()
+        broker = CpuSampler([broker_pid])
+        broker.start()
+        try:
+            if engine == "flink" and cluster is not None:
+                record |= run_flink(cluster, procs, job, query, self.args.timeout, broker)
+            else:
+                record |= run_processor(job, query, self.args.timeout, broker)
+        except (RuntimeError, OSError, KeyError, ValueError, subprocess.SubprocessError) as exc:
+            # The sitting goes on: the run does not count.
+            record |= {"state": f"ERROR: {exc}", "seconds": None}
+        finally:
+            broker.stop()
+        events = self.report["loader"]["records"]
+        seconds = record["seconds"]
+        record["events_per_s"] = round(events / seconds) if seconds else None
+        record["exact"] = False
+        if record["state"] == "FINISHED":
+            try:
+                have, records = got_rows(query, bootstrap, output)
+                record |= compare_rows(self.wants[query], have)
+            except (TimeoutError, RuntimeError, ValueError) as exc:
+                record["state"] = f"OUTPUT NOT READ: {exc}"
+            else:
+                per_m = events / 1e6
+                record["output_records"] = records
+                record["output_records_per_m_events"] = round(records / per_m, 1)
+                record["job_cpu_s_per_m_events"] = round(record["job_cpu_s"] / per_m, 2)
+                record["broker_cpu_s_per_m_events"] = round(record["broker_cpu_s"] / per_m, 2)
+        if not self.args.keep:
+            delete_topics(bootstrap, output, job.name)
+            shutil.rmtree(job.workdir, ignore_errors=True)
+        print(
+            f"run {run} {query} {engine}: {record['state']}, {record['events_per_s']} events/s, "
+            f"job CPU {record.get('job_cpu_s')} s, exact={record['exact']}",
+            flush=True,
+        )
+        return record
+
+    def main(self) -> None:
+        broker = LocalBroker(
+            port=self.args.port, controller_port=self.args.port + 1, data_dir=self.tmp / "kafka"
+        )
+        try:
+            broker.start()
+            pid = broker.running_pid()
+            if pid is None:
+                raise RuntimeError("the broker does not run")
+            self.prepare(broker.bootstrap)
+            self.write()
+            self.run_all(broker.bootstrap, pid)
+        finally:
+            broker.stop()
+            if not self.args.keep:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+        self.write()
+        print(markdown(self.report))
+        print(f"wrote {self.out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--queries", default=",".join(QUERIES))
     parser.add_argument("--engines", default=",".join(ENGINES))
-    parser.add_argument("--events", type=int, default=200_000)
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--port", type=int, default=26092)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--timeout", type=float, default=1800, help="per run, seconds")
+    parser.add_argument("--timeout", type=float, default=3600, help="per run, seconds")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    parser.add_argument("--keep", action="store_true", help="keep the work directory, topics")
+    parser.add_argument("--table", type=Path, help="only print a results file's markdown table")
+    args = parser.parse_args(argv)
+    if args.table:
+        print(markdown(json.loads(args.table.read_text())))
+        return 0
     queries = [q for q in args.queries.split(",") if q]
     engines = [e for e in args.engines.split(",") if e]
-    if set(queries) - set(QUERIES) or set(engines) - set(ENGINES):
+    if set(queries) - set(QUERIES) or set(engines) - set(ENGINES) or not queries or not engines:
         parser.error("unknown query or engine")
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    tmp = Path(tempfile.mkdtemp(prefix="bench-nexmark-"))
-    broker = LocalBroker(port=args.port, controller_port=args.port + 1, data_dir=tmp / "kafka")
-    stream = nexmark.events(args.events, seed=args.seed)
-    runs: list[dict[str, Any]] = []
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        broker.start()
-        if "flink" in engines:
-            FlinkNexmarkPeer(queries[0]).prepare()
-        load(broker.bootstrap, TOPIC, stream, args.partitions)
-        cluster = None
-        if "flink" in engines:
-            cluster = FlinkSessionCluster(tmp / "cluster", taskmanagers=2)
-            procs = cluster.start_all()
-        for query in queries:
-            for engine in engines:
-                output = f"{TOPIC}-{query}-{engine}"
-                create_topic(broker.bootstrap, output, args.partitions)
-                job = Job(
-                    bootstrap=broker.bootstrap,
-                    name=f"nexmark-{query}-{engine}-{stamp}",
-                    input_topic=TOPIC,
-                    output_topic=output,
-                    workdir=tmp / f"{query}-{engine}",
-                    until_idle=True,
-                )
-                if engine == "flink" and cluster is not None:
-                    run = run_flink(cluster, job, query, args.timeout)
-                else:
-                    run = run_processor(job, query, args.timeout)
-                seconds = run["seconds"]
-                run["events_per_s"] = round(args.events / seconds) if seconds else None
-                if run["state"] == "FINISHED":
-                    run |= compare(expected(query, stream), got(query, broker.bootstrap, output))
-                runs.append({"query": query, "engine": engine, **run})
-                print(
-                    f"{query} {engine}: {run['state']}, {run['events_per_s']} events/s, "
-                    f"exact={run.get('exact')}",
-                    flush=True,
-                )
-    finally:
-        stop_all(procs)
-        broker.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    out = args.results_dir / f"nexmark-{stamp}.json"
-    report = {"timestamp": stamp, "events": args.events, "seed": args.seed, "runs": runs}
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out}")
-    return 0
+    if args.runs < 1 or args.events < 1:
+        parser.error("--runs and --events at least 1")
+    sitting = Sitting(args, queries, engines)
+    sitting.main()
+    runs = sitting.report["runs"]
+    return 0 if runs and all(r["exact"] for r in runs) else 1
 
 
 if __name__ == "__main__":

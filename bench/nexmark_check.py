@@ -27,7 +27,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.measure import create_topic
+from bench.harness.measure import create_topic
 from bench.nexmark_load import load
 from bench.nexmark_output import compare, expected, got
 from bench.peers.base import Job

@@ -142,11 +142,12 @@ class FlinkNexmarkPeer:
         log = job.workdir / f"flink-{self.query}.log"
         return Running([spawn([java, *HEAP, "-cp", str(JAR), MAIN, *args], log)], [log])
 
-    def submit(self, cluster: FlinkSessionCluster, job: Job) -> str:
-        """Detached to ``cluster``; the job id."""
+    def submit(self, cluster: FlinkSessionCluster, job: Job, timeout: float = 180) -> str:
+        """Detached to ``cluster``; the job id. ``timeout``: for the client, which plans the
+        SQL (minutes on a machine loaded by other work)."""
         args = arguments(self.query, job, job.workdir / f"{self.query}.sql", self.rate)
         log = job.workdir / f"submit-{self.query}.log"
-        return cluster.submit(args, log, main_class=MAIN)
+        return cluster.submit(args, log, timeout=timeout, main_class=MAIN)
 
     def settings(self, interval_ms: int = 1000) -> dict[str, object]:
         return {

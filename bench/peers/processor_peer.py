@@ -17,9 +17,10 @@ from bench.common import ms as _ms
 from bench.measure import percentile
 from bench.peers.base import Job, Peer, Running, spawn
 
-# The worker logs this just before a source task's first consume call.
+# The worker logs this just before a source task's first consume call (its logger: the source
+# task's module, processor.worker.source, processor.runtime.source before the packages moved).
 _RESUMING = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \S+ processor\.runtime\.source: "
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \S+ processor\.(?:\w+\.)*source: "
     r"\S+: resuming ",
     re.MULTILINE,
 )
