@@ -28,6 +28,7 @@ from psycopg.types.json import Jsonb
 
 from processor import faults
 from processor.api.postgres import PostgresTarget, Rows, merge_row
+from processor.engine.dead import dead_record
 from processor.sinks.postgres import claim as postgres_claim
 from processor.sinks.postgres import prepared
 from processor.sinks.postgres.conn import (
@@ -458,8 +459,9 @@ class PostgresSinks:
         written = 0
         rows_of = chain.take_rows()
         for name, rows in rows_of.items():
-            node = next(n for n in chain.stage.postgres_sinks if n.name == name)
-            written += self.writers[name].prepare(checkpoint_id, rows, partial(chain._dead, node))
+            written += self.writers[name].prepare(
+                checkpoint_id, rows, partial(_refused, chain, name)
+            )
         if any(checkpoint_id in w.outstanding for w in self.writers.values()):
             faults.reach("postgres_prepared", task_id)
         return written
@@ -489,3 +491,9 @@ class PostgresSinks:
     def close(self) -> None:
         for writer in self.writers.values():
             writer.close()
+
+
+def _refused(chain: StageChain, operator: str, exc: Exception, value: Any) -> None:
+    """A row the database refused: a dead record of the sink ``operator`` (no source value
+    of a batch: the epoch is over)."""
+    chain.dead.append(dead_record(operator, exc, value, None))
