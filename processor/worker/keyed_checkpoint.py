@@ -112,7 +112,7 @@ class KeyedCheckpoints:
         self._time = time
         self._fed = fed
         self._consumer = consumer  # the task's, of its shuffle partition
-        self.postgres = postgres
+        self._postgres = postgres
         self.pending: _Pending | None = None
         self._failures = 0  # snapshots failed in a row
 
@@ -223,8 +223,8 @@ class KeyedCheckpoints:
         """Transaction n committed: served, acknowledged, older snapshots let go."""
         checkpoint_id = pending.epoch.checkpoint_id
         faults.reach("committed", self.ctx.task_id)
-        if self.postgres is not None:
-            self.postgres.commit(checkpoint_id, self.ctx.task_id)
+        if self._postgres is not None:
+            self._postgres.commit(checkpoint_id, self.ctx.task_id)
         self._writer.committed()
         self._failures = 0
         metrics.snapshot_failures_in_a_row.labels(**self.labels).set(0)
@@ -334,8 +334,8 @@ class KeyedCheckpoints:
                 f"(PROCESSOR_TOLERABLE_CHECKPOINT_FAILURES={tolerated}): {reason}"
             ) from exc
         out.abort()
-        if self.postgres is not None:  # its rows go again, in the next epoch's transaction
-            self.postgres.decline(checkpoint_id, self._chain)
+        if self._postgres is not None:  # its rows go again, in the next epoch's transaction
+            self._postgres.decline(checkpoint_id, self._chain)
         self._writer.aborted(out.transactional)
         if out.transactional:
             # Its watermark record is aborted too: downstream still has the one before.
