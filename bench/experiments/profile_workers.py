@@ -53,12 +53,12 @@ from processor.localkafka.broker import LocalBroker  # noqa: E402
 CONTEXTS = [
     (
         "checkpoint",
-        r"^(SourceTask|KeyedTask)\._checkpoint |^KeyedTask\._finish_checkpoint "
+        r"^(SourceTask|KeyedTask)\._checkpoint |^KeyedCheckpoints\.finish "
         r"|^SourceTask\._finish_commit ",
     ),
     ("processing", r"^(SourceTask|KeyedTask)\._process "),
     ("snapshot upload", r"^SnapshotStore\.upload "),
-    ("snapshot retain", r"^KeyedTask\._retain "),
+    ("snapshot retain", r"^KeyedCheckpoints\._retain "),
     ("transactional calls thread", r"^SerialCalls\.submit\.<locals>\.run "),
     ("control loop", r"^Worker\.run "),
     ("task loop", r"^(SourceTask|KeyedTask)\.run "),

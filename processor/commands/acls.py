@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from processor.config import Settings
 
@@ -13,11 +13,8 @@ if TYPE_CHECKING:
     from processor.kafka.acls import AclRule
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_arguments(acls: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
     """``processor acls`` in the command line."""
-    acls = sub.add_parser(
-        "acls", parents=[common], help="the Kafka ACLs the job needs, as kafka-acls.sh commands"
-    )
     acls.add_argument(
         "--coordinator-principal", default="", help="the coordinator's principal, User:<name>"
     )
@@ -47,10 +44,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
 
 
-def command(settings: Settings, args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Print the rules; 2 for a principal given by halves, or two ways at once."""
+    from processor.commands import base
     from processor.jobs import load_graph
     from processor.kafka import acls
+
+    settings = base.setup(args)
 
     coordinator, worker = args.coordinator_principal, args.worker_principal
     both = bool(coordinator and worker)

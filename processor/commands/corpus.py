@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import bisect
 import itertools
 import random
@@ -73,3 +74,21 @@ def write(path: Path, words: int, seed: int = 1, vocab: int = 50_000) -> int:
             handle.write(line + "\n")
             count += 1
     return count
+
+
+def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--words", type=int, default=1_000_000, help="words to write (default: 1,000,000)"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="the same seed, the same corpus")
+    parser.add_argument(
+        "--vocab", type=int, default=50_000, help="distinct words (default: 50,000)"
+    )
+    parser.add_argument("out", type=Path, help="the file to write")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``processor corpus``: the corpus into a file."""
+    written = write(args.out, args.words, args.seed, args.vocab)
+    print(f"wrote {args.words:,} words in {written:,} lines to {args.out}")
+    return 0

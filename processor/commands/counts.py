@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 
 from confluent_kafka import TopicPartition
@@ -74,3 +76,32 @@ def read_records(
 
 def top(counts: dict[str, int], k: int) -> list[tuple[str, int]]:
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+
+
+def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topic", help="default: the output topic")
+    parser.add_argument("--top", type=int, default=20, help="words to show (default: 20)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``processor counts``: word count's final counts, the top ones first."""
+    from processor.commands import base
+
+    settings = base.setup(args)
+    topic = args.topic or settings.output_topic
+    if not topic_exists(settings, topic):
+        print(f"processor: topic {topic!r} does not exist", file=sys.stderr)
+        return 2
+    try:
+        final = read_final_counts(settings, topic)
+    except ValueError as exc:  # a sink of anything but word count's integers
+        print(
+            f"processor counts reads word count's output (integer values); {topic} holds "
+            f"others ({exc}): `processor tail {topic} --latest` shows any sink's values",
+            file=sys.stderr,
+        )
+        return 2
+    for word, count in top(final, args.top):
+        print(f"{count:>12,}  {word}")
+    print(f"{len(final):,} distinct keys, {sum(final.values()):,} in total")
+    return 0

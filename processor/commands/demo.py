@@ -7,6 +7,7 @@ every count is exact.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import tempfile
 import threading
@@ -70,3 +71,19 @@ def run_demo(settings: Settings, words: int, workers: int, k: int, env: dict[str
         return 1
     print(f"all {len(expected):,} distinct words match a direct count exactly")
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--words", type=int, default=2_000_000, help="words to feed (default: 2,000,000)"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (default: 2)")
+    parser.add_argument("--top", type=int, default=15, help="words to show (default: 15)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``processor demo``."""
+    from processor.commands import base
+
+    settings = base.setup(args)
+    return run_demo(settings, args.words, args.workers, args.top, base.child_env(args))

@@ -14,6 +14,7 @@ that record again and stops the same way: never a restart loop.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -148,3 +149,26 @@ def run_local(
             except subprocess.TimeoutExpired:
                 proc.kill()
     return code
+
+
+def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers", type=int, default=2, help="worker processes to run (default: 2)"
+    )
+    parser.add_argument("--until-idle", action="store_true", help="stop once all input is done")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``processor local``: a coordinator and ``--workers`` workers."""
+    from processor.commands import base
+    from processor.jobs import load_graph
+
+    settings = base.setup(args)
+    load_graph(settings)  # a pipeline that cannot run fails here, before any process starts
+    # Metrics and the status page are on by default here: 9400 and up (the next free
+    # block beside another job), unless set.
+    port = settings.metrics_port
+    if args.metrics_port is None and "PROCESSOR_METRICS_PORT" not in os.environ:
+        port = free_ports(args.workers + 1, host=settings.metrics_host)
+    env = base.child_env(args)
+    return run_local(args.workers, env, base.stop_event(), args.until_idle, port)

@@ -54,9 +54,8 @@ class Rate:
         return self.events / self.seconds if self.seconds else 0.0
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_arguments(nexmark: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
     """``processor nexmark generate`` in the command line."""
-    nexmark = sub.add_parser("nexmark", help="Nexmark: the nexmark crate's events into a topic")
     commands = nexmark.add_subparsers(dest="nexmark_command", required=True, help="generate")
     gen = commands.add_parser(
         "generate",
@@ -85,7 +84,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     gen.add_argument("--binary", type=Path, help="the crate's binary (default: PATH, ~/.cargo/bin)")
 
 
-def command(settings: Settings, args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """``processor nexmark generate``: events into the topic, and how fast."""
+    from processor.commands import base
+
+    settings = base.setup(args)
     if args.events < 1 or args.partitions < 1 or args.rate < 0:
         print("processor: --events and --partitions at least 1, --rate 0 or more", file=sys.stderr)
         return 2

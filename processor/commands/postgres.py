@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any
 
 from processor.config import Settings
 from processor.jobs.graph import JobGraph
@@ -23,9 +22,8 @@ _PREPARED = (
 )
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_arguments(postgres: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
     """``processor postgres prepared`` in the command line (psycopg imported only if run)."""
-    postgres = sub.add_parser("postgres", help="the job's PostgreSQL sinks (docs/postgres.md)")
     commands = postgres.add_subparsers(dest="postgres_command", required=True, help="prepared")
     listing = commands.add_parser(
         "prepared",
@@ -131,3 +129,10 @@ def command(settings: Settings, dsn: str, resolve_them: bool) -> int:
         for line in resolve(settings, graph, dsn, found) or ["none of them is this job's"]:
             print(line)
     return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """``processor postgres prepared``."""
+    from processor.commands import base
+
+    return command(base.setup(args), args.dsn, args.resolve)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections.abc import Iterable
@@ -74,3 +75,25 @@ def _draw(fraction: float, sent: int) -> None:
     filled = int(fraction * width)
     sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {fraction:6.1%} {sent:,} lines")
     sys.stderr.flush()
+
+
+def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topic", required=True, help="the topic to write (created if missing)")
+    parser.add_argument("--partitions", type=int, default=4, help="if the topic is created")
+    parser.add_argument(
+        "--once", action="store_true", help="produce nothing if the topic already has records"
+    )
+    parser.add_argument("files", nargs="+", type=Path, help="text files, one record per line")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``processor produce``: the files' lines into the topic."""
+    from processor.commands import base
+
+    settings = base.setup(args)
+    sent = produce_lines(settings, args.topic, args.files, args.partitions, once=args.once)
+    if sent < 0:
+        print(f"{args.topic} already has records: nothing produced (--once)")
+    else:
+        print(f"produced {sent:,} lines to {args.topic}")
+    return 0

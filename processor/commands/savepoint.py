@@ -12,6 +12,8 @@ once instead, for a job that cannot run any more (its source topics gained parti
 
 from __future__ import annotations
 
+import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,7 +28,13 @@ from processor.kafka import clients
 from processor.models import internal
 from processor.state.factory import open_storage
 from processor.state.format import STATE_FORMAT
-from processor.state.savepoints import Savepoint, SavepointError, SavepointStore, now_iso
+from processor.state.savepoints import (
+    Savepoint,
+    SavepointError,
+    SavepointStore,
+    check_name,
+    now_iso,
+)
 from processor.state.storage import CheckpointStorage, SnapshotMissing
 
 _ATTEMPTS = 5
@@ -174,3 +182,62 @@ class _Checkpoints:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", help="default: <job>-<UTC date and time>")
+    parser.add_argument("--list", action="store_true", help="list the job's savepoints")
+    parser.add_argument(
+        "--all-jobs", action="store_true", help="with --list: every job's savepoints in the storage"
+    )
+    parser.add_argument("--delete", metavar="NAME", help="delete one of the job's savepoints")
+    parser.add_argument(
+        "--force", action="store_true", help="with --delete: also another job's, or a corrupt one"
+    )
+    parser.add_argument("--timeout", type=float, default=120, help="seconds to wait")
+    parser.add_argument(
+        "--last-completed",
+        action="store_true",
+        help="copy the last completed checkpoint now rather than wait for the next one "
+        "(a job that is stopped)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """``processor savepoint``: take one (the default), ``--list`` or ``--delete``."""
+    from processor.commands import base
+
+    settings = base.setup(args)
+    try:
+        if args.list:
+            list_savepoints(settings, args.all_jobs)
+            return 0
+        if args.delete:
+            job = None if args.force else settings.job_name
+            SavepointStore(open_storage(settings)).delete(args.delete, job)
+            print(f"deleted savepoint {args.delete}")
+            return 0
+        name = args.name or f"{settings.job_name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+        check_name(name)
+        taken = take(settings, name, args.timeout, args.last_completed)
+    except SavepointError as exc:
+        print(f"processor: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"savepoint {taken.name}: checkpoint {taken.checkpoint_id} of job {taken.job}, "
+        f"{len(taken.tasks)} keyed tasks (start a job from it with --from-savepoint {taken.name})"
+    )
+    return 0
+
+
+def list_savepoints(settings: Settings, all_jobs: bool) -> None:
+    """The job's savepoints (``all_jobs``: every job's in the storage), one a line."""
+    store = SavepointStore(open_storage(settings))
+    for name in store.names():
+        try:
+            sp = store.read(name)
+        except SavepointError as exc:
+            print(f"{name}  unreadable: {exc}")
+            continue
+        if all_jobs or sp.job == settings.job_name:
+            print(f"{name}  job {sp.job}, checkpoint {sp.checkpoint_id}, {sp.created_at}")

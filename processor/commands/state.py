@@ -10,6 +10,7 @@ does not know where it is yet) is tried again, for a while.
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 import urllib.error
@@ -116,3 +117,43 @@ def main(
     for a in failed:
         print(json.dumps({"url": a.url, "status": a.status, **a.doc}, ensure_ascii=False))
     return 0 if not failed else 2 if all(a.status == 0 for a in failed) else 1
+
+
+def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    from processor.commands.base import COORDINATOR_URL
+
+    commands = parser.add_subparsers(dest="state_command", required=True, help="get or scan")
+    get_one = commands.add_parser("get", help="one key's value, as of its last checkpoint")
+    get_one.add_argument("operator", help="the operator's name (name=, or derived)")
+    get_one.add_argument("key", help="the key as a sink shows it; <key>@<start> for a window")
+    scan_all = commands.add_parser("scan", help="an operator's keys and values")
+    scan_all.add_argument("operator", help="the operator's name (name=, or derived)")
+    scan_all.add_argument("--prefix", default="", help="keys starting with this text only")
+    scan_all.add_argument("--limit", type=int, default=100, help="per worker, at most 1,000")
+    for command in (get_one, scan_all):
+        command.add_argument(
+            "--url",
+            action="append",
+            help="the coordinator's metrics URL, which forwards to the owning worker (default "
+            f"{COORDINATOR_URL}), or a worker's, repeated; token: PROCESSOR_API_TOKEN",
+        )
+        command.add_argument(
+            "--fresh", action="store_true", help="the live value, not yet committed"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    """``processor state get|scan``."""
+    from processor.commands.base import COORDINATOR_URL
+    from processor.config import load_settings
+
+    return main(
+        args.state_command,
+        args.url or [COORDINATOR_URL],
+        args.operator,
+        getattr(args, "key", ""),
+        getattr(args, "prefix", ""),
+        getattr(args, "limit", 100),
+        load_settings().api_token.get_secret_value(),
+        args.fresh,
+    )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -84,3 +86,20 @@ def render(doc: dict[str, Any], history: int = 10) -> str:
 
 def _seconds(value: object) -> str:
     return f"{value:.1f} s" if isinstance(value, int | float) else "-"
+
+
+def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    from processor.commands.base import COORDINATOR_URL
+
+    parser.add_argument("--url", default=COORDINATOR_URL, help="coordinator's metrics URL")
+    parser.add_argument("--history", type=int, default=10, help="checkpoints to show")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``processor status``: the coordinator's status document, as text."""
+    try:
+        print(render(fetch(args.url), args.history))
+    except StatusUnavailable as exc:
+        print(f"processor: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -134,3 +135,48 @@ def _records(
                 return
     finally:
         consumer.close()
+
+
+def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    parser.add_argument("topic", help="the topic to read: a sink, a source, the DLQ")
+    parser.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="every record, not the last 10 of each partition",
+    )
+    parser.add_argument("--follow", action="store_true", help="then wait for more, until Ctrl-C")
+    parser.add_argument(
+        "--latest",
+        action="store_true",
+        help="per key, only its last record, from the beginning (an aggregation's current "
+        "values), sorted by key",
+    )
+    parser.add_argument(
+        "--format", choices=list(FORMATS), default="json", help="of the values (default: json)"
+    )
+    parser.add_argument(
+        "--key-format", choices=list(FORMATS), default="text", help="of the keys (default: text)"
+    )
+    parser.add_argument(
+        "--meta", action="store_true", help="partition:offset and the record's time first"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """``processor tail``: the topic's committed records, decoded."""
+    from processor.commands import base
+    from processor.config import SettingsError
+
+    settings = base.setup(args)
+    if args.latest and args.follow:
+        raise SettingsError("processor tail: --latest or --follow, not both")
+    options = TailOptions(
+        args.from_beginning or args.latest,
+        args.follow,
+        args.format,
+        args.key_format,
+        args.meta,
+        args.latest,
+    )
+    tail(settings, args.topic, options, stopped=base.stop_event().is_set)
+    return 0

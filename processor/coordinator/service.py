@@ -1,14 +1,14 @@
 """Coordinator service: creates the job's topics, assigns tasks, triggers checkpoints, records them.
 
-The protocol decisions live in the pure classes it drives (CheckpointCoordinator, assign,
-WorkerRegistry); this module is the I/O around them. It holds no state that matters for
-correctness: restarted, it learns placement from heartbeats and checkpoint ids from the
-checkpoints topic and the tasks, and carries on.
+The decisions live in a pure state machine (`CoordinatorMachine`: control messages and ticks
+in, a `Step` out); this module is the I/O around it: it reads the control topic, sends what a
+step says, records completed checkpoints, logs, counts and publishes the status page. It holds
+no state that matters for correctness: restarted, it learns placement from heartbeats and
+checkpoint ids from the checkpoints topic and the tasks, and carries on.
 """
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import threading
@@ -20,28 +20,23 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
     KafkaException,
+    Message,
     TopicPartition,
 )
 
 from processor import backoff, faults, metrics
-from processor.checkpointing.coordinator import (
-    CheckpointCoordinator,
-    CompletedCheckpoint,
-    FailedCheckpoint,
-)
-from processor.checkpointing.schedule import TriggerSchedule
+from processor.checkpointing.coordinator import CompletedCheckpoint, FailedCheckpoint
 from processor.config import Settings, SettingsError
+from processor.coordinator.journal import CHECKPOINT_HISTORY, CheckpointJournal
 from processor.coordinator.lease import CoordinatorConflict, CoordinatorLease, acquire_waiting
-from processor.coordinator.reports import TaskReports
+from processor.coordinator.machine import CoordinatorMachine, JobFacts, Step, Times
 from processor.coordinator.savepoint import apply_savepoint
 from processor.coordinator.status import page as status
-from processor.coordinator.status.document import job_status
-from processor.coordinator.status.history import StatusHistory
+from processor.coordinator.status.document import JobInfo, job_status
 from processor.coordinator.status.page import StatusBoard
 from processor.coordinator.topics import create_job_topics
 from processor.health import LoopHealth
 from processor.jobs import load_graph
-from processor.jobs.assignment import WorkerRegistry, assign
 from processor.kafka import clients
 from processor.models import control, internal
 from processor.query.forward import ForwardRoutes, WorkerDirectory
@@ -50,7 +45,6 @@ from processor.worker_hosts import WorkerHosts
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_HISTORY = 100  # completed checkpoints kept in the compacted topic
 MAX_REFUSALS_LOGGED = 10  # worker URLs refused, logged one by one (then only counted)
 
 
@@ -64,16 +58,14 @@ class CoordinatorService:
         self._labels = {"job_name": settings.job_name}
         self.input_partitions = 0
         self.parallelism: dict[str, int] = {}  # tasks per stage
-        self.history: list[dict[str, Any]] = []  # recent completed checkpoints, newest last
+        self.journal = CheckpointJournal()  # past checkpoints, for the status page
         # For the status page: what the heartbeats and acks last said.
         self.board = StatusBoard(settings.job_name)
         self.health = LoopHealth(settings.health_timeout_ms / 1000)
-        self._failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
-        self.hour = StatusHistory()  # the status page's charts
-        self.task_reports = TaskReports()
-        self._task_lag: dict[str, int] = {}
-        self._task_watermark: dict[str, int] = {}  # event time, ms, of timed jobs' tasks
-        self._counts = collections.Counter[str]()
+        self._job = JobInfo(
+            settings.job_name, self.incarnation, self.graph, settings.grafana_url or None
+        )
+        self._refused = 0  # worker URLs refused
         self._repeated = ("", 0.0, 0)  # reason last logged, when, failures held back since
         self._skipped_control = internal.SkippedRecords(settings.job_name, settings.control_topic)
         # Queryable state: where each task's worker serves it (None: PROCESSOR_STATE_API off).
@@ -137,12 +129,10 @@ class CoordinatorService:
                     position = max(position, (msg.offset() or 0) + 1)
         finally:
             consumer.close()
-        self.history, dropped = internal.plausible_history(list(records.values()), time.time())
+        history, dropped = internal.plausible_history(list(records.values()), time.time())
         for record in dropped:
             self._skipped_checkpoints.skip(json.dumps(record).encode(), None)
-        self.hour = StatusHistory()
-        self.hour.rebuild(self.history)
-        return int(self.history[-1]["id"]) if self.history else 0
+        return self.journal.load(history)
 
     def _start(self, stop: threading.Event) -> int | None:
         """Set up the topics and read the history, waiting for Kafka with a backoff.
@@ -158,9 +148,7 @@ class CoordinatorService:
                 last_id = self._load_history()
                 # A source stage with other tasks than the last completed checkpoint's: refused
                 # before any task runs with the changed channels (see runtime/layout.py).
-                changed = check_history(
-                    self.graph, self.parallelism, self.history[-1] if self.history else None
-                )
+                changed = check_history(self.graph, self.parallelism, self.journal.last)
                 if changed is not None:
                     raise SettingsError(changed)
                 return last_id
@@ -234,18 +222,11 @@ class CoordinatorService:
         last_id: int,
         lease: CoordinatorLease,
     ) -> bool:
+        """Control messages and ticks into the `CoordinatorMachine`, its steps carried out,
+        until ``stop``, a lost lease, an idle job (``exit_when_idle``) or a stopped task
+        (``exit_when_stopped``: then True)."""
         s = self.settings
-        tasks = self.graph.task_ids(self.parallelism)
-        checkpoints = CheckpointCoordinator(
-            tasks,
-            last_id,
-            s.checkpoint_timeout_ms / 1000,
-            max_concurrent=s.max_concurrent_checkpoints,
-        )
-        registry = WorkerRegistry(s.worker_timeout_ms / 1000)
-        placement: dict[str, str] = {}
-        generation = time.time_ns() // 1_000_000  # above any earlier coordinator's generations
-        first_generation = generation
+        machine = self._machine(last_id)
         control_consumer = clients.consumer(
             s, **{"group.id": f"{s.job_name}.coordinator", "fetch.wait.max.ms": 10}
         )
@@ -253,146 +234,25 @@ class CoordinatorService:
         log.info(
             "coordinator for job %s: %d tasks, checkpoint every %d ms, last completed %d",
             s.job_name,
-            len(tasks),
+            len(machine.job.tasks),
             s.checkpoint_interval_ms,
             last_id,
         )
-        heartbeat_s = s.heartbeat_interval_ms / 1000
-        interval_s = s.checkpoint_interval_ms / 1000
-        started = time.monotonic()
-        next_assign = started + 2 * heartbeat_s  # let workers that run already announce themselves
-        # A first assignment before the expected workers are up would move half the tasks
-        # again a moment later: wait for them, a while at most.
-        expected_by = started + 10
-        schedule = TriggerSchedule(interval_s, next_trigger=next_assign + interval_s)
-        idle_streak = 0
-        changed = True
-        # The first trigger waits until every task runs (or a while at most): a checkpoint
-        # triggered before a source is up can only fail.
-        seen_running: set[str] = set()
-        first_trigger_by = schedule.next_trigger + 15
         try:
             while not stop.is_set():
                 self.health.beat()
                 if lease.lost.is_set():
                     raise CoordinatorConflict(lease.reason)
-                now = time.monotonic()
                 for msg in clients.consume_ready(control_consumer, 1000, 0.05):
-                    raw = msg.value()
-                    if msg.error() is not None or not raw:
-                        continue
-                    message = control.decode(raw)
-                    if message is None:
-                        self._skipped_control.skip(raw, msg.offset())
-                    elif isinstance(message, control.Heartbeat):
-                        worker, incarnation = message.worker, message.incarnation
-                        restarted = registry.is_restart(worker, incarnation)
-                        if registry.heartbeat(worker, incarnation, now):
-                            changed = True
-                        self.task_reports.heard(worker, restarted, message.tasks)
-                        if not all(
-                            [checkpoints.observe(t.checkpoint) for t in message.tasks.values()]
-                        ):
-                            # Its liveness counts; an id above the history is not learnt.
-                            self._skipped_control.skip(raw, msg.offset())
-                        for task, status in message.tasks.items():
-                            if task not in checkpoints.tasks:
-                                continue  # not a task of this job
-                            if status.state == "running":
-                                seen_running.add(task)
-                            given_up = status.state in ("failed", "stopped")
-                            if task not in placement and not given_up:
-                                placement[task] = message.worker  # adopt what already runs
-                            if exit_when_stopped and status.state == "stopped" and status.reason:
-                                log.error("job stopped: task %s: %s", task, status.reason)
-                                return True
-                    elif isinstance(message, control.Endpoint) and self.state_workers:
-                        alive = registry.is_alive(message.worker)
-                        refused = self.state_workers.endpoint(message.worker, message.url, alive)
-                        if refused is not None:
-                            self._skipped_control.skip(raw, msg.offset())
-                            self._refused_endpoint(refused)
-                    elif isinstance(message, control.Ack):
-                        if not self._known(message.task, message.checkpoint, checkpoints):
-                            self._skipped_control.skip(raw, msg.offset())
-                            continue
-                        self._task_lag[message.task] = message.lag
-                        if message.watermark_ms is not None:
-                            self._task_watermark[message.task] = message.watermark_ms
-                        done = checkpoints.on_ack(message, time.time())
-                        if done is not None:
-                            self._completed(done)
-                            quiet = done.records_in == 0 and done.lag == 0
-                            idle_streak = idle_streak + 1 if quiet else 0
-                    elif isinstance(message, control.Decline):
-                        if not self._known(message.task, message.checkpoint, checkpoints):
-                            self._skipped_control.skip(raw, msg.offset())
-                            continue
-                        failed = checkpoints.on_decline(
-                            message.checkpoint, message.task, message.reason
-                        )
-                        if failed is not None:
-                            self._failed(failed)
+                    step = self._receive(msg, machine)
+                    if step is not None and step.stopped is not None and exit_when_stopped:
+                        log.error("job stopped: task %s: %s", *step.stopped)
+                        return True
                 now = time.monotonic()
-                dead = registry.expire(now)
-                if dead:
-                    log.warning("workers %s missed their heartbeats: moving their tasks", dead)
-                    changed = True
-                waiting = (
-                    generation == first_generation
-                    and len(registry.alive) < s.expected_workers
-                    and now < expected_by
-                )
-                if now >= next_assign and not waiting:
-                    if changed:
-                        placement = assign(tasks, registry.alive, placement)
-                        generation += 1
-                        changed = False
-                        log.info("assignment %d: %s", generation, _describe(placement))
-                    self._send(
-                        control.Assignment(
-                            generation,
-                            self.input_partitions,
-                            placement,
-                            self.incarnation,
-                            dict(self.parallelism),
-                        )
-                    )
-                    metrics.workers_alive.labels(**self._labels).set(len(registry.alive))
-                    if self.state_workers is not None:
-                        self.state_workers.placed(placement, registry.alive)
-                    self._publish_status(checkpoints, registry, placement, now)
-                    next_assign = now + heartbeat_s
-                ready = len(seen_running) == len(tasks) or now >= first_trigger_by
-                not_running = self.task_reports.not_running(tasks, placement, registry.alive)
-                for failed in checkpoints.fail_waiting_on(not_running):
-                    self._failed(failed, repeated=True)
-                pending = checkpoints.newest_pending
-                if schedule.resend_due(now, pending is not None):
-                    assert pending is not None
-                    # Again, while it is pending: a source task that started after the trigger
-                    # went out, or whose barrier was aborted with its fenced predecessor's
-                    # transaction, acts on it now (one that did already ignores it). With one
-                    # checkpoint at a time, a lost trigger would otherwise hold every later one
-                    # back until the timeout.
-                    self._send(control.Trigger(pending.checkpoint_id, pending.triggered_at))
-                if schedule.trigger_due(now) and placement and ready and checkpoints.can_trigger:
-                    checkpoint_id, dropped = checkpoints.trigger(time.time())
-                    self._send(control.Trigger(checkpoint_id, time.time()))
-                    for failed in dropped:
-                        self._failed(failed)
-                    stopped = self.task_reports.given_up()
-                    if stopped is not None:
-                        # It will never acknowledge: fail the checkpoint now, not at its timeout.
-                        # The other tasks commit their part of it all the same.
-                        failed = checkpoints.on_decline(checkpoint_id, *stopped)
-                        if failed is not None:
-                            self._failed(failed, repeated=True)
-                    schedule.triggered(now)
-                for failed in checkpoints.expire(time.time()):
-                    self._failed(failed)
-                metrics.checkpoints_in_progress.labels(**self._labels).set(len(checkpoints.pending))
-                if exit_when_idle and idle_streak >= 3:
+                self._carry_out(machine.tick(now, time.time()), machine, now)
+                pending = len(machine.checkpoints.pending)
+                metrics.checkpoints_in_progress.labels(**self._labels).set(pending)
+                if exit_when_idle and machine.idle:
                     log.info("job %s is idle: every input is consumed and committed", s.job_name)
                     return False
         finally:
@@ -400,22 +260,81 @@ class CoordinatorService:
             self._producer.flush(5)
         return False
 
+    def _machine(self, last_id: int) -> CoordinatorMachine:
+        s = self.settings
+        times = Times(
+            heartbeat_s=s.heartbeat_interval_ms / 1000,
+            interval_s=s.checkpoint_interval_ms / 1000,
+            checkpoint_timeout_s=s.checkpoint_timeout_ms / 1000,
+            worker_timeout_s=s.worker_timeout_ms / 1000,
+            max_concurrent=s.max_concurrent_checkpoints,
+        )
+        job = JobFacts(
+            self.graph.task_ids(self.parallelism),
+            dict(self.parallelism),
+            self.input_partitions,
+            self.incarnation,
+            s.expected_workers,
+        )
+        # Generations in ms of the wall clock: above any earlier coordinator's.
+        generation = time.time_ns() // 1_000_000
+        return CoordinatorMachine(job, times, last_id, time.monotonic(), generation)
+
+    def _receive(self, msg: Message, machine: CoordinatorMachine) -> Step | None:
+        """One record of the control topic into the machine (None: not for it)."""
+        raw = msg.value()
+        if msg.error() is not None or not raw:
+            return None
+        message = control.decode(raw)
+        if message is None:
+            self._skipped_control.skip(raw, msg.offset())
+            return None
+        if isinstance(message, control.Endpoint):
+            if self.state_workers is not None:
+                alive = machine.registry.is_alive(message.worker)
+                refused = self.state_workers.endpoint(message.worker, message.url, alive)
+                if refused is not None:
+                    self._skipped_control.skip(raw, msg.offset())
+                    self._refused_endpoint(refused)
+            return None
+        now = time.monotonic()
+        step = machine.on_message(message, now, time.time())
+        if not step.accepted:
+            self._skipped_control.skip(raw, msg.offset())
+        self._carry_out(step, machine, now)
+        return step
+
+    def _carry_out(self, step: Step, machine: CoordinatorMachine, now: float) -> None:
+        """What a step asks: logs, checkpoints recorded and failed, messages sent, the
+        status page published."""
+        if step.dead:
+            log.warning("workers %s missed their heartbeats: moving their tasks", step.dead)
+        if step.assigned:
+            log.info("assignment %d: %s", machine.generation, _describe(machine.placement))
+        for done in step.completed:
+            self._completed(done, machine.lag)
+        for message in step.send:
+            self._send(message)
+        if step.published:
+            alive = machine.registry.alive
+            metrics.workers_alive.labels(**self._labels).set(len(alive))
+            if self.state_workers is not None:
+                self.state_workers.placed(machine.placement, alive)
+            self.board.publish(job_status(self._job, self.journal, machine, now))
+        for failed, repeated in step.failed:
+            self._failed(failed, repeated)
+
     def _refused_endpoint(self, reason: str) -> None:
         """The first few refused worker URLs, each with its reason (a flood: counted only)."""
-        self._counts["refused_endpoints"] += 1
-        if self._counts["refused_endpoints"] <= MAX_REFUSALS_LOGGED:
+        self._refused += 1
+        if self._refused <= MAX_REFUSALS_LOGGED:
             log.warning("not forwarding state requests there: %s", reason[:300])
-
-    @staticmethod
-    def _known(task: str, checkpoint_id: int, checkpoints: CheckpointCoordinator) -> bool:
-        """An ack or decline of a task of the job, for an id its history allows."""
-        return task in checkpoints.tasks and checkpoints.plausible(checkpoint_id)
 
     def _send(self, message: control.Message) -> None:
         self._producer.produce(self.settings.control_topic, control.encode(message))
         self._producer.poll(0)
 
-    def _completed(self, done: CompletedCheckpoint) -> None:
+    def _completed(self, done: CompletedCheckpoint, lag: dict[str, int]) -> None:
         record = done.to_json()
         self._producer.produce(
             self.settings.checkpoints_topic,
@@ -424,10 +343,8 @@ class CoordinatorService:
         )
         self._producer.flush(10)
         faults.reach("coordinator_recorded")
-        self.history = [*self.history[-(CHECKPOINT_HISTORY - 1) :], record]
-        self.hour.completed(record, self._task_lag)
+        self.journal.completed(record, lag)
         labels = self._labels
-        self._counts["completed"] += 1
         metrics.checkpoints_completed.labels(**labels).inc()
         metrics.last_checkpoint_duration.labels(**labels).set(done.duration_s)
         metrics.checkpoint_duration.labels(**labels).observe(done.duration_s)
@@ -444,23 +361,9 @@ class CoordinatorService:
             done.slowest_task(),
         )
 
-    def _publish_status(
-        self,
-        checkpoints: CheckpointCoordinator,
-        registry: WorkerRegistry,
-        placement: dict[str, str],
-        now: float,
-    ) -> None:
-        self.board.publish(job_status(self, checkpoints, registry, placement, now))
-
     def _failed(self, failed: FailedCheckpoint, repeated: bool = False) -> None:
         """``repeated``: one more failure for a reason that lasts; logged once a minute."""
-        self._counts["failed"] += 1
-        at = time.time()
-        self._failures.append(
-            {"id": failed.checkpoint_id, "status": "failed", "at": at, "reason": failed.reason}
-        )
-        self.hour.failed(failed.checkpoint_id, at)
+        self.journal.failed(failed, time.time())
         metrics.checkpoints_failed.labels(**self._labels).inc()
         if repeated:
             now = time.monotonic()

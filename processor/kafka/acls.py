@@ -132,26 +132,52 @@ def job_acls(
     its stages, whose tasks' transactional ids are ``<job>.<stage>-<n>`` (the word count's by
     default).
     """
-    prefix = f"{job}."
-    control, checkpoints = job_topic(job, CONTROL), job_topic(job, CHECKPOINTS)
-    kept = [job_topic(job, DLQ), *([job_topic(job, LATE)] if timed else [])]
-    sources, sinks, shuffles = sorted(set(sources)), sorted(set(sinks)), sorted(set(shuffles))
+    topics = _JobTopics(
+        job,
+        sorted(set(sources)),
+        sorted(set(sinks)),
+        sorted(set(shuffles)),
+        [job_topic(job, DLQ), *([job_topic(job, LATE)] if timed else [])],
+    )
+    return _coordinator_rules(topics) + _worker_rules(topics, purge, stages)
 
+
+@dataclass(frozen=True)
+class _JobTopics:
+    """A job's topics, by who creates and who writes them; ``kept``: the DLQ (and the late
+    records' topic), whose retention the coordinator sets."""
+
+    job: str
+    sources: list[str]
+    sinks: list[str]
+    shuffles: list[str]
+    kept: list[str]
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.job}."
+
+
+def _coordinator_rules(topics: _JobTopics) -> list[AclRule]:
+    """The coordinator's: it creates the job's topics, runs its control and checkpoints
+    topics, and holds the lease."""
+    job, prefix = topics.job, topics.prefix
     c = _Rules("coordinator")
-    for topic in sources:
+    for topic in topics.sources:
         c.add(
             topic,
             ["Read"],
             "source: partitions counted; a savepoint's positions committed as the group's "
             "(OffsetCommit checks Read on the topic)",
         )
-    for topic in sinks:
+    for topic in topics.sinks:
         c.add(topic, ["Create", "Describe"], "sink: created if missing")
-    for topic in shuffles:
+    for topic in topics.shuffles:
         c.add(topic, ["Create", "Describe"], "shuffle: created if missing")
+    control, checkpoints = job_topic(job, CONTROL), job_topic(job, CHECKPOINTS)
     c.add(control, ["Create", "Read", "Write"], "assignments, triggers, its lease; heartbeats in")
     c.add(checkpoints, ["Create", "Read", "Write"], "the completed checkpoints: its alone")
-    for topic in kept:
+    for topic in topics.kept:
         c.add(
             topic,
             ["Create", "Describe", "AlterConfigs"],
@@ -178,18 +204,27 @@ def job_acls(
         "the lease: only one coordinator runs, a new one fences the old",
         "transactional-id",
     )
+    return c.rules()
 
+
+def _worker_rules(topics: _JobTopics, purge: bool, stages: Iterable[str]) -> list[AclRule]:
+    """The workers': their tasks read and write in transactions of their own ids."""
+    job, prefix = topics.job, topics.prefix
     w = _Rules("worker")
-    for topic in sources:
+    for topic in topics.sources:
         w.add(topic, ["Read"], "source: consumed")
-    for topic in sinks:
+    for topic in topics.sinks:
         w.add(topic, ["Write"], "sink: written in the tasks' transactions")
-    for topic in shuffles:
+    for topic in topics.shuffles:
         w.add(topic, ["Read", "Write"], "shuffle: written and consumed in transactions")
         if purge:
             w.add(topic, ["Delete"], "records no snapshot needs purged (DeleteRecords)")
-    w.add(control, ["Read", "Write"], "assignments and triggers in; heartbeats, acks out")
-    for topic in kept:
+    w.add(
+        job_topic(job, CONTROL),
+        ["Read", "Write"],
+        "assignments and triggers in; heartbeats, acks out",
+    )
+    for topic in topics.kept:
         w.add(topic, ["Write"], "dead (and late) records, written in the tasks' transactions")
     w.add(
         job,
@@ -208,7 +243,7 @@ def job_acls(
             "transactional-id",
             "prefixed",
         )
-    return c.rules() + w.rules()
+    return w.rules()
 
 
 def client_acls(job: str, sources: Iterable[str], sinks: Iterable[str]) -> list[AclRule]:

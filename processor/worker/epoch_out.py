@@ -3,7 +3,7 @@
 Both task kinds ship it the same way: sink records and records with headers as they are
 (`TransactionalOutput.produce_many`: no per-record keyword dicts), shuffle and feedback
 records each to its partition. A keyed task keeps the segments of its open transaction to
-write them again if the transaction aborts (`processor.worker.keyed_checkpoint`).
+write them again if the transaction aborts (`processor.worker.keyed_epoch`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Epoch n (the records between barriers n-1 and n) runs through the stage's `Stage
 aggregations keep each key's latest value of the epoch in memory, ``process`` updates its
 state cache and emits at once. When barrier n is aligned, the epoch is flushed into
 transaction n, snapshotted, and committed once its snapshot is durable
-(`keyed_checkpoint`); a restart restores the committed snapshot (`keyed_restore`).
+(`keyed_checkpoint`); a restart restores the committed snapshot (`keyed_start`).
 
 In a timed pipeline watermark records arrive beside the barriers: the task's watermark (the
 minimum over its channels, `processor.engine.time`) closes windows and expires join
@@ -24,56 +24,36 @@ import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from processor import metrics
-from processor.checkpointing.aligner import (
-    Channel,
-    Verdict,
-)
-from processor.engine.chain import DeadRecord, StageChain
+from processor import faults, metrics
+from processor.checkpointing.aligner import NOOP, BarrierOutcome, Verdict
+from processor.engine.chain import StageChain
 from processor.engine.dead import Position
-from processor.engine.epoch import drain
 from processor.engine.time import NO_WATERMARK
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput, open_output
+from processor.models.control import Decline
 from processor.models.records import (
     control_kind,
+    decode_barrier,
     decode_shuffle,
     decode_watermark,
 )
 from processor.state.rocksdb.snapshot_process import SnapshotProcess
-from processor.state.rocksdb.snapshots import SnapshotRef
 from processor.state.rocksdb.store import RocksDBStore
-from processor.state.storage import SnapshotMissing
 from processor.worker.deadletter import DeadLetters
-from processor.worker.epoch_out import segments_of, ship, write_mark
-from processor.worker.gaps import STATE_LOST, check_resume
-from processor.worker.keyed_checkpoint import KeyedCheckpoints, barrier_handler
-from processor.worker.keyed_feedback import (
-    FeedbackInput,
-    history_of,
-    open_feedback,
-    position_of,
-)
-from processor.worker.keyed_restore import (
-    ShuffleInput,
-    load_savepoint,
-    restore_snapshot,
-)
+from processor.worker.keyed_checkpoint import KeyedCheckpoints, LocalState
+from processor.worker.keyed_epoch import EpochWriter
+from processor.worker.keyed_feedback import FeedbackInput, open_feedback
+from processor.worker.keyed_restore import ShuffleInput
+from processor.worker.keyed_start import KeyedStart
 from processor.worker.keyed_time import TaskTime
-from processor.worker.layout import check_snapshot as check_layout
-from processor.worker.postgres_orphans import after_savepoint
-from processor.worker.task import (
-    TaskContext,
-    check,
-    commit_metadata,
-    committed_after_fencing,
-    local_dir,
-    output_partitions,
-)
+from processor.worker.priority import KEYED_SYNC
+from processor.worker.task import Task, TaskContext, check, local_dir, output_partitions
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +63,11 @@ _PROCESS = Verdict.PROCESS
 # value() and offset() are set, so the hot path below does not test them again.
 
 
-class KeyedTask(KeyedCheckpoints):
+class KeyedTask(Task):
+    """Reads its shuffle partition, aligns the barriers, runs each epoch through its chain
+    and closes it at barrier n; its `EpochWriter` writes the epoch into the transaction and
+    its `KeyedCheckpoints` snapshots and commits it."""
+
     def __init__(self, ctx: TaskContext, partition: int) -> None:
         super().__init__(ctx)
         self.partition = partition
@@ -91,8 +75,6 @@ class KeyedTask(KeyedCheckpoints):
         self.stage = stage
         self.topic = ctx.graph.shuffle_topic(stage)
         self._input = ShuffleInput(ctx.task_id, self.topic, partition, ctx.input_partitions)
-        # Downstream shuffles: (key_by name, topic, partitions, this task's channel in it).
-        self._shuffles = self.shuffle_outputs()
         self._time = TaskTime(ctx.input_partitions)
         # A join's channels: which input (0 left, 1 right) each belongs to.
         self._sides = (
@@ -102,56 +84,57 @@ class KeyedTask(KeyedCheckpoints):
         )
         self.chain: StageChain | None = None  # once the state is restored
         self._fed: FeedbackInput | None = None  # a loop's back-edge (`keyed_feedback`)
-        self._init_checkpoints()
+        looped, loop = stage.loop is not None, stage.feedback
+        self._writer = EpochWriter(
+            self.shuffle_outputs(),
+            (loop.name, partition) if looped and loop is not None else None,
+            ctx.graph.feedback_topic(stage) if looped else None,
+            DeadLetters.of_task(ctx.settings, ctx.task_id, self.labels),
+            self.labels,
+        )
+        # After a fallback restore to snapshot m (`_replay_from`), the checkpoints up to the
+        # committed one (`_replay_to`) are aligned again and their records go into the state
+        # without output (see `keyed_restore.restore_snapshot`). 0: no replay.
+        self._replay_from = 0
+        self._replay_to = 0
+        self._align_started: float | None = None
+        self._waited_s = 0.0  # this epoch's waits for the previous checkpoint to finish
         self._m_in = metrics.records_in.labels(**self.labels)
         self._m_out = metrics.records_out.labels(**self.labels)
-        skipped = metrics.records_skipped
-        self._m_bad = skipped.labels(**self.labels, reason="malformed_shuffle")
-        self._m_oversized = skipped.labels(**self.labels, reason="oversized_key")
-        s = ctx.settings
-        self._dlq = DeadLetters.of_task(s, ctx.task_id, self.labels)
+        self._m_bad = metrics.records_skipped.labels(**self.labels, reason="malformed_shuffle")
 
     def run(self) -> None:
         s = self.settings
-        workdir = local_dir(s, self.ctx.task_id)
+        task_id = self.ctx.task_id
+        workdir = local_dir(s, task_id)
         # Retention and its follow-up (purging the shuffle) wait for the store here, not in
         # the task thread.
-        self._retainer = ThreadPoolExecutor(1, thread_name_prefix=f"retain-{self.ctx.task_id}")
-        self._workdir = workdir
+        retainer = ThreadPoolExecutor(1, thread_name_prefix=f"retain-{task_id}")
         out = open_output(s, self.transactional_id)
         consumer = clients.task_consumer(s)
-        self._consumer = consumer
         if self.stage.loop is not None:
             topic = self.ctx.graph.feedback_topic(self.stage)
-            self._fed = open_feedback(s, self.ctx.task_id, topic, self.partition, self._m_bad.inc)
+            self._fed = open_feedback(s, task_id, topic, self.partition, self._m_bad.inc)
+        snapshots: SnapshotProcess | None = None
         store: RocksDBStore | None = None
         try:
             # Started first: the child's start-up overlaps the fencing below.
-            task_id = self.ctx.task_id
-            self._snapshots = SnapshotProcess(s, f"{s.job_name}/{task_id}", task_id)
+            snapshots = SnapshotProcess(s, f"{s.job_name}/{task_id}", task_id)
             if self.postgres is not None:  # before the producer fences its predecessors
                 self.postgres.read_fences(clients.cluster_id(consumer, self.topic))
             out.init()
             inputs = [TopicPartition(self.topic, self.partition)]
             out.abort_leftovers(output_partitions(consumer, self.output_topics()), consumer, inputs)
-            store = self._restore(consumer)
-            self.state = "running"
-            while not self.ctx.stop.is_set():
-                self._finish_checkpoint(out, block=False)
-                # A checkpoint in flight: look again soon, its commit is on the latency path.
-                wait = 0.005 if self._pending is not None else 0.05
-                msgs = clients.consume_ready(consumer, s.consume_batch, wait)
-                if msgs:
-                    self._process(msgs, out, consumer)
-                if self._fed is not None:
-                    self._fed.poll()
+            store = self._restore(consumer, snapshots, workdir / "db")
+            self._start(LocalState(store, workdir, snapshots, retainer), consumer)
+            self._loop(out, consumer)
             self._stop_postgres(out)
         finally:
             # A failed (perhaps fenced) task must not go on writing to storage: stop the
             # upload under way and drop the queued ones, retention above all.
-            if self._snapshots is not None:
-                self._snapshots.close()
-            self._retainer.shutdown(wait=True, cancel_futures=True)
+            if snapshots is not None:
+                snapshots.close()
+            retainer.shutdown(wait=True, cancel_futures=True)
             out.close()
             consumer.close()
             if self._fed is not None:
@@ -164,120 +147,65 @@ class KeyedTask(KeyedCheckpoints):
                 self.postgres.close()
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def _restore(self, consumer: Consumer) -> RocksDBStore:
-        tp = committed_after_fencing(self.settings, [TopicPartition(self.topic, self.partition)])[0]
-        meta = commit_metadata(tp)
-        self.last_checkpoint = int(meta.get("checkpoint", 0))
-        if self.postgres is not None:  # its prepared transactions: what Kafka decided
-            self.postgres.recover(self.last_checkpoint)
-            if not self.last_checkpoint:  # and those of the job it started from
-                after_savepoint(self.settings, self.ctx.graph, self.ctx.task_id, self.postgres)
-        committed: SnapshotRef | None = None
-        if self.last_checkpoint:
-            owner = meta.get("snapshot")
-            if not isinstance(owner, str):
-                raise SnapshotMissing(
-                    f"the commit of checkpoint {self.last_checkpoint} on {self.topic}"
-                    f"[{self.partition}] names no snapshot (written by an older version?)"
-                )
-            committed = SnapshotRef(self.last_checkpoint, owner)
-        # Only now, with every predecessor fenced, may the generation be chosen.
-        assert self._snapshots is not None
-        self._snapshots.open(committed)
-        positions: dict[Channel, int] = {}
-        info_meta: dict[str, Any] = {}
-        db_path = self._workdir / "db"
-        if committed is not None:
-            started = time.monotonic()
-            low, _ = consumer.get_watermark_offsets(
-                TopicPartition(self.topic, self.partition), timeout=30, cached=False
-            )
-            unaligned = self.settings.checkpoint_alignment == "unaligned"
-            restored = restore_snapshot(
-                self._snapshots, self._input, committed, db_path, low, unaligned
-            )
-            if restored.replay_from:
-                self._replay_from, self._replay_to = restored.replay_from, self.last_checkpoint
-            info = restored.info
-            check_layout(info.meta, self._layout(), info.ref.checkpoint_id)
-            positions = restored.positions
-            info_meta = info.meta
-            took = time.monotonic() - started
-            metrics.restores_total.labels(**self.labels).inc()
-            metrics.last_restore_seconds.labels(**self.labels).set(took)
-            metrics.state_size_bytes.labels(**self.labels).set(info.full_bytes)
-            log.info(
-                "%s: restored checkpoint %s (%d bytes) in %.3fs",
-                self.ctx.task_id,
-                info.ref,
-                info.full_bytes,
-                took,
-            )
-        elif self.settings.from_savepoint:
-            if self._fed is not None:
-                raise RuntimeError(
-                    "a job with a loop cannot start from a savepoint: the records in flight "
-                    "round its loop are not in it (docs/loops.md)"
-                )
-            info_meta = load_savepoint(self.settings, self.stage, self._input, db_path)
-        if self._fed is not None:
-            self._start_feedback(consumer, meta, info_meta if committed is not None else None)
-        store = RocksDBStore(db_path)
-        s = self.settings
-        self.chain = StageChain(
-            self.ctx.graph.plan,
-            self.stage,
-            self.partition,
-            store,
-            # A loop's feedback topic has as many partitions as the stage's shuffle.
-            {n.name: s.shuffle_partitions for n in self.stage.outputs},
-            s.max_key_bytes,
-            self.ctx.graph.late_topic,
-            s.combine,
-            clients.record_limit(s),
-        )
-        self._store = store
-        if self.stage.timed:
-            self._time.restore(self.chain, info_meta)
-        # Windows', joins', process timers, TTL deadlines (`processor.engine.expiry`).
-        for prefix in self.chain.timed_operators():
-            self.chain.restore_timers(prefix, store.items(prefix))
-        channels = [(self.partition, u) for u in range(self.ctx.input_partitions)]
-        # A replay aligns the barriers after the fallback snapshot again, as the first run did.
-        aligned_to = self._replay_from if self._replay_to else self.last_checkpoint
-        self._aligner = barrier_handler(s)(channels, positions, aligned_to)
-        start = self._aligner.resume_offsets()[self.partition]
-        check_resume(consumer, self.topic, self.partition, start, self.last_checkpoint, STATE_LOST)
-        consumer.assign([TopicPartition(self.topic, self.partition, start)])
-        log.info("%s: resuming %s[%d] at %d", self.ctx.task_id, self.topic, self.partition, start)
-        if not self._replay_to:  # else the replay's end is the committed state
-            self._serve_committed(self.last_checkpoint)
-        return store
+    def _restore(
+        self, consumer: Consumer, snapshots: SnapshotProcess, db_path: Path
+    ) -> RocksDBStore:
+        """The task's state restored (`KeyedStart`) and its input assigned."""
+        start = KeyedStart(self.ctx, self._input, self._time, self._fed, self.postgres)
+        started = start.restore(consumer, snapshots, db_path)
+        self.last_checkpoint = started.last_checkpoint
+        self.chain = started.chain
+        self._aligner = started.aligner
+        self._replay_from, self._replay_to = started.replay_from, started.replay_to
+        return started.store
 
-    def _start_feedback(
-        self, consumer: Consumer, meta: dict[str, Any], held: dict[str, Any] | None
-    ) -> None:
-        """Where the loop's feedback is read from: F of the restored snapshot (the fallback
-        one's after a fallback), or 0 with no checkpoint (deleted records there stop it)."""
-        fed = self._fed
-        assert fed is not None
-        if self.settings.checkpoint_alignment == "unaligned":
-            raise RuntimeError(
-                "a job with a loop needs aligned checkpoints (PROCESSOR_CHECKPOINT_ALIGNMENT="
-                "aligned): an unaligned snapshot holds no feedback position (docs/loops.md)"
-            )
-        if held is None:  # nothing processed yet: from the start, which must be there
-            check_resume(consumer, fed.tp.topic, fed.tp.partition, 0, 0, STATE_LOST)
-            fed.start(0, [])
-        else:
-            fed.start(position_of(held, self.last_checkpoint), history_of(meta))
-        log.info(
-            "%s: loop feedback from %s[%d] at %d",
-            self.ctx.task_id,
-            fed.tp.topic,
-            fed.tp.partition,
-            fed.position,
+    def _start(self, local: LocalState, consumer: Consumer) -> None:
+        """The restored task's checkpoints; its committed state served (after a fallback,
+        once the replay ends)."""
+        assert self.chain is not None
+        self._store = local.store
+        self._checkpoints = KeyedCheckpoints(
+            self.ctx,
+            self._input,
+            local,
+            self.chain,
+            self._writer,
+            self._time,
+            self._fed,
+            self.postgres,
+            consumer,
         )
+        if not self._replay_to:  # else the replay's end is the committed state
+            self._checkpoints.serve_committed(self.last_checkpoint)
+        self.state = "running"
+
+    def _loop(self, out: TransactionalOutput, consumer: Consumer) -> None:
+        s = self.settings
+        while not self.ctx.stop.is_set():
+            self._finish(out, block=False)
+            # A checkpoint in flight: look again soon, its commit is on the latency path.
+            wait = 0.005 if self._checkpoints.pending is not None else 0.05
+            msgs = clients.consume_ready(consumer, s.consume_batch, wait)
+            if msgs:
+                self._process(msgs, out, consumer)
+            if self._fed is not None:
+                self._fed.poll()
+
+    def _finish(self, out: TransactionalOutput, block: bool) -> None:
+        """The checkpoint in flight committed, if it is (``block``: once it is)."""
+        committed = self._checkpoints.finish(out, block)
+        if committed is not None:
+            self.last_checkpoint = committed
+
+    def _stop_postgres(self, out: TransactionalOutput) -> None:
+        """A clean stop: the checkpoint in flight finished (committed, or declined if its
+        snapshot fails), the open transaction aborted, then no PostgreSQL transaction of the
+        task stays prepared (`PostgresSinks.settle`)."""
+        if self.postgres is None:
+            return
+        self._finish(out, block=True)
+        out.abort()
+        self.postgres.settle(self.last_checkpoint)
 
     def _process(self, msgs: list[Message], out: TransactionalOutput, consumer: Consumer) -> None:
         chain = self.chain
@@ -391,7 +319,7 @@ class KeyedTask(KeyedCheckpoints):
         if current > NO_WATERMARK:
             lag = max(0.0, time.time() - current / 1000)
             metrics.event_time_lag_seconds.labels(**self.labels).set(lag)
-        write_mark(out, [(t, n, channel) for _, t, n, channel in self._shuffles], mark)
+        self._writer.mark(out, mark)
 
     def _dead_at(self, start: int, offset: int, out: TransactionalOutput) -> None:
         """The chain's dead records from ``start`` on came in the shuffle record at
@@ -401,20 +329,9 @@ class KeyedTask(KeyedCheckpoints):
         dead = self.chain.dead
         where = Position(self.topic, self.partition, offset)
         dead[start:] = [replace(d, where=where) for d in dead[start:]]
-        if self._dlq.stops:
-            self._dlq.failed(out, self.chain.take_dead())
-
-    def _dead_letter(self, out: TransactionalOutput, dead: list[DeadRecord] | None = None) -> None:
-        """The dead records so far (``dead``, or the chain's), and those of an aborted
-        transaction, into the open one."""
-        assert self.chain is not None
-        if self._dead_resend:
-            self._dlq.failed(out, self._dead_resend, again=True)
-            self._dead_in_txn.extend(self._dead_resend)
-            self._dead_resend = []
-        dead = self.chain.take_dead() if dead is None else dead
-        self._dlq.failed(out, dead)
-        self._dead_in_txn.extend(dead)
+        dlq = self._writer.dlq
+        if dlq.stops:
+            dlq.failed(out, self.chain.take_dead())
 
     def _flush(
         self, out: TransactionalOutput, checkpoint: bool = False, operators: bool = True
@@ -428,30 +345,16 @@ class KeyedTask(KeyedCheckpoints):
         assert chain is not None
         # The previous epoch's transaction must be closed (time the checkpoint is charged with).
         waiting = time.monotonic()
-        self._finish_checkpoint(out, block=True)
+        self._finish(out, block=True)
         self._waited_s += time.monotonic() - waiting
-        fed = self._fed
-        loop = self.stage.feedback
-        feedback = None if fed is None or loop is None else (loop.name, self.partition)
-        outputs = [(name, channel) for name, _, _, channel in self._shuffles]
-        drained = drain(chain, outputs, feedback, operators)
+        drained = self._writer.drain(chain, operators)
         if checkpoint:
             self._store.start_flush()
         if chain.late:
             self._count_late()
-        if drained.oversized:
-            self._m_oversized.inc(drained.oversized)
-        if drained.dead or self._dead_resend:
-            self._dead_letter(out, drained.dead)
-        topics = [topic for _, topic, _, _ in self._shuffles]
-        segments = self._resend + segments_of(drained, topics, fed.tp.topic if fed else None)
-        self._resend = []
-        if not segments:
-            return
-        shipped = ship(out, segments)
+        shipped = self._writer.ship(out, drained)
         self._records_out += shipped
         self._m_out.inc(shipped)
-        self._in_txn.extend(segments)
 
     def _prepare_rows(self, checkpoint_id: int, out: TransactionalOutput) -> None:
         """The epoch's PostgreSQL rows, prepared before Kafka transaction n commits; the rows
@@ -459,7 +362,7 @@ class KeyedTask(KeyedCheckpoints):
         assert self.postgres is not None and self.chain is not None
         written = self.postgres.prepare(checkpoint_id, self.chain, self.ctx.task_id)
         if self.chain.has_dead:
-            self._dead_letter(out)
+            self._writer.dead_letter(out, self.chain.take_dead())
         self._records_out += written
         self._m_out.inc(written)
 
@@ -473,10 +376,122 @@ class KeyedTask(KeyedCheckpoints):
         if chain.ticks:
             chain.tick(triggered_at_ms or int(time.time() * 1000), quiet)
 
-    def _layout(self) -> list[list[Any]]:
-        """What this task's channel numbers mean (`processor.worker.layout`)."""
-        ctx = self.ctx
-        # Without the assignment's stage sizes (a test's context) a one-input stage's
-        # channels are its upstream's tasks.
-        sizes = ctx.parallelism or {u.name: ctx.input_partitions for u in self.stage.upstreams}
-        return ctx.graph.channel_layout(self.stage, sizes)
+    def _on_barrier(
+        self, msg: Message, out: TransactionalOutput, consumer: Consumer
+    ) -> BarrierOutcome:
+        try:
+            barrier = decode_barrier(msg.value() or b"")
+        except struct.error:
+            barrier = None
+        if barrier is None or barrier.channel >= self.ctx.input_partitions:
+            self._m_bad.inc()  # not written by a source task: skip rather than crash-loop
+            return NOOP
+        outcome = self._aligner.on_barrier(
+            (self.partition, barrier.channel), barrier.checkpoint_id, msg.offset() or 0
+        )
+        now = time.monotonic()
+        starts = self._align_started is None and (
+            outcome.completed is not None or self._aligner.pending is not None
+        )
+        replayed = barrier.checkpoint_id <= self._replay_to  # its checkpoint is long done
+        if starts and barrier.triggered_at_ms and not replayed:
+            # The first barrier of a checkpoint reached this task: Flink's start delay.
+            delay = max(0.0, time.time() - barrier.triggered_at_ms / 1000)
+            metrics.start_delay_seconds.labels(**self.labels).observe(delay)
+        if outcome.aborted is not None and outcome.aborted > self._replay_to:
+            reason = f"overtaken by barrier {barrier.checkpoint_id}"
+            self.ctx.report(Decline(self.ctx.task_id, outcome.aborted, reason))
+        if outcome.completed is not None and outcome.completed <= self._replay_to:
+            self._align_started = None
+            self._replayed(outcome.completed, barrier.triggered_at_ms)
+        elif outcome.completed is not None:
+            if self._replay_to:
+                # The log aligned checkpoint n in the first run, so the replay aligns it too:
+                # past it, the quiet records would be output nobody committed.
+                raise RuntimeError(
+                    f"the replay after the fallback aligned checkpoint {outcome.completed} "
+                    f"before the committed checkpoint {self._replay_to}"
+                )
+            alignment_s = now - (self._align_started or now)
+            self._align_started = None
+            self._checkpoint(outcome, alignment_s, out, consumer, barrier.triggered_at_ms)
+        elif self._aligner.pending is not None and self._align_started is None:
+            self._align_started = now
+        return outcome
+
+    def _replayed(self, checkpoint_id: int, triggered_at_ms: int) -> None:
+        """A checkpoint of the replay after a fallback is aligned again: its epoch goes into
+        the state as in the first run, and nothing out (transaction ``checkpoint_id`` holds
+        it, committed). The replay ends with the committed checkpoint."""
+        chain = self.chain
+        assert chain is not None
+        if self._fed is not None:
+            self._fed.at_barrier(chain, checkpoint_id, quiet=True)
+        self._tick(triggered_at_ms, quiet=True)
+        chain.flush(quiet=True)  # into every operator's state; no output, no dead records
+        chain.late.clear()
+        if self.stage.timed:
+            self._send_watermark(None)
+        if checkpoint_id >= self._replay_to:
+            self._replay_to = self._replay_from = 0
+            self._checkpoints.serve_committed(checkpoint_id)
+            log.info(
+                "%s: replay after the fallback is done (checkpoint %d)",
+                self.ctx.task_id,
+                checkpoint_id,
+            )
+
+    def _checkpoint(
+        self,
+        outcome: BarrierOutcome,
+        alignment_s: float,
+        out: TransactionalOutput,
+        consumer: Consumer,
+        triggered_at_ms: int,
+    ) -> None:
+        """Barrier n is aligned: epoch n closed into transaction n and snapshotted (the
+        synchronous part), its upload and commit left to `KeyedCheckpoints`."""
+        checkpoint_id = outcome.completed
+        assert checkpoint_id is not None and self.chain is not None
+        faults.reach("barrier_aligned", self.ctx.task_id)
+        metrics.alignment_seconds.labels(**self.labels).observe(alignment_s)
+        started = (time.monotonic(), time.thread_time())
+        waited_before = self._waited_s
+        # Close checkpoint n-1 first: if it is declined, what it carried must go out again in
+        # transaction n, with the offsets that move past it.
+        self._finish(out, block=True)
+        # The CPU-bound part: the worker's source threads step aside meanwhile (`priority`).
+        with KEYED_SYNC.held():
+            if self._fed is not None:  # the loop's records fed back since the last barrier
+                self._records_in += self._fed.at_barrier(self.chain, checkpoint_id, quiet=False)
+            positions = {str(u): off for (_, u), off in outcome.positions.items()}
+            resume = self._aligner.resume_offsets()[self.partition]
+            self._checkpoints.send_offsets(out, checkpoint_id, resume)
+            flush_started_cpu = time.thread_time()
+            sent_before = self._time.sent
+            self._write_epoch(checkpoint_id, out, triggered_at_ms)
+            flush_cpu_s = time.thread_time() - flush_started_cpu
+            taken = self._checkpoints.take(checkpoint_id, out, sent_before)
+        if taken is None:
+            return
+        future = self._checkpoints.upload(checkpoint_id, taken, positions)
+        lag = self._checkpoints.lag()
+        self._waited_s = 0.0
+        epoch = self._close_epoch(
+            checkpoint_id, started, waited_before, flush_cpu_s, lag, positions
+        )
+        self._checkpoints.committing(epoch, future, alignment_s, taken, sent_before)
+
+    def _write_epoch(
+        self, checkpoint_id: int, out: TransactionalOutput, triggered_at_ms: int
+    ) -> None:
+        """Epoch n into transaction n: its timers fired, its state and output flushed, its
+        PostgreSQL rows prepared, then the task's watermark and barrier n downstream."""
+        self._tick(triggered_at_ms)
+        self._flush(out, checkpoint=True)
+        if self.postgres is not None:
+            self._prepare_rows(checkpoint_id, out)
+        self._writer.dlq.tick()
+        if self.stage.timed:
+            self._send_watermark(out)
+        self._writer.barriers(out, checkpoint_id, triggered_at_ms)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from processor import metrics
 from processor.checkpointing.aligner import Channel
 from processor.config import Settings
 from processor.plan.stages import Stage
@@ -19,6 +20,7 @@ from processor.state.rocksdb.snapshot_process import SnapshotProcess
 from processor.state.rocksdb.snapshots import SnapshotInfo, SnapshotRef
 from processor.state.savepoints import inherited_floors, open_savepoint
 from processor.state.storage import SnapshotMissing
+from processor.worker.layout import check_snapshot as check_layout
 
 log = logging.getLogger(__name__)
 
@@ -173,3 +175,48 @@ def _positions(shuffle: ShuffleInput, info: SnapshotInfo) -> dict[Channel, int]:
         return shuffle.positions(info.meta)
     except SnapshotMissing as exc:
         raise SnapshotMissing(f"checkpoint {info.ref}: {exc}") from None
+
+
+def committed_snapshot(
+    meta: dict[str, Any], checkpoint_id: int, shuffle: ShuffleInput
+) -> SnapshotRef | None:
+    """The snapshot the commit of ``checkpoint_id`` names (None: nothing committed yet)."""
+    if not checkpoint_id:
+        return None
+    owner = meta.get("snapshot")
+    if not isinstance(owner, str):
+        raise SnapshotMissing(
+            f"the commit of checkpoint {checkpoint_id} on {shuffle.topic}"
+            f"[{shuffle.partition}] names no snapshot (written by an older version?)"
+        )
+    return SnapshotRef(checkpoint_id, owner)
+
+
+def restore_committed(
+    settings: Settings,
+    snapshots: SnapshotProcess,
+    shuffle: ShuffleInput,
+    committed: SnapshotRef,
+    db_path: Path,
+    log_start: int,
+    layout: list[list[Any]],
+) -> Restored:
+    """`restore_snapshot`, its layout checked against the task's, timed and counted."""
+    started = time.monotonic()
+    unaligned = settings.checkpoint_alignment == "unaligned"
+    restored = restore_snapshot(snapshots, shuffle, committed, db_path, log_start, unaligned)
+    info = restored.info
+    check_layout(info.meta, layout, info.ref.checkpoint_id)
+    took = time.monotonic() - started
+    labels = {"job_name": settings.job_name, "task": shuffle.task_id}
+    metrics.restores_total.labels(**labels).inc()
+    metrics.last_restore_seconds.labels(**labels).set(took)
+    metrics.state_size_bytes.labels(**labels).set(info.full_bytes)
+    log.info(
+        "%s: restored checkpoint %s (%d bytes) in %.3fs",
+        shuffle.task_id,
+        info.ref,
+        info.full_bytes,
+        took,
+    )
+    return restored

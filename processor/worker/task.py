@@ -62,6 +62,14 @@ class TaskContext:
     def stage(self) -> Stage:
         return self.graph.stage(TaskId.parse(self.task_id).stage)
 
+    def channel_layout(self) -> list[list[Any]]:
+        """What a keyed task's channel numbers mean (`processor.worker.layout`)."""
+        # Without the assignment's stage sizes (a test's context) a one-input stage's
+        # channels are its upstream's tasks.
+        stage = self.stage
+        sizes = self.parallelism or {u.name: self.input_partitions for u in stage.upstreams}
+        return self.graph.channel_layout(stage, sizes)
+
 
 @dataclass
 class ClosedEpoch:

@@ -7,6 +7,7 @@ import argparse
 import pytest
 
 from processor import cli
+from processor.commands.base import command_settings
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -56,7 +57,7 @@ def test_a_flag_overrides_the_environment(monkeypatch: pytest.MonkeyPatch) -> No
     args = cli.build_parser().parse_args(
         ["local", "--checkpoint-alignment", "unaligned", "--no-combine", "--flush-keys", "7"]
     )
-    settings = cli._settings(args)
+    settings = command_settings(args)
     assert settings.checkpoint_alignment == "unaligned"
     assert settings.combine is False and settings.flush_keys == 7
     with pytest.raises(SystemExit):  # not one of the choices

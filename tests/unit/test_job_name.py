@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from processor import Pipeline, PipelineError, cli
+from processor.commands.base import command_settings
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -17,7 +18,7 @@ _BODY = 'p.source("in").map(str.upper).sink("out")\n'
 
 def _job(monkeypatch: pytest.MonkeyPatch, *argv: str) -> str:
     args: argparse.Namespace = cli.build_parser().parse_args(["worker", *argv])
-    return cli._settings(args).job_name
+    return command_settings(args).job_name
 
 
 @pytest.fixture(autouse=True)

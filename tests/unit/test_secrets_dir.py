@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.cli import _env, build_parser
+from processor.cli import build_parser
+from processor.commands.base import child_env as _env
 from processor.config import SECRETS_DIR_ENV, SettingsError, load_settings
 
 TOKEN = "tok-from-a-file-5f1c"
@@ -135,7 +136,7 @@ def test_values_from_files_never_show(secrets_dir: Path) -> None:
 
 
 def test_local_children_get_the_directory_not_the_secrets(secrets_dir: Path) -> None:
-    # `processor local` starts its children with its own environment plus _env(args): the
+    # `processor local` starts its children with its own environment plus child_env(args): the
     # secrets stay in the files, which the children read through the inherited variable.
     args = build_parser().parse_args(["local", "--workers", "1", "--job-name", "j"])
     overrides = _env(args)

@@ -5,25 +5,51 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from processor.checkpointing.coordinator import CheckpointCoordinator
-from processor.jobs.assignment import WorkerRegistry
+from processor.coordinator.journal import CheckpointJournal
+from processor.coordinator.machine import CoordinatorMachine
 from processor.jobs.graph import JobGraph
 from processor.plan.stages import Stage
 
-if TYPE_CHECKING:
-    from processor.coordinator.service import CoordinatorService
+HISTORY_SHOWN = 50  # checkpoints in the document's history
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What the document says of the job itself."""
+
+    name: str
+    incarnation: str  # the coordinator's
+    graph: JobGraph
+    grafana_url: str | None = None
 
 
 def job_status(
-    service: CoordinatorService,
-    checkpoints: CheckpointCoordinator,
-    registry: WorkerRegistry,
-    placement: dict[str, str],
-    now: float,
+    job: JobInfo, journal: CheckpointJournal, machine: CoordinatorMachine, now: float
 ) -> dict[str, Any]:
     """The document `StatusBoard.publish` takes, at ``now`` (monotonic seconds)."""
+    wall = time.time()
+    return {
+        "job": job.name,
+        "coordinator": job.incarnation,
+        "updated_at": wall,
+        "grafana_url": job.grafana_url,
+        "input_topic": ", ".join(job.graph.plan.source_topics),
+        "output_topic": ", ".join(job.graph.plan.sink_topics),
+        "stages": _stages(job.graph, journal, machine),
+        "checkpoints": _checkpoints(journal, machine, wall),
+        "tasks": _tasks(journal, machine, wall),
+        "workers": _workers(machine, now),
+        "lag": sum(v for v in machine.lag.values() if v),
+    }
+
+
+def _checkpoints(
+    journal: CheckpointJournal, machine: CoordinatorMachine, wall: float
+) -> dict[str, Any]:
+    """The last completed checkpoint, those in progress, the counts and the history."""
     completed = [
         {
             "id": r["id"],
@@ -35,14 +61,30 @@ def job_status(
             "slowest_task": _slowest(r),
             "records_in": r.get("records_in"),
         }
-        for r in service.history[-50:]
+        for r in journal.history[-HISTORY_SHOWN:]
     ]
-    rates, busy = _stage_rates(service.graph, service.history[-2:])
-    history = sorted([*completed, *service._failures], key=lambda c: -int(c["id"]))[:50]
-    wall = time.time()
-    lines = service.hour.sparklines(wall)
+    history = sorted([*completed, *journal.failures], key=lambda c: -int(c["id"]))
+    last = machine.checkpoints.last_completed
+    return {
+        "last_completed": last.checkpoint_id
+        if last
+        else (journal.last["id"] if journal.last else None),
+        "in_progress": sorted(machine.checkpoints.pending),
+        "completed": journal.counts["completed"],
+        "failed": journal.counts["failed"],
+        "history": history[:HISTORY_SHOWN],
+        "hour": journal.hour.checkpoints(wall),
+    }
+
+
+def _tasks(
+    journal: CheckpointJournal, machine: CoordinatorMachine, wall: float
+) -> list[dict[str, Any]]:
+    """Every placed or reported task: where it runs, its state, checkpoint, lag and time."""
+    lines = journal.hour.sparklines(wall)
+    reports = machine.reports.reports
+    placement = machine.placement
     tasks = []
-    reports = service.task_reports.reports
     for task in sorted(set(placement) | set(reports), key=_task_key):
         report = reports.get(task)
         worker, state, checkpoint, reason = (
@@ -50,21 +92,26 @@ def job_status(
             if report
             else ("", "assigned", 0, "")
         )
+        watermark = machine.watermarks.get(task)
         tasks.append(
             {
                 "task": task,
                 "worker": placement.get(task, worker),
                 "state": state,
                 "checkpoint": checkpoint,
-                "lag": service._task_lag.get(task),
-                "watermark_ms": service._task_watermark.get(task),
-                "event_time_lag_s": _event_time_lag(service._task_watermark.get(task)),
+                "lag": machine.lag.get(task),
+                "watermark_ms": watermark,
+                "event_time_lag_s": _event_time_lag(watermark),
                 "reason": reason or None,
                 "hour": lines.get(task, {"records_per_s": [], "lag": []}),
             }
         )
-    load = collections.Counter(placement.values())
-    workers = [
+    return tasks
+
+
+def _workers(machine: CoordinatorMachine, now: float) -> list[dict[str, Any]]:
+    load = collections.Counter(machine.placement.values())
+    return [
         {
             "worker": w,
             "alive": True,
@@ -72,47 +119,34 @@ def job_status(
             "incarnation": st.incarnation,
             "tasks": load.get(w, 0),
         }
-        for w, st in sorted(registry.workers.items())
+        for w, st in sorted(machine.registry.workers.items())
     ]
-    return {
-        "job": service.settings.job_name,
-        "coordinator": service.incarnation,
-        "updated_at": time.time(),
-        "grafana_url": service.settings.grafana_url or None,
-        "input_topic": ", ".join(service.graph.plan.source_topics),
-        "output_topic": ", ".join(service.graph.plan.sink_topics),
-        "stages": [
-            {
-                "stage": stage.name,
-                "kind": _kind(stage),
-                "input": _input(service.graph, stage),
-                "tasks": service.parallelism.get(stage.name, 0),
-                "operators": [n.name for n in stage.nodes],
-                "upstreams": [u.name for u in stage.upstreams],
-                "records_per_s": rates.get(stage.name),
-                "busy": busy.get(stage.name),
-                "lag": sum(
-                    service._task_lag.get(t) or 0
-                    for t in service.task_reports.reports
-                    if t.rpartition("-")[0] == stage.name
-                ),
-            }
-            for stage in service.graph.stages
-        ],
-        "checkpoints": {
-            "last_completed": checkpoints.last_completed.checkpoint_id
-            if checkpoints.last_completed
-            else (service.history[-1]["id"] if service.history else None),
-            "in_progress": sorted(checkpoints.pending),
-            "completed": service._counts["completed"],
-            "failed": service._counts["failed"],
-            "history": history,
-            "hour": service.hour.checkpoints(wall),
-        },
-        "tasks": tasks,
-        "workers": workers,
-        "lag": sum(v for v in service._task_lag.values() if v),
-    }
+
+
+def _stages(
+    graph: JobGraph, journal: CheckpointJournal, machine: CoordinatorMachine
+) -> list[dict[str, Any]]:
+    """Per stage: its kind, input, tasks and operators, rate, busyness and lag."""
+    rates, busy = _stage_rates(graph, journal.history[-2:])
+    parallelism = machine.job.parallelism
+    return [
+        {
+            "stage": stage.name,
+            "kind": _kind(stage),
+            "input": _input(graph, stage),
+            "tasks": parallelism.get(stage.name, 0),
+            "operators": [n.name for n in stage.nodes],
+            "upstreams": [u.name for u in stage.upstreams],
+            "records_per_s": rates.get(stage.name),
+            "busy": busy.get(stage.name),
+            "lag": sum(
+                machine.lag.get(t) or 0
+                for t in machine.reports.reports
+                if t.rpartition("-")[0] == stage.name
+            ),
+        }
+        for stage in graph.stages
+    ]
 
 
 def _event_time_lag(watermark_ms: int | None) -> float | None:

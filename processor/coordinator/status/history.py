@@ -1,7 +1,7 @@
 """The last hour of the job, for the status page: each checkpoint's duration, alignment and
 size, and each task's records/s and lag at each checkpoint.
 
-The coordinator keeps its recent completed checkpoints (`CoordinatorService.history`, 100 of
+The coordinator keeps its recent completed checkpoints (`CheckpointJournal.history`, 100 of
 them) for recovery; at one checkpoint a second that is under two minutes, so the page's hour
 is kept here, in memory, and rebuilt from that history after a coordinator restart. It is
 bounded twice: by age (an hour) and by count (`MAX_POINTS` per series), so a job that

@@ -148,83 +148,13 @@ def render_html(doc: dict[str, Any]) -> str:
     reload: the scroll position stays; with ``?token=`` in its address the fetch has it)."""
     job = html.escape(str(doc.get("job", "")))
     chk = doc.get("checkpoints", {})
-    rows = []
-    for c in chk.get("history", [])[:20]:
-        status = c.get("status", "")
-        rows.append(
-            f'<tr class="{html.escape(status)}">'
-            + _cell(c.get("id"))
-            + _cell(status)
-            + _cell(time.strftime("%H:%M:%S", time.localtime(c["at"])) if c.get("at") else None)
-            + _cell(f"{c['duration_s']:.3f} s" if c.get("duration_s") is not None else None)
-            + _cell(_fmt_bytes(c.get("size_bytes")))
-            + _cell(_fmt_bytes(c.get("full_size_bytes")))
-            + _cell(c.get("slowest_task") or c.get("reason"))
-            + "</tr>"
-        )
-    tasks = "".join(
-        "<tr>"
-        + _cell(t["task"])
-        + _cell(t.get("worker"))
-        + _cell(t.get("state"))
-        + _cell(t.get("checkpoint"))
-        + _cell(t.get("lag"))
-        + _spark_cell(t.get("hour", {}).get("records_per_s"), "#137333")
-        + _spark_cell(t.get("hour", {}).get("lag"), "#b06000")
-        + _cell(_fmt_watermark(t.get("watermark_ms")))
-        + _cell(f"{t['event_time_lag_s']:.1f} s" if t.get("event_time_lag_s") is not None else None)
-        + _cell(t.get("reason"))
-        + "</tr>"
-        for t in doc.get("tasks", [])
-    )
-    stages = "".join(
-        "<tr>"
-        + _cell(st.get("stage"))
-        + _cell(st.get("kind"))
-        + _cell(st.get("input"))
-        + _cell(st.get("tasks"))
-        + _cell(st.get("records_per_s"))
-        + _cell(f"{float(st['busy']):.0%}" if st.get("busy") is not None else None)
-        + _cell(" → ".join(st.get("operators", [])))
-        + "</tr>"
-        for st in doc.get("stages", [])
-    )
-    workers = "".join(
-        f'<tr class="{"completed" if w.get("alive") else "failed"}">'
-        + _cell(w["worker"])
-        + _cell("alive" if w.get("alive") else "dead")
-        + _cell(f"{w['last_seen_s']:.1f} s ago" if w.get("last_seen_s") is not None else None)
-        + _cell(w.get("tasks"))
-        + "</tr>"
-        for w in doc.get("workers", [])
-    )
-    # Tasks that failed for good or stopped on a record: first thing on the page.
-    troubled = [t for t in doc.get("tasks", []) if t.get("state") in ("failed", "stopped")]
-    alert = (
-        '<div class="alert"><b>'
-        + html.escape(f"{len(troubled)} task(s) failed for good or stopped")
-        + "</b><ul>"
-        + "".join(
-            f"<li>{html.escape(str(t['task']))}: {html.escape(str(t.get('reason') or t['state']))}"
-            "</li>"
-            for t in troubled
-        )
-        + "</ul></div>"
-        if troubled
-        else ""
-    )
-    grafana = doc.get("grafana_url")
-    dashboard = (
-        f' &middot; <a href="{html.escape(grafana)}">Grafana</a>'
-        if isinstance(grafana, str) and grafana.startswith(("http://", "https://"))
-        else ""
-    )
-    summary = (
-        f"last completed checkpoint <b>{html.escape(str(chk.get('last_completed', '-')))}</b>"
-        f" &middot; completed {chk.get('completed', 0)} &middot; failed {chk.get('failed', 0)}"
-        f" &middot; in progress {len(chk.get('in_progress', []))}"
-        f" &middot; total lag <b>{doc.get('lag', '-')}</b> records"
-    )
+    rows = "".join(_checkpoint_row(c) for c in chk.get("history", [])[:20])
+    tasks = "".join(_task_row(t) for t in doc.get("tasks", []))
+    stages = "".join(_stage_row(st) for st in doc.get("stages", []))
+    workers = "".join(_worker_row(w) for w in doc.get("workers", []))
+    alert = _alert(doc.get("tasks", []))
+    summary = _summary(doc, chk)
+    dashboard = _dashboard(doc.get("grafana_url"))
     return f"""<!doctype html>
 <html><head><meta charset="utf-8">
 <title>processor: {job}</title>
@@ -242,7 +172,7 @@ def render_html(doc: dict[str, Any]) -> str:
 <th>records/s</th><th>busy</th><th>operators</th></tr>{stages}</table>
 <h2>Checkpoints (latest 20)</h2>
 <table><tr><th>id</th><th>status</th><th>at</th><th>duration</th><th>uploaded</th>
-<th>full size</th><th>slowest task / reason</th></tr>{"".join(rows)}</table></div>
+<th>full size</th><th>slowest task / reason</th></tr>{rows}</table></div>
 <div><h2>Tasks</h2><table><tr><th>task</th><th>worker</th><th>state</th>
 <th>checkpoint</th><th>lag</th><th>records/s, 1 h</th><th>lag, 1 h</th>
 <th>watermark (UTC)</th><th>event-time lag</th>
@@ -253,3 +183,94 @@ def render_html(doc: dict[str, Any]) -> str:
 <p><a href="/api/status">/api/status</a> &middot; <a href="/metrics">/metrics</a></p>
 </body></html>
 """
+
+
+def _checkpoint_row(c: dict[str, Any]) -> str:
+    status = c.get("status", "")
+    return (
+        f'<tr class="{html.escape(status)}">'
+        + _cell(c.get("id"))
+        + _cell(status)
+        + _cell(time.strftime("%H:%M:%S", time.localtime(c["at"])) if c.get("at") else None)
+        + _cell(f"{c['duration_s']:.3f} s" if c.get("duration_s") is not None else None)
+        + _cell(_fmt_bytes(c.get("size_bytes")))
+        + _cell(_fmt_bytes(c.get("full_size_bytes")))
+        + _cell(c.get("slowest_task") or c.get("reason"))
+        + "</tr>"
+    )
+
+
+def _task_row(t: dict[str, Any]) -> str:
+    return (
+        "<tr>"
+        + _cell(t["task"])
+        + _cell(t.get("worker"))
+        + _cell(t.get("state"))
+        + _cell(t.get("checkpoint"))
+        + _cell(t.get("lag"))
+        + _spark_cell(t.get("hour", {}).get("records_per_s"), "#137333")
+        + _spark_cell(t.get("hour", {}).get("lag"), "#b06000")
+        + _cell(_fmt_watermark(t.get("watermark_ms")))
+        + _cell(f"{t['event_time_lag_s']:.1f} s" if t.get("event_time_lag_s") is not None else None)
+        + _cell(t.get("reason"))
+        + "</tr>"
+    )
+
+
+def _stage_row(st: dict[str, Any]) -> str:
+    return (
+        "<tr>"
+        + _cell(st.get("stage"))
+        + _cell(st.get("kind"))
+        + _cell(st.get("input"))
+        + _cell(st.get("tasks"))
+        + _cell(st.get("records_per_s"))
+        + _cell(f"{float(st['busy']):.0%}" if st.get("busy") is not None else None)
+        + _cell(" → ".join(st.get("operators", [])))
+        + "</tr>"
+    )
+
+
+def _worker_row(w: dict[str, Any]) -> str:
+    return (
+        f'<tr class="{"completed" if w.get("alive") else "failed"}">'
+        + _cell(w["worker"])
+        + _cell("alive" if w.get("alive") else "dead")
+        + _cell(f"{w['last_seen_s']:.1f} s ago" if w.get("last_seen_s") is not None else None)
+        + _cell(w.get("tasks"))
+        + "</tr>"
+    )
+
+
+def _alert(tasks: list[dict[str, Any]]) -> str:
+    """Tasks that failed for good or stopped on a record: first thing on the page."""
+    troubled = [t for t in tasks if t.get("state") in ("failed", "stopped")]
+    if not troubled:
+        return ""
+    return (
+        '<div class="alert"><b>'
+        + html.escape(f"{len(troubled)} task(s) failed for good or stopped")
+        + "</b><ul>"
+        + "".join(
+            f"<li>{html.escape(str(t['task']))}: {html.escape(str(t.get('reason') or t['state']))}"
+            "</li>"
+            for t in troubled
+        )
+        + "</ul></div>"
+    )
+
+
+def _dashboard(grafana: object) -> str:
+    """A link to the job's Grafana dashboard, if one is set (an http(s) URL only)."""
+    if isinstance(grafana, str) and grafana.startswith(("http://", "https://")):
+        return f' &middot; <a href="{html.escape(grafana)}">Grafana</a>'
+    return ""
+
+
+def _summary(doc: dict[str, Any], chk: dict[str, Any]) -> str:
+    return (
+        f"last completed checkpoint <b>{html.escape(str(chk.get('last_completed', '-')))}</b>"
+        f" &middot; completed {chk.get('completed', 0)} &middot; failed {chk.get('failed', 0)}"
+        f" &middot; in progress {len(chk.get('in_progress', []))}"
+        f" &middot; total lag <b>{doc.get('lag', '-')}</b> records"
+    )
