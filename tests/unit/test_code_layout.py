@@ -10,6 +10,7 @@ import processor
 
 ROOT = Path(processor.__file__).parent
 MAX_LINES = 500
+MAX_FUNCTION_LINES = 80
 
 # From the bottom up; a package or top-level module may import its own layer and those below.
 LAYERS: list[set[str]] = [
@@ -96,6 +97,20 @@ def test_no_module_is_over_500_lines() -> None:
         if (n := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_no_function_is_over_80_lines() -> None:
+    """A function that does one thing fits a screen (issue #43)."""
+    long = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    where = f"{path.relative_to(ROOT.parent)}:{node.lineno}"
+                    long.append(f"{where} {node.name} {lines}")
+    assert long == []
 
 
 def test_an_upward_import_is_found(tmp_path: Path) -> None:
