@@ -8,6 +8,12 @@
 #
 #   bash deploy/test.sh --fast   the edit loop's tier: lint, types and the unit tests that need
 #                                no server (no broker, S3 or PostgreSQL), in about 2-3 minutes
+#
+#   PROCESSOR_TEST_WORKERS=N bash deploy/test.sh
+#                                opt-in: the suite in N pytest-xdist workers (-n N --dist
+#                                loadfile: one file's tests, and its module fixtures, on one
+#                                worker), each with its own broker, S3 and PostgreSQL on ports
+#                                of its own (tests/workers.py). Unset or 0: one process, as CI.
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 if [ "${1:-}" = "--fast" ]; then
@@ -55,4 +61,8 @@ fi
 ruff check processor tests bench examples
 ruff format --check processor tests bench examples
 mypy processor tests bench
-python -m pytest "${@:--q}" --durations=40
+workers=()
+if [ "${PROCESSOR_TEST_WORKERS:-0}" != 0 ]; then
+  workers=(-n "$PROCESSOR_TEST_WORKERS" --dist loadfile)
+fi
+python -m pytest "${@:--q}" "${workers[@]}" --durations=40

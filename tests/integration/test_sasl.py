@@ -18,10 +18,11 @@ from confluent_kafka.admin import AdminClient
 
 from processor.kafka.broker import LocalBroker
 from tests.integration.harness import JobRun
+from tests.workers import worker_port
 
 # A broker of its own, below the ephemeral port range like every test port (tests/conftest.py):
 # PLAINTEXT 19392 (the broker itself and the test's own clients), controller 19393, SASL 19394.
-PORT = 19392
+PORT = worker_port(19392)
 SASL_PORT = PORT + 2
 USER, PASSWORD = "wordcount", "s3cret-for-the-test"
 
