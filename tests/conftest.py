@@ -28,7 +28,7 @@ from processor.config import S3Location
 from processor.kafka.broker import LocalBroker
 from processor.state.s3 import S3Storage
 from tests.s3server import S3Server
-from tests.workers import worker_port
+from tests.workers import longest_first, worker_port
 
 # Away from the default 9092 so a developer's own broker (and its topics) stay untouched,
 # and below Linux's ephemeral range (32768-60999): a client that keeps reconnecting to a
@@ -82,6 +82,9 @@ def _sendable(text: str) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # The longest files first (tests/workers.py); one process keeps the collection order.
+        items[:] = longest_first(items)
     for item in items:
         if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)

@@ -1,25 +1,34 @@
 """Which pytest-xdist worker this process is, and the ports and names that make it its own.
 
 ``PROCESSOR_TEST_WORKERS=N bash deploy/test.sh`` runs the suite in N pytest-xdist workers
-(gw0, gw1, ...; ``--dist loadfile``: one file's tests on one worker). Each worker starts its
-own session broker, S3 server and PostgreSQL, and its tests their own brokers and clusters:
-``worker_port(base)`` moves every fixed test port by ``PORT_STRIDE`` per worker. Outside
-xdist (and on gw0) the ports are the documented ones.
+(gw0, gw1, ...; ``--dist loadfile``: one file's tests on one worker; 2 by default, 1 for one
+process). Each worker starts its own session broker, S3 server and PostgreSQL, and its tests
+their own brokers and clusters: ``worker_port(base)`` moves every fixed test port by
+``PORT_STRIDE`` per worker. Outside xdist (and on gw0) the ports are the documented ones.
 
-Why a stride of 10: every fixed test port is a block of at most 5 ports that starts at a base
+Why a stride of 5: every fixed test port is a block of at most 3 ports that starts at a base
 whose last two digits are the same for all Kafka bases (19092, 19192, ... 19892, 20192,
 29092; a cluster's controllers at +100) and unique for S3 (18333) and PostgreSQL (15432).
-Worker i's block of base B is B+10i .. B+10i+4, which meets no block of another worker j
-(the difference 10(i-j) is never a multiple of 100 for i, j < 10, and never within 5) nor
-of another base. tests/unit/test_workers.py checks it over every base and 10 workers.
-Worker 9's highest port is 29092 + 90 + 1, well below Linux's ephemeral range (32768).
+Worker i's block of base B is B+5i .. B+5i+2, which meets no block of another worker j (the
+difference 5(i-j) is never a multiple of 100 for i, j < 10, and never within 3) nor of
+another base. And bases moved 10 apart (PROCESSOR_TEST_KAFKA_PORT=P, PROCESSOR_TEST_PG_PORT=
+P+10, ...) stay apart for 2 workers: a stride of 10 put gw1's broker on gw0's PostgreSQL.
+tests/unit/test_workers.py checks both. Worker 9's highest port is 29092 + 45 + 1, well below
+Linux's ephemeral range (32768).
+
+``longest_first`` orders the files for the workers: ``--dist loadfile`` hands out files in
+the order it gets them (with ``--no-loadscope-reorder``; xdist's own reorder puts the files
+with the most tests first, and test_bench, one test of 10 minutes, last of all), so the
+longest files start at once and the short ones fill in at the end.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
-PORT_STRIDE = 10
+PORT_STRIDE = 5
 MAX_WORKERS = 10
 
 
@@ -42,3 +51,53 @@ WORKER_INDEX = worker_index()
 def worker_port(base: int, index: int = WORKER_INDEX) -> int:
     """``base`` moved into this worker's block."""
     return base + PORT_STRIDE * index
+
+
+# The test files that take longest, longest first: each file's total in seconds (setup, call
+# and teardown of all its tests) from one run in 2 workers on the 2-core machine. A file not
+# listed comes after these, in collection order.
+LONGEST_FILES = (
+    "tests/integration/test_bench.py",
+    "tests/integration/test_chaos.py",
+    "tests/integration/test_zombie_commit.py",
+    "tests/integration/test_savepoint.py",
+    "tests/integration/test_crash.py",
+    "tests/integration/test_loop_jobs.py",
+    "tests/integration/test_s3_checkpoints.py",
+    "tests/integration/test_nexmark.py",
+    "tests/integration/test_broker_trouble.py",
+    "tests/integration/test_eos.py",
+    "tests/integration/test_postgres_sink.py",
+    "tests/integration/test_examples.py",
+    "tests/integration/test_time.py",
+    "tests/integration/test_shuffle_retention.py",
+    "tests/integration/test_query_state.py",
+    "tests/integration/test_internal_topics.py",
+    "tests/integration/test_acls.py",
+    "tests/integration/test_anomalies.py",
+    "tests/integration/test_cluster.py",
+    "tests/integration/test_nexmark_flink.py",
+    "tests/integration/test_fallback_operators.py",
+    "tests/integration/test_snapshot_fallback.py",
+    "tests/integration/test_ttl_jobs.py",
+    "tests/integration/test_guarantees.py",
+    "tests/integration/test_bad_input.py",
+    "tests/integration/test_errors.py",
+    "tests/integration/test_coordinator_lease.py",
+    "tests/integration/test_emit_record.py",
+)
+
+
+class _Item(Protocol):
+    @property
+    def nodeid(self) -> str: ...
+
+
+ItemT = TypeVar("ItemT", bound=_Item)
+
+
+def longest_first(items: Sequence[ItemT]) -> list[ItemT]:
+    """``items`` with the files of ``LONGEST_FILES`` first, in its order; the order of the
+    tests within a file and of the other files as they came."""
+    rank = {path: index for index, path in enumerate(LONGEST_FILES)}
+    return sorted(items, key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

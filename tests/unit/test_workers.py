@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from pathlib import Path
 
 import pytest
 
-from tests.workers import MAX_WORKERS, worker_index, worker_port
+from tests.workers import LONGEST_FILES, MAX_WORKERS, longest_first, worker_index, worker_port
 
 # Every fixed port block of the suite at worker 0: (first port, how many), a cluster's
 # controllers as a block of their own (processor/kafka/cluster.py: CONTROLLER_OFFSET 100).
@@ -45,3 +47,48 @@ def test_no_two_workers_share_a_port() -> None:
             assert port not in owner, f"{name} on gw{index} and {owner[port]} both use {port}"
             assert port < 32768, f"{name} on gw{index}: {port} is in the ephemeral range"
             owner[port] = (name, index)
+
+
+def test_ports_moved_ten_apart_stay_apart_in_two_workers() -> None:
+    # PROCESSOR_TEST_KAFKA_PORT=P, _PG_PORT=P+10, _S3_PORT=P+20, _CHAOS_PORT=P+30 and
+    # _CHAOS_S3_PORT=P+40, as sessions side by side set them, under deploy/test.sh's 2 workers.
+    moved = {"kafka": (21000, 2), "postgres": (21010, 2), "s3": (21020, 2)}
+    moved |= {"chaos broker": (21030, 2), "chaos s3": (21040, 3)}
+    owner: dict[int, tuple[str, int]] = {}
+    for (name, (base, width)), index in itertools.product(moved.items(), range(2)):
+        for port in range(worker_port(base, index), worker_port(base, index) + width):
+            assert port not in owner, f"{name} on gw{index} and {owner[port]} both use {port}"
+            owner[port] = (name, index)
+
+
+@dataclasses.dataclass
+class Item:
+    nodeid: str
+
+
+def test_the_longest_files_come_first_and_the_rest_as_they_came() -> None:
+    first, second = LONGEST_FILES[0], LONGEST_FILES[1]
+    items = [
+        Item("tests/unit/test_a.py::test_one"),
+        Item(f"{second}::test_x"),
+        Item("tests/unit/test_b.py::test_two"),
+        Item(f"{first}::test_y[1]"),
+        Item(f"{second}::test_z"),
+        Item(f"{first}::test_y[2]"),
+        Item("tests/unit/test_a.py::test_three"),
+    ]
+    assert [item.nodeid for item in longest_first(items)] == [
+        f"{first}::test_y[1]",
+        f"{first}::test_y[2]",
+        f"{second}::test_x",
+        f"{second}::test_z",
+        "tests/unit/test_a.py::test_one",
+        "tests/unit/test_b.py::test_two",
+        "tests/unit/test_a.py::test_three",
+    ]
+
+
+def test_every_listed_file_is_there_once() -> None:
+    assert len(set(LONGEST_FILES)) == len(LONGEST_FILES)
+    root = Path(__file__).resolve().parents[2]
+    assert [path for path in LONGEST_FILES if not (root / path).is_file()] == []
