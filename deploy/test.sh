@@ -7,13 +7,15 @@
 # are listed at the end: where CI time goes)
 #
 #   bash deploy/test.sh --fast   the edit loop's tier: lint, types and the unit tests that need
-#                                no server (no broker, S3 or PostgreSQL), in about 2-3 minutes
+#                                no server (no broker, S3 or PostgreSQL), in about 2-3 minutes;
+#                                in one process (about 75 s of pytest; 2 workers saved 10 s)
 #
-#   The suite runs in 2 pytest-xdist workers (-n 2 --dist loadfile: one file's tests, and its
-#   module fixtures, on one worker; the longest files first, tests/workers.py), each with its
-#   own broker, S3 and PostgreSQL on ports of its own (5 above the previous worker's). On this
-#   2-core machine that halves the wall time, as most of it is waiting on brokers and jobs.
-#   PROCESSOR_TEST_WORKERS=1 bash deploy/test.sh   one process, every test in collection order
+#   The whole suite runs in 2 pytest-xdist workers (-n 2 --dist loadfile: one file's tests, and
+#   its module fixtures, on one worker; the longest files first, tests/workers.py), each with
+#   its own broker, S3 and PostgreSQL on ports of its own (5 above the previous worker's: the
+#   second worker's broker is on 19097). On the 2-core machine that takes about half the time
+#   of one process, as most of it is waiting on brokers and jobs.
+#   PROCESSOR_TEST_WORKERS=1 bash deploy/test.sh   one process, the tests in collection order
 #   PROCESSOR_TEST_WORKERS=N bash deploy/test.sh   N workers (at most 10)
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
