@@ -101,7 +101,7 @@ def test_wrong_password_is_a_one_line_error_not_a_wait(
     )
     assert done.returncode == 2, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
-    prefix = "processor: Kafka at 127.0.0.1:19394 refused the credentials"
+    prefix = f"processor: Kafka at 127.0.0.1:{SASL_PORT} refused the credentials"
     # A service's error is its last line; `local` logs its own stop after the child's.
     error = lines[-1] if service != "local" else next((x for x in lines if prefix in x), "")
     assert error.startswith(prefix), done.stderr[-2000:]
