@@ -118,9 +118,10 @@ from tests.integration.harness import JobRun, control_messages, recovery_times
 from tests.netns import TestNetwork
 from tests.s3server import S3Server
 from tests.sinkcheck import check_sink
+from tests.workers import worker_port
 
-PORT = int(os.environ.get("PROCESSOR_TEST_CHAOS_PORT", "19292"))
-S3_PORT = int(os.environ.get("PROCESSOR_TEST_CHAOS_S3_PORT", "19392"))
+PORT = worker_port(int(os.environ.get("PROCESSOR_TEST_CHAOS_PORT", "19292")))
+S3_PORT = worker_port(int(os.environ.get("PROCESSOR_TEST_CHAOS_S3_PORT", "19392")))
 S3_BUCKET = "chaos"
 WORKERS = 3
 CLICKS_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "clicks.py"

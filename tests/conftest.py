@@ -11,7 +11,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from processor.localkafka.broker import LocalBroker
 from processor.state.s3 import S3Storage
 from tests import postgres_server
 from tests.s3server import S3Server
+from tests.workers import longest_first, worker_port
 
 # Away from the default 9092 so a developer's own broker (and its topics) stay untouched,
 # and below Linux's ephemeral range (32768-60999): a client that keeps reconnecting to a
@@ -35,18 +36,19 @@ from tests.s3server import S3Server
 # port and connect to itself (TCP simultaneous open), which then blocks the broker's bind.
 # PROCESSOR_TEST_KAFKA_PORT moves it (and the controller, on the next port): two test
 # sessions side by side on one machine.
-TEST_PORT = int(os.environ.get("PROCESSOR_TEST_KAFKA_PORT", "19092"))
+# Under pytest-xdist every port here moves into the worker's own block (tests/workers.py).
+TEST_PORT = worker_port(int(os.environ.get("PROCESSOR_TEST_KAFKA_PORT", "19092")))
 TEST_CONTROLLER_PORT = TEST_PORT + 1
 
 # Below the ephemeral range too (see above); PROCESSOR_TEST_S3_PORT moves it (and the next
 # port, which the outage test's own server takes).
-TEST_S3_PORT = int(os.environ.get("PROCESSOR_TEST_S3_PORT", "18333"))
+TEST_S3_PORT = worker_port(int(os.environ.get("PROCESSOR_TEST_S3_PORT", "18333")))
 TEST_BUCKET = "processor-test"
 TEST_REGION = "us-east-1"
 
 # PostgreSQL on 15432 rather than 5432, away from a system cluster (and below the ephemeral
 # range, see above). PROCESSOR_TEST_PG_DSN names a running server to use instead.
-TEST_PG_PORT = int(os.environ.get("PROCESSOR_TEST_PG_PORT", "15432"))
+TEST_PG_PORT = worker_port(int(os.environ.get("PROCESSOR_TEST_PG_PORT", "15432")))
 
 NewTopicFactory = Callable[..., str]
 
@@ -57,7 +59,32 @@ SERVER_FIXTURES = frozenset(
 )
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Under pytest-xdist, captured output a worker can send to the controller.
+
+    A worker sends each report over execnet, which takes only UTF-8-encodable strings: a
+    test that logs a lone surrogate (test_poison's "\\ud800" error text) crashed the worker
+    (INTERNALERROR, DumpError). Such characters are sent escaped; serial runs are untouched.
+    """
+    report = yield
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        report.sections = [(title, _sendable(text)) for title, text in report.sections]
+        if isinstance(report.longrepr, str):
+            report.longrepr = _sendable(report.longrepr)
+    return report
+
+
+def _sendable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # The longest files first (tests/workers.py); one process keeps the collection order.
+        items[:] = longest_first(items)
     for item in items:
         if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)

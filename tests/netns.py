@@ -56,15 +56,22 @@ import time
 from dataclasses import dataclass
 from types import TracebackType
 
-BRIDGE = "pcxbr"
-NETNS_PREFIX = "pcx-"
+from tests.workers import WORKER_INDEX
+
+# Every name and the subnet are this pytest-xdist worker's own (tests/workers.py): "pcx" and
+# 10.203.0 outside xdist and on gw0, "pc1" and 10.203.1 on gw1, ...: two workers' networks
+# neither share a name nor clean up each other's (remove_leftovers).
+TAG = "pcx" if WORKER_INDEX == 0 else f"pc{WORKER_INDEX}"  # 3 characters: WORKER_INDEX < 10
+BRIDGE = f"{TAG}br"
+NETNS_PREFIX = f"{TAG}-"
 SWITCH = f"{NETNS_PREFIX}switch"  # the namespace of the bridge (not a host's name: see _NAME)
-ROOT_LINK = "pcxroot"  # the root namespace's interface on the switch
-SUBNET = "10.203.0"  # a /24: the root namespace is .1, hosts .2 and up
+ROOT_LINK = f"{TAG}root"  # the root namespace's interface on the switch
+SUBNET = f"10.203.{WORKER_INDEX}"  # a /24: the root namespace is .1, hosts .2 and up
 ROOT_ADDRESS = f"{SUBNET}.1"
 GUARD_METRIC = "4000"  # above the bridge's own route for the subnet (metric 0)
 MAX_HOSTS = 200
-# Interface names are at most 15 characters: "pcxv" + 11 (root side), "pcxp" + 11 (host side).
+# Interface names are at most 15 characters: "pcxv" + 11 (root side), "pcxp" + 11 (host side)
+# (on gw1 "pc1v", "pc1p").
 _NAME = re.compile(r"(?!switch$)[a-z0-9][a-z0-9-]{0,10}")
 
 
@@ -124,12 +131,12 @@ class Host:
     @property
     def outer(self) -> str:
         """The switch's end of the host's veth pair (a bridge port)."""
-        return f"pcxv{self.name}"
+        return f"{TAG}v{self.name}"
 
     @property
     def inner(self) -> str:
         """The host's own end of its veth pair."""
-        return f"pcxp{self.name}"
+        return f"{TAG}p{self.name}"
 
 
 class TestNetwork:
@@ -258,5 +265,5 @@ def remove_leftovers() -> None:
         fields = line.split(":")
         if len(fields) > 1:
             name = fields[1].strip().split("@")[0]
-            if name.startswith("pcx"):
+            if name.startswith(TAG):
                 _ip("link", "del", name, check=False)

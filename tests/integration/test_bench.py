@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+from bench.harness.modes import PORT as BENCH_PORT
+from tests.workers import worker_port
+
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEMS = ("processor", "kafka_streams", "quix", "flink")
 # A fresh machine builds two jars and two virtualenvs first; the run itself takes ~5 minutes.
@@ -36,6 +39,9 @@ def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
             sys.executable,
             "bench/run.py",
             "--quick",
+            # Under pytest-xdist, in this worker's own block (tests/workers.py).
+            "--port",
+            str(worker_port(BENCH_PORT)),
             "--latency-rates",
             "20000",
             "--scaling-keys",

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from processor.localkafka.broker import LocalBroker
 from tests.integration.harness import JobRun, wait_until
+from tests.workers import worker_port
 
 # A broker of its own: restarting the session's broker would disturb other tests. Below the
 # ephemeral port range, like every test port (see tests/conftest.py).
-PORT = 19192
+PORT = worker_port(19192)
 
 
 def test_broker_down_at_start_then_restarted_mid_run(tmp_path: Path) -> None:

@@ -16,8 +16,9 @@ from tests.broker_faults import TXN_LEADER_KILL
 from tests.chaos import FALLBACK, WORKERS, run_chaos
 from tests.netns import available
 from tests.network_faults import BROKER_CUT, WORKER_CUT, chaos_network
+from tests.workers import worker_port
 
-CLUSTER_PORT = int(os.environ.get("PROCESSOR_TEST_CHAOS_CLUSTER_PORT", "19892"))
+CLUSTER_PORT = worker_port(int(os.environ.get("PROCESSOR_TEST_CHAOS_CLUSTER_PORT", "19892")))
 
 # The faults of a short run without a broker restart: every kind of process fault, once at least.
 NO_BROKER_RESTART = {"worker SIGKILL", "coordinator SIGKILL", "worker SIGSTOP (zombie)"}

@@ -23,6 +23,7 @@ from processor.kafka.replication import topic_replication
 from processor.localkafka import cluster
 from processor.localkafka.brokertools import wait_exit
 from processor.localkafka.cluster import LocalCluster
+from tests.workers import worker_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -30,7 +31,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 # (19392) and a developer's 9092, and below Linux's ephemeral range like every test port (see
 # tests/conftest.py: a client's source port there can take a broker's port; in CI one did, and
 # no node started). The controllers take 19592-19594.
-PORT = int(os.environ.get("PROCESSOR_TEST_CLUSTER_PORT", "19492"))
+PORT = worker_port(int(os.environ.get("PROCESSOR_TEST_CLUSTER_PORT", "19492")))
 
 
 def _replicas(admin: AdminClient, topic: str) -> list[tuple[int, int]]:

@@ -16,12 +16,13 @@ from processor.localkafka import cluster
 from processor.localkafka.cluster import LocalCluster
 from tests.eos.run import EosRun, Plan
 from tests.eos.verify import report
+from tests.workers import worker_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
 
 # Below Linux's ephemeral range and away from every other test's ports (tests/conftest.py,
 # test_cluster.py); the controllers take P+100 to P+102.
-PORT = int(os.environ.get("PROCESSOR_TEST_EOS_PORT", "19692"))
+PORT = worker_port(int(os.environ.get("PROCESSOR_TEST_EOS_PORT", "19692")))
 RECORDS = 3000
 
 

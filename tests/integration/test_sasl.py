@@ -18,10 +18,11 @@ from confluent_kafka.admin import AdminClient
 
 from processor.localkafka.broker import LocalBroker
 from tests.integration.harness import JobRun
+from tests.workers import worker_port
 
 # A broker of its own, below the ephemeral port range like every test port (tests/conftest.py):
 # PLAINTEXT 19392 (the broker itself and the test's own clients), controller 19393, SASL 19394.
-PORT = 19392
+PORT = worker_port(19392)
 SASL_PORT = PORT + 2
 USER, PASSWORD = "wordcount", "s3cret-for-the-test"
 
@@ -100,7 +101,7 @@ def test_wrong_password_is_a_one_line_error_not_a_wait(
     )
     assert done.returncode == 2, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
-    prefix = "processor: Kafka at 127.0.0.1:19394 refused the credentials"
+    prefix = f"processor: Kafka at 127.0.0.1:{SASL_PORT} refused the credentials"
     # A service's error is its last line; `local` logs its own stop after the child's.
     error = lines[-1] if service != "local" else next((x for x in lines if prefix in x), "")
     assert error.startswith(prefix), done.stderr[-2000:]
