@@ -5,18 +5,13 @@ import java.util.Map;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.functions.RichMapFunction;
-import org.apache.flink.api.common.serialization.SimpleStringSchema;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.tuple.Tuple2;
 import org.apache.flink.configuration.Configuration;
-import org.apache.flink.connector.base.DeliveryGuarantee;
-import org.apache.flink.connector.kafka.sink.KafkaSink;
-import org.apache.flink.connector.kafka.sink.KafkaSinkBuilder;
 import org.apache.flink.connector.kafka.source.KafkaSource;
-import org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer;
 import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.operators.AbstractStreamOperator;
@@ -106,25 +101,7 @@ public final class PreAggWordCount {
     StreamExecutionEnvironment env = JobRuntime.environment(conf);
     TypeInformation<Tuple2<String, Long>> pair = Types.TUPLE(Types.STRING, Types.LONG);
 
-    KafkaSource<String> source =
-        KafkaSource.<String>builder()
-            .setBootstrapServers(a.bootstrap())
-            .setTopics(a.input())
-            .setGroupId(a.name())
-            .setStartingOffsets(OffsetsInitializer.earliest())
-            .setValueOnlyDeserializer(new SimpleStringSchema())
-            .setProperty("isolation.level", "read_committed")
-            .build();
-    KafkaSinkBuilder<Tuple2<String, Long>> sinkBuilder =
-        KafkaSink.<Tuple2<String, Long>>builder()
-            .setBootstrapServers(a.bootstrap())
-            .setRecordSerializer(new WordCount.CountRecord(a.output()))
-            .setDeliveryGuarantee(DeliveryGuarantee.EXACTLY_ONCE)
-            .setTransactionalIdPrefix(a.name())
-            .setProperty("transaction.timeout.ms", JobRuntime.TRANSACTION_TIMEOUT_MS);
-    for (String[] kv : JobRuntime.PRODUCER_TUNING) {
-      sinkBuilder.setProperty(kv[0], kv[1]);
-    }
+    KafkaSource<String> source = WordCount.lines(a);
 
     env.fromSource(source, WatermarkStrategy.noWatermarks(), "lines")
         .flatMap(new WordCount.Tokenize())
@@ -135,7 +112,7 @@ public final class PreAggWordCount {
         .map(new Sum())
         .returns(pair)
         .name("counts")
-        .sinkTo(sinkBuilder.build())
+        .sinkTo(WordCount.counts(a))
         .name("output");
 
     JobClient job = env.executeAsync(a.name());

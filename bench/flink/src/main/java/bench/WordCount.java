@@ -91,22 +91,21 @@ public final class WordCount {
     }
   }
 
-  public static void main(String[] args) throws Exception {
-    JobRuntime.Args a = JobRuntime.Args.parse("WordCount", args);
-    Configuration conf = JobRuntime.configuration(a);
+  /** The input's lines: read_committed, from the earliest offset, offsets to the job's group. */
+  static KafkaSource<String> lines(JobRuntime.Args a) {
+    return KafkaSource.<String>builder()
+        .setBootstrapServers(a.bootstrap())
+        .setTopics(a.input())
+        .setGroupId(a.name())
+        .setStartingOffsets(OffsetsInitializer.earliest())
+        .setValueOnlyDeserializer(new SimpleStringSchema())
+        .setProperty("isolation.level", "read_committed")
+        .build();
+  }
 
-    StreamExecutionEnvironment env = JobRuntime.environment(conf);
-
-    KafkaSource<String> source =
-        KafkaSource.<String>builder()
-            .setBootstrapServers(a.bootstrap())
-            .setTopics(a.input())
-            .setGroupId(a.name())
-            .setStartingOffsets(OffsetsInitializer.earliest())
-            .setValueOnlyDeserializer(new SimpleStringSchema())
-            .setProperty("isolation.level", "read_committed")
-            .build();
-    KafkaSinkBuilder<Tuple2<String, Long>> sinkBuilder =
+  /** The counts into the output topic, exactly once, with the peers' producer tuning. */
+  static KafkaSink<Tuple2<String, Long>> counts(JobRuntime.Args a) {
+    KafkaSinkBuilder<Tuple2<String, Long>> builder =
         KafkaSink.<Tuple2<String, Long>>builder()
             .setBootstrapServers(a.bootstrap())
             .setRecordSerializer(new CountRecord(a.output()))
@@ -114,9 +113,19 @@ public final class WordCount {
             .setTransactionalIdPrefix(a.name())
             .setProperty("transaction.timeout.ms", JobRuntime.TRANSACTION_TIMEOUT_MS);
     for (String[] kv : JobRuntime.PRODUCER_TUNING) {
-      sinkBuilder.setProperty(kv[0], kv[1]);
+      builder.setProperty(kv[0], kv[1]);
     }
-    KafkaSink<Tuple2<String, Long>> sink = sinkBuilder.build();
+    return builder.build();
+  }
+
+  public static void main(String[] args) throws Exception {
+    JobRuntime.Args a = JobRuntime.Args.parse("WordCount", args);
+    Configuration conf = JobRuntime.configuration(a);
+
+    StreamExecutionEnvironment env = JobRuntime.environment(conf);
+
+    KafkaSource<String> source = lines(a);
+    KafkaSink<Tuple2<String, Long>> sink = counts(a);
 
     env.fromSource(source, WatermarkStrategy.noWatermarks(), "lines")
         .flatMap(new Tokenize())
