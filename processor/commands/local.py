@@ -95,6 +95,7 @@ def run_local(
     stop: threading.Event,
     until_idle: bool = False,
     metrics_port: int = 0,
+    drain: bool = False,
 ) -> int:
     env = {**os.environ, **env_overrides}
 
@@ -103,7 +104,12 @@ def run_local(
 
     coordinator = _Child(
         "coordinator",
-        ["coordinator", "--exit-when-stopped", *(["--exit-when-idle"] if until_idle else [])],
+        [
+            "coordinator",
+            "--exit-when-stopped",
+            *(["--exit-when-idle"] if until_idle else []),
+            *(["--drain"] if until_idle and drain else []),
+        ],
         {**child_env(metrics_port), "PROCESSOR_EXPECTED_WORKERS": str(workers)},
     )
     children = [coordinator]
@@ -156,6 +162,13 @@ def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentPars
         "--workers", type=int, default=2, help="worker processes to run (default: 2)"
     )
     parser.add_argument("--until-idle", action="store_true", help="stop once all input is done")
+    parser.add_argument(
+        "--drain",
+        action="store_true",
+        help="with --until-idle: end event time once the input is done, so that every window "
+        "and event-time timer fires before the job stops (as Flink's stop --drain; a drained "
+        "job's later input is late)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -171,4 +184,7 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port is None and "PROCESSOR_METRICS_PORT" not in os.environ:
         port = free_ports(args.workers + 1, host=settings.metrics_host)
     env = base.child_env(args)
-    return run_local(args.workers, env, base.stop_event(), args.until_idle, port)
+    if args.drain and not args.until_idle:
+        print("processor local: --drain needs --until-idle", file=sys.stderr)
+        return 2
+    return run_local(args.workers, env, base.stop_event(), args.until_idle, port, args.drain)

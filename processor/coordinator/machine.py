@@ -102,6 +102,7 @@ class CoordinatorMachine:
         self.lag: dict[str, int] = {}  # each task's, at its last ack
         self.watermarks: dict[str, int] = {}  # event time, ms, of timed jobs' tasks
         self.idle_streak = 0
+        self.draining = False  # every trigger from now on ends event time (`drain`)
         self._changed = True
         # The first trigger waits until every task runs (or a while at most): a checkpoint
         # triggered before a source is up can only fail.
@@ -119,6 +120,13 @@ class CoordinatorMachine:
     def idle(self) -> bool:
         """Every input consumed and committed, checkpoint after checkpoint."""
         return self.idle_streak >= IDLE_CHECKPOINTS
+
+    def drain(self) -> None:
+        """The input is done: every trigger from now on tells the sources to end event time
+        (every window and timer fires), and the job must be idle again, after that, to be
+        done."""
+        self.draining = True
+        self.idle_streak = 0
 
     def on_message(self, message: control.Message, now: float, wall: float) -> Step:
         """A control message read at ``now`` (monotonic) and ``wall`` (epoch seconds)."""
@@ -233,13 +241,16 @@ class CoordinatorMachine:
             # acts on it now (one that did already ignores it). With one checkpoint at a
             # time, a lost trigger would otherwise hold every later one back until the
             # timeout.
-            step.send.append(control.Trigger(pending.checkpoint_id, pending.triggered_at))
+            again = control.Trigger(
+                pending.checkpoint_id, pending.triggered_at, drain=self.draining
+            )
+            step.send.append(again)
         ready = len(self._seen_running) == len(self.job.tasks) or now >= self._first_trigger_by
         due = self.schedule.trigger_due(now)
         if not (due and self.placement and ready and checkpoints.can_trigger):
             return
         checkpoint_id, dropped = checkpoints.trigger(wall)
-        step.send.append(control.Trigger(checkpoint_id, wall))
+        step.send.append(control.Trigger(checkpoint_id, wall, drain=self.draining))
         step.failed.extend((failed, False) for failed in dropped)
         stopped = self.reports.given_up()
         if stopped is not None:

@@ -50,6 +50,7 @@ MAX_REFUSALS_LOGGED = 10  # worker URLs refused, logged one by one (then only co
 
 class CoordinatorService:
     def __init__(self, settings: Settings) -> None:
+        self._drain = False  # `run`'s
         self.settings = settings
         self.graph = load_graph(settings)
         self.incarnation = uuid.uuid4().hex[:12]
@@ -165,10 +166,17 @@ class CoordinatorService:
         raise AssertionError("unreachable: the delays never end")
 
     def run(
-        self, stop: threading.Event, exit_when_idle: bool = False, exit_when_stopped: bool = False
+        self,
+        stop: threading.Event,
+        exit_when_idle: bool = False,
+        exit_when_stopped: bool = False,
+        drain: bool = False,
     ) -> bool:
         """Returns whether it ended because a task stopped on a failing record
-        (``exit_when_stopped``: end then, as ``processor local`` wants)."""
+        (``exit_when_stopped``: end then, as ``processor local`` wants). ``drain`` (with
+        ``exit_when_idle``): once idle, end event time and wait to be idle again, so that
+        every window and timer has fired (`CoordinatorMachine.drain`)."""
+        self._drain = drain
         s = self.settings
         server = None
         if s.metrics_port:
@@ -253,6 +261,10 @@ class CoordinatorService:
                 pending = len(machine.checkpoints.pending)
                 metrics.checkpoints_in_progress.labels(**self._labels).set(pending)
                 if exit_when_idle and machine.idle:
+                    if self._drain and not machine.draining:
+                        log.info("job %s is idle: draining, event time ends", s.job_name)
+                        machine.drain()
+                        continue
                     log.info("job %s is idle: every input is consumed and committed", s.job_name)
                     return False
         finally:

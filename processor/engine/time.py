@@ -28,6 +28,11 @@ from typing import Any
 
 # No watermark yet: below every event time.
 NO_WATERMARK = -(1 << 62)
+# The watermark of a drained job (``processor local --until-idle --drain``, as Flink's
+# ``stop --drain`` and its bounded sources end): every window and event-time timer fires. The
+# last millisecond a datetime can show (9999-12-31T23:59:59.999Z), so that the status page and
+# the metrics can still show it.
+END_OF_TIME = 253_402_300_799_999
 # Of the wall time between two reads of a source task, what counts towards idleness at most:
 # more than a read and its batch take, less than any sensible idle_ms.
 READ_GAP_S = 0.25
@@ -134,12 +139,19 @@ Mark = tuple[int, bool]
 
 
 def source_marks(
-    watermarks: SourceWatermarks, sent: Mark | None, floor: int = NO_WATERMARK
+    watermarks: SourceWatermarks,
+    sent: Mark | None,
+    floor: int = NO_WATERMARK,
+    drained: bool = False,
 ) -> list[Mark]:
     """The marks a source task forwards now, in order, after ``sent`` (none if nothing
     changed). Idle, it first forwards the watermark of what it read before (readers ignore
     an idle mark's time, and the records read since the last mark would never close their
-    windows). ``floor``: a watermark the caller forces (the test driver's)."""
+    windows). ``floor``: a watermark the caller forces (the test driver's). ``drained``: the
+    input is done, event time ends (`END_OF_TIME`, not idle: it closes every window)."""
+    if drained:
+        end = (END_OF_TIME, False)
+        return [] if sent == end else [end]
     current = watermarks.current()
     marks: list[Mark] = []
     last = (sent or (NO_WATERMARK, True))[0]

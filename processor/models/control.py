@@ -74,6 +74,9 @@ class Trigger:
     checkpoint: Id
     triggered_at: float
     kind: Literal["trigger"] = "trigger"
+    # The input is done and the job drains (``--drain``): at this checkpoint every source
+    # ends event time (`processor.engine.time.END_OF_TIME`), so every window and timer fires.
+    drain: bool = False
 
 
 @dataclass(frozen=True)

@@ -218,7 +218,9 @@ class Worker:
                 return False
             self._newest_trigger = max(self._newest_trigger, message.checkpoint)
             for runner in self._runners.values():
-                runner.task.request_checkpoint(message.checkpoint, message.triggered_at)
+                runner.task.request_checkpoint(
+                    message.checkpoint, message.triggered_at, message.drain
+                )
         return True
 
     def _checkpoint_ceiling(self) -> int:

@@ -93,6 +93,7 @@ class SourceTask(Task):
         self._meta = head.meta  # its pipeline uses record metadata: see `source_meta`
         self._watermarks = SourceWatermarks(partitions, head.out_of_orderness_ms, head.idle_ms)
         self._sent_mark: tuple[int, bool] | None = None  # the last watermark written
+        self._draining = False  # the job drains: event time ends (a trigger's ``drain``)
         self._requested = 0
         self._requested_at = 0.0  # wall-clock time the coordinator triggered it
         self._positions: dict[int, int] = {}  # input partition -> next offset to read
@@ -107,9 +108,13 @@ class SourceTask(Task):
         # Of a dead record derived from an input record: what the task knows of where.
         self._read_from = Position(self.topic, partitions[0] if len(partitions) == 1 else None)
 
-    def request_checkpoint(self, checkpoint_id: int, triggered_at: float) -> None:
+    def request_checkpoint(
+        self, checkpoint_id: int, triggered_at: float, drain: bool = False
+    ) -> None:
         # Only the newest trigger matters (older ones are superseded). The time goes first:
-        # the task thread reads _requested, then _requested_at.
+        # the task thread reads _requested, then _requested_at. A drain is for good: the
+        # job's input is done, its event time ends at the next checkpoint.
+        self._draining = self._draining or drain
         if checkpoint_id > self._requested:
             self._requested_at = triggered_at
             self._requested = checkpoint_id
@@ -373,7 +378,7 @@ class SourceTask(Task):
     def _send_watermark(self, out: TransactionalOutput) -> None:
         """This task's watermark (or idle mark) into every downstream shuffle partition, if
         it changed since the last one: after the epoch's records, before its barrier."""
-        for mark in source_marks(self._watermarks, self._sent_mark):
+        for mark in source_marks(self._watermarks, self._sent_mark, drained=self._draining):
             self._write_mark(out, mark)
 
     def _write_mark(self, out: TransactionalOutput, mark: tuple[int, bool]) -> None:

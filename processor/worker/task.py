@@ -153,7 +153,9 @@ class Task:
     def run(self) -> None:
         raise NotImplementedError
 
-    def request_checkpoint(self, checkpoint_id: int, triggered_at: float) -> None:
+    def request_checkpoint(
+        self, checkpoint_id: int, triggered_at: float, drain: bool = False
+    ) -> None:
         """Only source tasks act on triggers; others get barriers in their input."""
 
     def _close_epoch(

@@ -228,11 +228,17 @@ class JobRun:
         )
 
     def start_coordinator(
-        self, exit_when_idle: bool = True, fault: str = "", metrics_port: int = 0
+        self,
+        exit_when_idle: bool = True,
+        fault: str = "",
+        metrics_port: int = 0,
+        drain: bool = False,
     ) -> None:
         """``fault`` arms a crash point (processor/faults.py) in this process only;
-        ``metrics_port`` (0: as the run's environment says) serves its HTTP side."""
+        ``metrics_port`` (0: as the run's environment says) serves its HTTP side; ``drain``
+        ends event time once idle (``--drain``)."""
         args = ["coordinator", *(["--exit-when-idle"] if exit_when_idle else [])]
+        args += ["--drain"] if drain else []
         port = {"PROCESSOR_METRICS_PORT": str(metrics_port)} if metrics_port else {}
         self.coordinator = self._spawn("coordinator", *args, PROCESSOR_FAULT=fault, **port)
 

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
 from tests.integration import chained_windows, idle_window
@@ -263,3 +264,38 @@ def test_a_source_idle_at_its_next_checkpoint_forwards_what_it_read_first(
         wait_until(lambda: windows() == second, 60, "the window the last record closes")
     finally:
         run.stop()
+
+
+@pytest.mark.parametrize("drain", [True, False], ids=["drained", "not-drained"])
+def test_a_drained_job_closes_every_window_before_it_exits(
+    kafka_bootstrap: str, tmp_path: Path, drain: bool
+) -> None:
+    """``processor local --until-idle --drain`` (the coordinator's ``--exit-when-idle
+    --drain``): once the input is done, event time ends and the last window fires before the
+    job exits, as a bounded source ends in Flink. Without ``--drain`` that window stays open:
+    nothing after it closes it."""
+    run = PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        IDLE_WINDOW,
+        {"events": "events", "windows": "windows"},
+        source_partitions=1,
+        interval_ms=300,
+    )
+    t0 = 1_700_000_000_000
+    run.send(
+        run.topics["events"],
+        [json.dumps({"k": "a", "ts": t0 + 10 * i}).encode() for i in range(250)],
+    )
+    run.start_coordinator(exit_when_idle=True, drain=drain)
+    run.start_worker(0)
+    try:
+        assert run.coordinator is not None
+        assert run.coordinator.wait(timeout=240) == 0, run.log("coordinator")[-2000:]
+    finally:
+        run.stop()
+    got = records(read_committed(kafka_bootstrap, run.topics["windows"]))
+    want = Counter({(f"a@{t0}".encode(), b"100"): 1, (f"a@{t0 + 1000}".encode(), b"100"): 1})
+    if drain:
+        want[(f"a@{t0 + 2000}".encode(), b"50")] = 1
+    assert got == want

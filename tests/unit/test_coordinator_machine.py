@@ -103,3 +103,30 @@ def test_a_worker_that_misses_its_heartbeats_loses_its_tasks() -> None:
     assert sorted(step.dead) == ["w0", "w1"] and step.assigned and m.placement == {}
     m.on_message(_beat("w1"), 7.5, 1007.5)
     assert m.tick(8.5, 1008.5).assigned and set(m.placement.values()) == {"w1"}
+
+
+def test_a_drain_ends_event_time_in_every_trigger_and_needs_idle_again() -> None:
+    """``processor local --until-idle --drain``: once idle, the triggers carry ``drain`` (the
+    sources end event time), and the job is idle again only after more quiet checkpoints."""
+    m = _machine()
+    checkpoint = _running(m)
+    at = 3.0
+
+    def quiet_checkpoint(n: int) -> list[Trigger]:
+        nonlocal at
+        at += 1.5
+        m.on_message(_beat("w0"), at, 1000 + at)
+        sent = [t for t in m.tick(at, 1000 + at).send if isinstance(t, Trigger)]
+        for task in TASKS:
+            m.on_message(_ack(task, n), at + 0.1, 1000.1 + at)
+        return sent
+
+    for task in TASKS:
+        m.on_message(_ack(task, checkpoint), 3.1, 1003.1)
+    triggers = [t for n in range(checkpoint + 1, checkpoint + 3) for t in quiet_checkpoint(n)]
+    assert m.idle and not any(t.drain for t in triggers)
+    m.drain()
+    assert m.draining and not m.idle
+    after = [t for n in range(checkpoint + 3, checkpoint + 6) for t in quiet_checkpoint(n)]
+    assert after and all(t.drain for t in after)
+    assert m.idle

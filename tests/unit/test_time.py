@@ -7,6 +7,7 @@ import random
 import pytest
 
 from processor.engine.time import (
+    END_OF_TIME,
     NO_WATERMARK,
     READ_GAP_S,
     ChannelWatermarks,
@@ -173,3 +174,12 @@ def test_what_a_source_forwards_and_the_progress_before_an_idle_mark() -> None:
     assert source_marks(marks, (2_900, False)) == [(3_900, False), (3_900, True)]
     assert source_marks(marks, (3_900, True)) == []
     assert source_marks(marks, (2_900, False), floor=10_000) == [(3_900, False), (3_900, True)]
+
+
+def test_a_drained_source_ends_event_time_once_idle_or_not() -> None:
+    """``--drain``: the end of time, not idle (it closes every window), sent once."""
+    marks = SourceWatermarks([0, 1], out_of_orderness_ms=0, idle_ms=1000)
+    marks.observe(0, 5_000)
+    assert source_marks(marks, (4_000, False), drained=True) == [(END_OF_TIME, False)]
+    assert source_marks(marks, (END_OF_TIME, False), drained=True) == []
+    assert source_marks(marks, None, drained=True) == [(END_OF_TIME, False)]
