@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                 measure.create_topic(broker.bootstrap, topic, 4)
                 lines = list(corpus.lines(int(args.rate * (warmup + args.seconds + 2)), seed=3))
                 # The producer process is spawned: it reads LINGER_MS when it imports
-                # bench.measure, so the value goes in through the environment of the spawn.
+                # bench.harness.measure, so the value goes in through the environment of the spawn.
                 with mock.patch.dict(os.environ, {"BENCH_PRODUCER_LINGER_MS": str(linger)}):
                     producer = measure.RateProducer(broker.bootstrap, topic, lines, args.rate, 4)
                     producer.start()

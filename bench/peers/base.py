@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from bench.measure import pgroup_members
+from bench.harness.measure import pgroup_members
 
 
 @dataclass(frozen=True)
@@ -184,13 +184,13 @@ class Peer(ABC):
 
     def group_id(self, job: Job) -> str:
         """The consumer group whose committed offsets of the input topic are the job's
-        progress (bench/steady.py measures throughput from them): for every peer so far the
+        progress (bench/harness/steady.py measures throughput from them): for every peer so far the
         job's name (job name, application.id, consumer group)."""
         return job.name
 
     def output_writers(self, job: Job) -> int | None:
         """How many transactional writers commit to each partition of the job's output
-        (bench/markers.py counts commits per writer), or None (the default) if each writer
+        (bench/harness/markers.py counts commits per writer), or None (the default) if each writer
         keeps one producer id for the run, so that the markers' producer ids tell them apart
         (this project's keyed tasks, Kafka Streams' stream threads, Quix's processes)."""
         return None

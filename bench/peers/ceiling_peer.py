@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
-from bench.measure import create_topic
+from bench.harness.measure import create_topic
 from bench.peers.base import Job, Peer, Running, spawn
 
 APP = Path(__file__).resolve().parent / "ceiling_app.py"

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from bench.common import ms as _ms
-from bench.measure import percentile
+from bench.harness.common import ms as _ms
+from bench.harness.measure import percentile
 from bench.peers.base import Job, Peer, Running, spawn
 
 # The worker logs this just before a source task's first consume call (its logger: the source

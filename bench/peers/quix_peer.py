@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
+from bench.harness.venvs import cached_venv
 from bench.peers.base import Job, Peer, Running, spawn
-from bench.venvs import cached_venv
 
 VERSION = "3.28.1"
 # Its own virtualenv, outside the repository: quixstreams pins confluent-kafka < 2.13, and
