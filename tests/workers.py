@@ -7,7 +7,7 @@ their own brokers and clusters: ``worker_port(base)`` moves every fixed test por
 ``PORT_STRIDE`` per worker. Outside xdist (and on gw0) the ports are the documented ones.
 
 Why a stride of 5: every fixed test port is a block of at most 3 ports that starts at a base
-whose last two digits are the same for all Kafka bases (19092, 19192, ... 19892, 20192,
+whose last two digits are the same for all Kafka bases (19092, 19192, ... 19892, 20192, 20292,
 29092; a cluster's controllers at +100) and unique for S3 (18333) and PostgreSQL (15432).
 Worker i's block of base B is B+5i .. B+5i+2, which meets no block of another worker j (the
 difference 5(i-j) is never a multiple of 100 for i, j < 10, and never within 3) nor of

@@ -1,8 +1,8 @@
-"""bench/nexmark.py end to end on a tiny count: its own broker (PROCESSOR_TEST_KAFKA_PORT + 6
-and + 7, inside this run's port block), the crate's events, both engines on an updating query
-(q4) and a window query (q5), the engine going first alternating; exit 0 (every run exact)
-and a results file with every figure the contract names. No timing assertions. Skipped
-without the crate's binary or when the Flink jar cannot be built."""
+"""bench/nexmark.py end to end on a tiny count: its own broker (port 20292 and 20293, moved
+into this pytest-xdist worker's block: tests/workers.py), the crate's events, both engines on
+an updating query (q4) and a window query (q5), the engine going first alternating; exit 0
+(every run exact) and a results file with every figure the contract names. No timing
+assertions. Skipped without the crate's binary or when the Flink jar cannot be built."""
 
 from __future__ import annotations
 
@@ -15,7 +15,11 @@ from bench import nexmark
 from bench.nexmark_table import markdown
 from bench.peers.flink_nexmark_peer import FlinkNexmarkPeer
 from processor.commands import nexmark as generate
-from tests.conftest import TEST_PORT
+from tests.workers import worker_port
+
+# The harness's own broker and controller (PROCESSOR_TEST_KAFKA_PORT + 6 collided with the
+# second worker's session broker): a block of its own, tests/unit/test_workers.py BLOCKS.
+NEXMARK_BENCH_PORT = 20292
 
 FIGURES = (
     "events_per_s",
@@ -37,7 +41,8 @@ def test_a_tiny_sitting_is_exact_and_complete(tmp_path: Path) -> None:
     except (generate.NexmarkError, RuntimeError, OSError) as exc:
         pytest.skip(f"no crate binary or Flink jar: {exc}")
     args = ["--events", "5000", "--runs", "1", "--queries", "q4,q5", "--partitions", "2"]
-    args += ["--port", str(TEST_PORT + 6), "--results-dir", str(tmp_path), "--timeout", "300"]
+    port = worker_port(NEXMARK_BENCH_PORT)
+    args += ["--port", str(port), "--results-dir", str(tmp_path), "--timeout", "300"]
     assert nexmark.main(args) == 0
     [path] = tmp_path.glob("nexmark-*.json")
     report = json.loads(path.read_text())

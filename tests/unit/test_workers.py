@@ -26,6 +26,7 @@ BLOCKS = {
     "chaos cluster brokers": (19892, 3),
     "chaos cluster controllers": (19992, 3),
     "test_acls (session + 1100, +2 SASL)": (20192, 3),
+    "bench/nexmark.py (test_nexmark_bench)": (20292, 2),
     "bench (test_bench)": (29092, 2),
 }
 
