@@ -99,16 +99,29 @@ def _table(dsn: str, table: str) -> list[tuple[Any, ...]]:
         return conn.execute(f"SELECT * FROM {table} ORDER BY k").fetchall()
 
 
+# Each value JSON would not carry alone among good rows too: together, one of them would hide
+# a wrong decision on another (any one keeps the whole epoch off the one statement).
+# (An array column's row is a column set of its own: the good rows still go as one statement.)
+_ALONE = [([*GOOD, v], "tags" in v, None) for v in HOSTILE + OTHER]
+
+
 @pytest.mark.parametrize(
     ("values", "bulk", "dead"),
-    [(GOOD, True, 0), (GOOD + BAD, True, 6), (GOOD + HOSTILE, False, 2), (GOOD + OTHER, False, 0)],
-    ids=["good", "bad-rows", "hostile-rows", "dates-arrays"],
+    [
+        (GOOD, True, 0),
+        (GOOD + BAD, True, 6),
+        (GOOD + HOSTILE, False, 2),
+        (GOOD + OTHER, False, 0),
+        *_ALONE,
+    ],
+    ids=["good", "bad-rows", "hostile-rows", "dates-arrays"]
+    + [f"alone-{i}" for i in range(len(_ALONE))],
 )
 def test_one_statement_writes_what_a_statement_per_row_does(
     pg_database: str,
     values: list[dict[str, Any]],
     bulk: bool,
-    dead: int,
+    dead: int | None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with psycopg.connect(pg_database, autocommit=True) as conn:
@@ -126,7 +139,8 @@ def test_one_statement_writes_what_a_statement_per_row_does(
     assert any("jsonb_to_recordset" in s for s in sent) == bulk
     single_dead = _write(pg_database, "single", _rows(values), one_by_one=True)  # a row each
     assert bulk_dead == single_dead
-    assert len(bulk_dead) == dead  # NaN and infinity are floats; a dict goes into text
+    if dead is not None:
+        assert len(bulk_dead) == dead  # NaN and infinity are floats; a dict goes into text
     for got, want in zip(_table(pg_database, "bulk"), _table(pg_database, "single"), strict=True):
         assert repr(got) == repr(want)  # repr: NaN is not equal to itself
     assert len(_table(pg_database, "bulk")) == len(values) - len(bulk_dead)
