@@ -221,6 +221,18 @@ def test_a_window_with_lateness_feeds_a_window_downstream(
 IDLE_WINDOW = Path(__file__).resolve().parent / "idle_window.py"
 
 
+def _idle_window_run(kafka_bootstrap: str, tmp_path: Path) -> PipelineRun:
+    """idle_window.py on one input partition, a checkpoint every 300 ms."""
+    return PipelineRun(
+        kafka_bootstrap,
+        tmp_path,
+        IDLE_WINDOW,
+        {"events": "events", "windows": "windows"},
+        source_partitions=1,
+        interval_ms=300,
+    )
+
+
 def test_a_source_idle_at_its_next_checkpoint_forwards_what_it_read_first(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -229,14 +241,7 @@ def test_a_source_idle_at_its_next_checkpoint_forwards_what_it_read_first(
     It must send the watermark of what it read first, or the windows of those records never
     close (before: the idle mark carried the last time sent, and the last window stayed
     open)."""
-    run = PipelineRun(
-        kafka_bootstrap,
-        tmp_path,
-        IDLE_WINDOW,
-        {"events": "events", "windows": "windows"},
-        source_partitions=1,
-        interval_ms=300,
-    )
+    run = _idle_window_run(kafka_bootstrap, tmp_path)
     t0 = 1_700_000_000_000
     topic = run.topics["events"]
 
@@ -274,14 +279,7 @@ def test_a_drained_job_closes_every_window_before_it_exits(
     --drain``): once the input is done, event time ends and the last window fires before the
     job exits, as a bounded source ends in Flink. Without ``--drain`` that window stays open:
     nothing after it closes it."""
-    run = PipelineRun(
-        kafka_bootstrap,
-        tmp_path,
-        IDLE_WINDOW,
-        {"events": "events", "windows": "windows"},
-        source_partitions=1,
-        interval_ms=300,
-    )
+    run = _idle_window_run(kafka_bootstrap, tmp_path)
     t0 = 1_700_000_000_000
     run.send(
         run.topics["events"],
