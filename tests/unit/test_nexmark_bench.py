@@ -91,3 +91,23 @@ def test_the_summary_counts_exact_runs_and_calls_overlapping_ranges_a_tie() -> N
     table = markdown(report)
     assert "| q1 | 110 [100-120] (2 of 3 exact) | 120 [110-130] | 0.92x | tie |" in table
     assert "| q2 | 300 [300-300] | 125 [100-150] | 2.40x | win |" in table
+
+
+def test_a_processor_run_is_done_when_its_last_output_and_input_are_committed() -> None:
+    from bench.nexmark_done import done_at
+
+    checkpoints = [
+        {"id": 1, "triggered_at": 10.0, "completed_at": 10.2, "records_in": 5},
+        {"id": 2, "triggered_at": 11.0, "completed_at": 11.3, "records_in": 3},
+        {"id": 3, "triggered_at": 12.0, "completed_at": 12.1, "records_in": 0},
+        {"id": 4, "triggered_at": 13.0, "completed_at": 13.1, "records_in": 0},
+    ]
+    # The last output, written in checkpoint 2's epoch, is seen when checkpoint 2 completes.
+    assert done_at(checkpoints, 10.5) == 11.3
+    # Written after checkpoint 2's trigger: committed by checkpoint 3 at the latest.
+    assert done_at(checkpoints, 11.5) == 12.1
+    # Input counted after the last output: the input's checkpoint is later.
+    assert done_at(checkpoints, 9.0) == 11.3
+    # No output at all: the last input's checkpoint; an output no checkpoint followed: unknown.
+    assert done_at(checkpoints, None) == 11.3
+    assert done_at(checkpoints, 13.5) is None
