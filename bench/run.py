@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     for peer in [*peers, *(row.peer for row in steady_rows(names))]:
         say(f"preparing {peer.title}")
         peer.prepare()
-    if not args.no_capacity:
+    if not args.no_capacity or mode.latency_half_max:
         say("preparing the load generator")
         loadgen.prepare()
     say("preparing matplotlib (for the figure)")

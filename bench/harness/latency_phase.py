@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness.common import say
+from bench.harness.latency_jvm import latency_half
 from bench.harness.measure import (
     OutputWatcher,
     RateProducer,
@@ -18,7 +19,7 @@ from bench.harness.measure import (
     latency_percentiles,
     produce_all,
 )
-from bench.harness.modes import INTERVAL_MS, MAX_LATENCY_RATE, PARALLELISM, PARTITIONS, Mode
+from bench.harness.modes import INTERVAL_MS, PARALLELISM, PARTITIONS, Mode
 from bench.harness.phases import BrokerDied, both_alive, check_broker, wait_reading
 from bench.peers.base import Job, Peer, Running
 from bench.peers.processor_peer import (
@@ -172,7 +173,7 @@ def latency_phase(
             )
             rates = [(str(r), r) for r in mode.latency_rates]
             if mode.latency_half_max and median:
-                rates.append(("half_max", min(MAX_LATENCY_RATE, int(round(median / 2, -3)))))
+                rates.append(("half_max", int(round(median / 2, -3))))
             for key, rate in rates:
                 at = by_rate.setdefault(key, {})
                 if key != "half_max" and sustained < 1.5 * rate:
@@ -184,9 +185,14 @@ def latency_phase(
                     say(f"{peer.name}: no latency at {rate:,} words/s (saturated)")
                     continue
                 try:
-                    at[peer.name] = latency(
-                        peer, broker, rate, mode, workdir, run_id, interval_ms=interval
-                    )
+                    if key == "half_max":  # the JVM bulk and probes, mode.latency_runs runs
+                        at[peer.name] = latency_half(
+                            peer, broker, rate, mode, workdir, run_id, interval, mode.latency_runs
+                        )
+                    else:
+                        at[peer.name] = latency(
+                            peer, broker, rate, mode, workdir, run_id, interval_ms=interval
+                        )
                 except BrokerDied:
                     raise
                 except Exception as exc:  # noqa: BLE001 - reported, the run goes on
@@ -197,5 +203,4 @@ def latency_phase(
                     at[peer.name]["half_of"] = (
                         "balanced live capacity" if capacity_median else "backlog median"
                     )
-                    at[peer.name]["capped"] = rate < round(median / 2, -3)
     return out

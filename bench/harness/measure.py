@@ -351,11 +351,14 @@ class OutputWatcher(threading.Thread):
         expected: dict[str, int],
         record_times: bool = False,
         sample_s: float = 0.5,
+        time_prefix: str = "",
     ) -> None:
         super().__init__(daemon=True, name=f"watcher-{topic}")
         self.topic = topic
         self.expected = expected
         self.record_times = record_times
+        # With record_times, only the words that start with it (the latency probes).
+        self.time_prefix = time_prefix
         self.current: dict[str, int] = {}
         self.seen: dict[str, tuple[list[int], list[float]]] = {}
         self.records = 0
@@ -436,7 +439,7 @@ class OutputWatcher(threading.Thread):
                 self.not_increasing += 1
                 self._example(f"{word!r}: {value} after {previous}")
             current[word] = value
-            if self.record_times:
+            if self.record_times and word.startswith(self.time_prefix):
                 values, times = self.seen.setdefault(word, ([], []))
                 if not values or value > values[-1]:
                     values.append(value)
