@@ -5,6 +5,7 @@ checked against the query's definition, repeated runs interleaved, CPU per event
     python bench/nexmark.py [--queries q0,q5] [--engines processor,flink] [--events 10000000]
         [--runs 5] [--port 26092] [--partitions 4] [--results-dir bench/results]
     python bench/nexmark.py --table bench/results/nexmark-<stamp>.json
+    python bench/nexmark.py --phase live ...   # live capacity and latency: bench/nexmark_live.py
 
 A sitting starts its own broker (``--port`` and the next port), then:
 
@@ -45,7 +46,6 @@ A sitting starts its own broker (``--port`` and the next port), then:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import resource
 import shutil
@@ -53,7 +53,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -61,15 +60,15 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from confluent_kafka.admin import AdminClient
-
 from bench.harness.measure import create_topic
 from bench.nexmark_cpu import CpuSampler, load_1m, machine
 from bench.nexmark_done import processor_done_at
 from bench.nexmark_expect import from_topic
+from bench.nexmark_jobs import SUBMIT_TIMEOUT_S, cancel_jobs, delete_topics, pipeline_file
+from bench.nexmark_live import LiveSitting
 from bench.nexmark_load import load_crate
 from bench.nexmark_output import Rows, compare_rows, got_rows
-from bench.nexmark_table import markdown, summarize
+from bench.nexmark_table import live_markdown, markdown, summarize
 from bench.peers.base import Job
 from bench.peers.flink_cluster import FlinkSessionCluster, stop_all
 from bench.peers.flink_nexmark_peer import QUERIES, FlinkNexmarkPeer
@@ -78,22 +77,8 @@ from processor.localkafka.broker import LocalBroker
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-EXAMPLES = ROOT / "examples" / "nexmark"
 ENGINES = ("processor", "flink")
 TOPIC = "nexmark"
-SUBMIT_TIMEOUT_S = 900  # the Flink client plans the SQL: minutes on a loaded machine
-
-
-def pipeline_file(query: str, events: str, output: str, path: Path) -> Path:
-    """A pipeline file for ``processor --pipeline``: examples/nexmark/<query>.py's ``build``
-    on this run's topics."""
-    example = EXAMPLES / f"{query}.py"
-    path.write_text(
-        "import runpy\n\n"
-        f"pipeline = runpy.run_path({str(example)!r})['build']"
-        f"(events={events!r}, output={output!r})\n"
-    )
-    return path
 
 
 def children_cpu_s() -> float:
@@ -176,35 +161,6 @@ def run_flink(
         "client_cpu_s": round(client, 3),
         "broker_cpu_s": broker.cpu_between(start, end),
     }
-
-
-def cancel_jobs(cluster: FlinkSessionCluster) -> None:
-    """Cancels every job of the cluster that has not ended (a run that failed or timed out,
-    a submission whose client was stopped after it submitted), so the next run is alone."""
-    try:
-        jobs = cluster.rest("/jobs").get("jobs", [])
-    except (OSError, ValueError):
-        return
-    for entry in jobs:
-        if entry.get("status") not in ("FINISHED", "FAILED", "CANCELED"):
-            url = f"http://127.0.0.1:{cluster.rest_port}/jobs/{entry['id']}?mode=cancel"
-            request = urllib.request.Request(url, method="PATCH")
-            with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=10):
-                pass
-
-
-def delete_topics(bootstrap: str, output: str, job: str) -> None:
-    """The run's output and the job's own topics (``<job>.*``): a sitting's disk stays
-    bounded (q0's output of 10 M events is some 2 GB)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    names = [
-        t for t in admin.list_topics(timeout=10).topics if t == output or t.startswith(job + ".")
-    ]
-    for future in admin.delete_topics(names, operation_timeout=30).values():
-        try:
-            future.result(60)
-        except Exception as exc:  # noqa: BLE001 - the sitting goes on; the disk holds it
-            print(f"deleting a topic failed: {exc}", file=sys.stderr)
 
 
 class Sitting:
@@ -377,19 +333,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--keep", action="store_true", help="keep the work directory, topics")
     parser.add_argument("--table", type=Path, help="only print a results file's markdown table")
+    live = parser.add_argument_group("--phase live (bench/nexmark_live.py)")
+    parser.add_argument(
+        "--phase",
+        choices=("backlog", "live"),
+        default="backlog",
+        help="backlog (default): a preloaded backlog; live: capacity and latency, replayed",
+    )
+    live.add_argument("--latency-runs", type=int, default=3, help="per engine and query")
+    live.add_argument(
+        "--backlog", type=Path, help="a backlog results file: each ladder starts at half its median"
+    )
+    live.add_argument("--start", type=int, default=20_000, help="events/s, without --backlog")
+    live.add_argument("--quick", action="store_true", help="short steps: a smoke run")
+    live.add_argument(
+        "--events-file", type=Path, help="replay this file of the crate's lines, not a new one"
+    )
     args = parser.parse_args(argv)
     if args.table:
-        print(markdown(json.loads(args.table.read_text())))
+        report = json.loads(args.table.read_text())
+        print(live_markdown(report) if report.get("phase") == "live" else markdown(report))
         return 0
     queries = [q for q in args.queries.split(",") if q]
     engines = [e for e in args.engines.split(",") if e]
     if set(queries) - set(QUERIES) or set(engines) - set(ENGINES) or not queries or not engines:
         parser.error("unknown query or engine")
-    if args.runs < 1 or args.events < 1:
-        parser.error("--runs and --events at least 1")
-    sitting = Sitting(args, queries, engines)
-    sitting.main()
-    runs = sitting.report["runs"]
+    if args.runs < 1 or args.events < 1 or args.latency_runs < 0:
+        parser.error("--runs and --events at least 1, --latency-runs 0 or more")
+    if args.phase == "live":
+        live_sitting = LiveSitting(args, queries, engines)
+        live_sitting.main()
+        runs = live_sitting.report["runs"]
+    else:
+        sitting = Sitting(args, queries, engines)
+        sitting.main()
+        runs = sitting.report["runs"]
     return 0 if runs and all(r["exact"] for r in runs) else 1
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from bench.nexmark_output import UPDATING_KEYS, Rows, _row, last_values, stream_records
@@ -30,7 +30,12 @@ class Expected:
     def __init__(self, queries: Iterable[str]) -> None:
         self.queries = set(queries)
         self.events = 0
-        self.stream_rows = {q: Rows() for q in ("q0", "q1", "q2") if q in self.queries}
+        self.stream_rows: dict[str, Rows] = {
+            q: Rows() for q in ("q0", "q1", "q2") if q in self.queries
+        }
+        # Called with (query, row, bid) for each row of q0-q2 as it is made (the live phase's
+        # latency finds a row's input event by it: bench/nexmark_latency.py).
+        self.on_row: Callable[[str, str, dict[str, Any]], None] | None = None
         # q3
         self.persons3: dict[int, tuple[str, str, str]] = {}
         self.auctions3: list[tuple[int, int]] = []  # (seller, id) of category 10
@@ -57,13 +62,13 @@ class Expected:
 
     def _bid(self, bid: dict[str, Any]) -> None:
         if "q0" in self.stream_rows:
-            self.stream_rows["q0"].add(_row(bid))
+            self._stream("q0", _row(bid), bid)
         if "q1" in self.stream_rows:
             fields = ("auction", "bidder", "date_time")
             row = {**{f: bid[f] for f in fields}, "price": 0.908 * bid["price"]}
-            self.stream_rows["q1"].add(_row(row))
+            self._stream("q1", _row(row), bid)
         if "q2" in self.stream_rows and bid["auction"] % 123 == 0:
-            self.stream_rows["q2"].add(_row({"auction": bid["auction"], "price": bid["price"]}))
+            self._stream("q2", _row({"auction": bid["auction"], "price": bid["price"]}), bid)
         at = int(bid["date_time"])
         if self.queries & {"q4", "q6"}:
             auction = bid["auction"]
@@ -84,6 +89,11 @@ class Expected:
                     {k: bid[k] for k in ("auction", "bidder", "price", "date_time")}
                     | {"window_end": (window + 1) * 10_000}
                 )
+
+    def _stream(self, query: str, row: str, bid: dict[str, Any]) -> None:
+        self.stream_rows[query].add(row)
+        if self.on_row is not None:
+            self.on_row(query, row, bid)
 
     def _final(self, auction: int, at: int, price: int) -> None:
         start, expires, *_ = self.auctions[auction]

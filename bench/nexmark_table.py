@@ -10,6 +10,11 @@ ratio processor / flink of the medians and a verdict: a tie when the two ranges 
 difference within the ranges), else a win or a loss for processor. Over the queries both
 engines have figures for, the geometric mean of the ratios. One file is one sitting on one
 machine: its figures are never joined with another's.
+
+A live results file (``nexmark-live-<stamp>.json``, ``bench/nexmark.py --phase live``) gets
+its own table (`live_markdown`): per query each engine's balanced live capacity (median
+[min-max] of the exact runs), the ratio and verdict, and p50 / p99 latency at half of the
+lower engine's capacity (medians of the runs' figures [ranges]).
 """
 
 from __future__ import annotations
@@ -146,12 +151,168 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# -- the live phase (bench/nexmark_live.py) ------------------------------------------------
+
+
+def _range(values: list[float]) -> tuple[float | None, float | None, float | None]:
+    """(median, min, max), or Nones."""
+    if not values:
+        return None, None, None
+    return round(statistics.median(values), 1), min(values), max(values)
+
+
+def live_engine_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One query's and engine's live runs: the capacity of the exact capacity runs, the
+    latency of the exact latency runs (medians over the runs of each run's p50 and p99)."""
+    caps = [r for r in runs if r.get("kind") == "cap"]
+    lats = [r for r in runs if r.get("kind") == "lat"]
+    good = [
+        float(r["capacity_events_per_s"])
+        for r in caps
+        if r.get("exact") and r.get("capacity_events_per_s")
+    ]
+    median, low, high = _range(good)
+    measured = [
+        r for r in lats if r.get("exact") and (r.get("latency") or {}).get("p50_ms") is not None
+    ]
+    p50 = _range([float(r["latency"]["p50_ms"]) for r in measured])
+    p99 = _range([float(r["latency"]["p99_ms"]) for r in measured])
+    cpu = [
+        float(r["at_capacity"]["job_cpu_s_per_m_events"])
+        for r in caps
+        if r.get("exact") and (r.get("at_capacity") or {}).get("job_cpu_s_per_m_events") is not None
+    ]
+    return {
+        "capacity_runs": len(caps),
+        "capacity_exact_runs": sum(1 for r in caps if r.get("exact")),
+        "capacity": [r.get("capacity_events_per_s") for r in caps],
+        "capacity_median": median,
+        "capacity_min": low,
+        "capacity_max": high,
+        "file_exhausted": any(r.get("file_exhausted") for r in caps),
+        # A step the replayer could not send at its rate: its limit, not the engine's.
+        "replayer_limited": any(
+            s.get("producer_limited") for r in caps for s in r.get("steps") or []
+        ),
+        "job_cpu_s_per_m_events_at_capacity": _range(cpu)[0],
+        "latency_runs": len(lats),
+        "latency_exact_runs": sum(1 for r in lats if r.get("exact")),
+        "latency_rate": next((r.get("rate") for r in lats if r.get("rate")), None),
+        "p50_ms_median": p50[0],
+        "p50_ms_range": list(p50[1:]) if p50[0] is not None else None,
+        "p99_ms_median": p99[0],
+        "p99_ms_range": list(p99[1:]) if p99[0] is not None else None,
+    }
+
+
+def summarize_live(report: dict[str, Any]) -> dict[str, Any]:
+    """``live_results`` per query and engine, ``live_comparison`` per query (capacity ratio
+    processor / flink and its verdict: a tie when the ranges overlap), ``live_geomean_ratio``."""
+    results = {
+        query: {
+            engine: live_engine_summary(
+                [r for r in report["runs"] if r["query"] == query and r["engine"] == engine]
+            )
+            for engine in report["engines"]
+        }
+        for query in report["queries"]
+    }
+    comparison: dict[str, Any] = {}
+    ratios = []
+    for query, engines in results.items():
+        if not set(ENGINES) <= set(engines):
+            continue
+        ours, theirs = engines["processor"], engines["flink"]
+        if ours["capacity_median"] is None or not theirs["capacity_median"]:
+            comparison[query] = {"ratio": None, "verdict": None}
+            continue
+        ratio = ours["capacity_median"] / theirs["capacity_median"]
+        ratios.append(ratio)
+        if ours["capacity_min"] > theirs["capacity_max"]:
+            verdict_ = "win"
+        elif ours["capacity_max"] < theirs["capacity_min"]:
+            verdict_ = "loss"
+        else:
+            verdict_ = "tie"
+        comparison[query] = {"ratio": round(ratio, 3), "verdict": verdict_}
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
+    return {
+        "live_results": results,
+        "live_comparison": comparison,
+        "live_geomean_ratio": round(geomean, 3) if geomean else None,
+        "live_geomean_queries": len(ratios),
+    }
+
+
+def _capacity(f: dict[str, Any]) -> str:
+    if f["capacity_median"] is None:
+        return f"- (0 of {f['capacity_runs']} exact)"
+    text = f"{f['capacity_median']:,.0f} [{f['capacity_min']:,.0f}-{f['capacity_max']:,.0f}]"
+    if f["capacity_exact_runs"] != f["capacity_runs"]:
+        text += f" ({f['capacity_exact_runs']} of {f['capacity_runs']} exact)"
+    text += " (file ran out)" if f["file_exhausted"] else ""
+    return text + (" (replayer-limited)" if f["replayer_limited"] else "")
+
+
+def _latency(f: dict[str, Any]) -> str:
+    if f["p50_ms_median"] is None:
+        return "-"
+    p50, p99 = f["p50_ms_range"], f["p99_ms_range"]
+    return (
+        f"{f['p50_ms_median']:,.0f} [{p50[0]:,.0f}-{p50[1]:,.0f}] / "
+        f"{f['p99_ms_median']:,.0f} [{p99[0]:,.0f}-{p99[1]:,.0f}] "
+        f"({f['latency_exact_runs']} of {f['latency_runs']} runs)"
+    )
+
+
+def live_markdown(report: dict[str, Any]) -> str:
+    """The live table: per query, each engine's balanced live capacity (median [min-max] of
+    the exact runs), the ratio and verdict, and each engine's p50 / p99 latency (ms, medians
+    of the runs [ranges]) at the one rate, half of the lower engine's capacity."""
+    summary = summarize_live(report)
+    engines = [e for e in ENGINES if e in report["engines"]]
+    machine = report.get("machine", {})
+    head = (
+        f"Nexmark live, the nexmark crate's events replayed from a file of "
+        f"{report['events']:,}, {report['partitions']} partitions; sitting "
+        f"{report['timestamp']} on {machine.get('cpu_model', '?')}, "
+        f"{machine.get('nproc', '?')} cores, {machine.get('mem_total_mb', '?')} MB"
+        + (" (quick: not a measurement)" if report.get("quick") else "")
+    )
+    columns = ["query"] + [f"{e} capacity events/s" for e in engines]
+    if len(engines) == 2:
+        columns += ["ratio", "verdict"]
+    columns.append("latency rate events/s")
+    columns += [f"{e} p50 / p99 ms" for e in engines]
+    lines = [head, "", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    for query, figures in summary["live_results"].items():
+        cells = [query] + [_capacity(figures[e]) for e in engines]
+        if len(engines) == 2:
+            compared = summary["live_comparison"].get(query, {})
+            ratio = compared.get("ratio")
+            cells += ["-" if ratio is None else f"{ratio:.2f}x", compared.get("verdict") or "-"]
+        rate = next(
+            (figures[e]["latency_rate"] for e in engines if figures[e]["latency_rate"]), None
+        )
+        cells.append("-" if rate is None else f"{rate:,}")
+        cells += [_latency(figures[e]) for e in engines]
+        lines.append("| " + " | ".join(cells) + " |")
+    if summary["live_geomean_ratio"] is not None:
+        lines += [
+            "",
+            f"Geometric mean of the capacity ratios (processor / flink) over "
+            f"{summary['live_geomean_queries']} queries: {summary['live_geomean_ratio']:.2f}x",
+        ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    print(markdown(json.loads(Path(args[0]).read_text())))
+    report = json.loads(Path(args[0]).read_text())
+    print(live_markdown(report) if report.get("phase") == "live" else markdown(report))
     return 0
 
 
