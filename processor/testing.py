@@ -45,7 +45,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from processor.api.streams import Node, Pipeline
+from processor.api.node import PostgresSinkNode, SourceNode
+from processor.api.streams import Pipeline
 from processor.engine.chain import DeadRecord
 from processor.engine.dead import dead_value
 from processor.engine.epoch import drain
@@ -126,9 +127,11 @@ class Driver:
             ]
             for s in self.plan.stages
         }
-        self._sources: dict[str, Node] = {s.topic: s for s in pipeline.sources}
+        self._sources: dict[str, SourceNode] = {s.topic: s for s in pipeline.sources}
         # Per source topic: the tasks of its stage (one per partition).
-        self._readers = {s.head.topic: self._tasks[s.name] for s in self.plan.stages if s.is_source}
+        self._readers = {
+            s.source.topic: self._tasks[s.name] for s in self.plan.stages if s.source is not None
+        }
         self._sent: dict[str, int] = dict.fromkeys(self._sources, 0)  # records per topic
         self._since: dict[str, int] = dict.fromkeys(self._sources, 0)  # since the checkpoint
         self._forced = NO_WATERMARK  # the lowest watermark every source sends
@@ -142,7 +145,7 @@ class Driver:
         self._dead: list[DeadRecord] = []
         # sink_postgres: each sink's table as its upserts leave it, by the key columns' values.
         self._tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {
-            n.name: {} for n in pipeline.nodes if n.kind == "sink_postgres"
+            n.name: {} for n in pipeline.nodes if isinstance(n, PostgresSinkNode)
         }
         self._offsets: Counter[tuple[str, int]] = Counter()  # next offset per topic partition
         self.now_ms = 0  # the wall clock of processing-time timers (`advance_clock`)

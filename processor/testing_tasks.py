@@ -102,8 +102,8 @@ def new_task(
         for n in stage.shuffles
     ]
     task = Task(stage, index, chain, outputs)
-    head = stage.head
-    if stage.is_source:
+    head = stage.source
+    if head is not None:
         task.source_marks = SourceWatermarks([0], head.out_of_orderness_ms, head.idle_ms)
     else:
         channels = graph.channels(stage, parallelism)
@@ -115,8 +115,8 @@ def new_task(
 
 def read_sources(task: Task) -> None:
     """A source task's pending records through its chain, in batches, its watermark on."""
-    head, marks = task.stage.head, task.source_marks
-    assert marks is not None
+    head, marks = task.stage.source, task.source_marks
+    assert head is not None and marks is not None
     kafka_times = head.timed and head.timestamp_fn is None
     pending, task.pending = task.pending, []
     for start in range(0, len(pending), _BATCH):

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from processor import testing
-from processor.api.streams import Node, Pipeline
+from processor.api.node import AggregationNode, Node
+from processor.api.streams import Pipeline
 
 SinkRecord = tuple[bytes | None, bytes]
 
@@ -72,11 +73,11 @@ def run(
 def _output(sink: Node) -> SinkOutput:
     """A changelog if an aggregation is upstream (on any path, through merges); of every
     update if all of them emit per record."""
-    aggregations = []
-    stack = [sink]
+    aggregations: list[AggregationNode] = []
+    stack: list[Node] = [sink]
     while stack:
         node = stack.pop()
-        if node.aggregated:
+        if isinstance(node, AggregationNode) and node.aggregated:
             aggregations.append(node)
         stack.extend(node.inputs)
     changelog = bool(aggregations)

@@ -11,41 +11,79 @@ window, which refuses what a window cannot do (timers, a TTL, an update per reco
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from processor.api.args import check_callable, check_emit, check_ms, check_ttl
 from processor.api.graph import Graph
-from processor.api.node import Node
+from processor.api.node import (
+    AggregateNode,
+    CountNode,
+    JoinNode,
+    KeyByNode,
+    Node,
+    ProcessNode,
+    ReduceNode,
+    SumNode,
+    WindowNode,
+)
 from processor.errors import PipelineError
 
 
 def aggregation(
     graph: Graph,
     parent: Node,
-    kind: str,
+    kind: type[CountNode] | type[SumNode],
     name: str | None,
     emit: Any,
     ttl_ms: Any,
-    fn: Callable[..., Any] | None = None,
-    fn2: Callable[..., Any] | None = None,
-    initial: Any = None,
-) -> Node:
-    """count, sum, reduce or aggregate after ``parent`` (a keyed node or a window)."""
-    checked_emit, ttl = check_emit(emit, kind), check_ttl(ttl_ms, kind)
-    if fn is not None:
-        fn = check_callable(fn, kind)
-    if fn2 is not None:
-        fn2 = check_callable(fn2, f"{kind} merge")
-    if parent.kind == "window":
-        if parent.gap_ms and kind == "aggregate" and fn2 is None:
-            raise PipelineError("aggregate on session windows needs merge= (sessions merge)")
-        _refuse_on_window(kind, ttl, checked_emit)
-    node = graph.child(
-        parent, kind, name, keyed=True, fn=fn, fn2=fn2, emit=checked_emit, ttl_ms=ttl
+) -> CountNode | SumNode:
+    """count or sum after ``parent`` (a keyed node or a window)."""
+    checked_emit, ttl = check_emit(emit, kind.kind), check_ttl(ttl_ms, kind.kind)
+    _refuse_on_window(parent, kind.kind, ttl, checked_emit)
+    node = kind(graph.named(parent, kind, name), parent, True, emit=checked_emit, ttl_ms=ttl)
+    return graph.add(node)
+
+
+def reduce(
+    graph: Graph, parent: Node, fn: Any, name: str | None, emit: Any, ttl_ms: Any
+) -> ReduceNode:
+    """reduce after ``parent`` (a keyed node or a window)."""
+    checked_emit, ttl = check_emit(emit, "reduce"), check_ttl(ttl_ms, "reduce")
+    fn = check_callable(fn, "reduce")
+    _refuse_on_window(parent, "reduce", ttl, checked_emit)
+    named = graph.named(parent, ReduceNode, name)
+    return graph.add(ReduceNode(named, parent, True, emit=checked_emit, ttl_ms=ttl, fn=fn))
+
+
+def aggregate(
+    graph: Graph,
+    parent: Node,
+    initial: Any,
+    add: Any,
+    merge: Any,
+    name: str | None,
+    emit: Any,
+    ttl_ms: Any,
+) -> AggregateNode:
+    """aggregate after ``parent`` (a keyed node or a window)."""
+    checked_emit, ttl = check_emit(emit, "aggregate"), check_ttl(ttl_ms, "aggregate")
+    add = check_callable(add, "aggregate")
+    if merge is not None:
+        merge = check_callable(merge, "aggregate merge")
+    if isinstance(parent, WindowNode) and parent.session and merge is None:
+        raise PipelineError("aggregate on session windows needs merge= (sessions merge)")
+    _refuse_on_window(parent, "aggregate", ttl, checked_emit)
+    node = AggregateNode(
+        graph.named(parent, AggregateNode, name),
+        parent,
+        True,
+        emit=checked_emit,
+        ttl_ms=ttl,
+        fn=add,
+        initial=initial,
+        merge=merge,
     )
-    node.initial = initial
-    return node
+    return graph.add(node)
 
 
 def process(
@@ -57,11 +95,11 @@ def process(
     name: str | None,
     ttl_ms: Any,
     headers: Any,
-) -> Node:
+) -> ProcessNode:
     """A process after ``parent`` (a keyed node or a window)."""
-    windowed = parent.kind == "window"
+    window = parent if isinstance(parent, WindowNode) else None
     timer = None if on_timer is None else check_callable(on_timer, "process on_timer")
-    if timer is not None and windowed:
+    if timer is not None and window is not None:
         raise PipelineError(
             "process(on_timer=...) on windows: a window's state ends with the window; "
             "set timers in a process on the keyed stream instead"
@@ -70,25 +108,33 @@ def process(
         raise PipelineError("process(processing_time=True) needs on_timer=")
     if headers is not None and not isinstance(headers, bool):
         raise PipelineError("process(headers=...): True, False or left out")
-    if headers and windowed:
+    if headers and window is not None:
         raise PipelineError(
             "process(headers=True) on windows: a window's process sees no headers; read "
             "them in a process before the window"
         )
     fn = check_callable(fn, "process")
     ttl = check_ttl(ttl_ms, "process")
-    if windowed:
-        if parent.gap_ms:
-            raise PipelineError("process on session windows: sessions merge, their state cannot")
-        _refuse_on_window("process", ttl, "checkpoint")
-    node = graph.child(parent, "process", name, keyed=True, fn=fn, ttl_ms=ttl)
-    node.on_timer = timer
-    node.processing_time = bool(processing_time)
-    node.headers = headers
-    return node
+    if window is not None and window.session:
+        raise PipelineError("process on session windows: sessions merge, their state cannot")
+    _refuse_on_window(parent, "process", ttl, "checkpoint")
+    node = ProcessNode(
+        graph.named(parent, ProcessNode, name),
+        parent,
+        True,
+        ttl_ms=ttl,
+        fn=fn,
+        on_timer=timer,
+        processing_time=bool(processing_time),
+        headers=headers,
+    )
+    return graph.add(node)
 
 
-def _refuse_on_window(kind: str, ttl_ms: int, emit: str) -> None:
+def _refuse_on_window(parent: Node, kind: str, ttl_ms: int, emit: str) -> None:
+    """What a per-key operator after a window (``parent``) cannot have."""
+    if not isinstance(parent, WindowNode):
+        return
     if ttl_ms:
         raise PipelineError(
             f"{kind}(ttl_ms=...) on a window: a window's state is deleted when it closes "
@@ -110,10 +156,11 @@ def window(
     lateness_ms: Any,
     name: str | None,
     bounds: Any,
-) -> Node:
+) -> WindowNode:
     """A window node after the keyed ``parent``: tumbling, hopping or session."""
     where = f"window(size_ms={size_ms}, slide_ms={slide_ms}, gap_ms={gap_ms})"
-    node = graph.child(parent, "window", name, keyed=True)
+    named = graph.named(parent, WindowNode, name)
+    node = WindowNode(named, parent, True)
     if gap_ms is not None:
         if size_ms is not None or slide_ms is not None:
             raise PipelineError(f"{where}: a session window takes gap_ms alone")
@@ -130,21 +177,22 @@ def window(
     if not isinstance(bounds, bool):
         raise PipelineError(f"{where}: bounds must be True or False")
     node.bounds = bounds
-    return node
+    return graph.add(node)
 
 
-def join(graph: Graph, left: Node, right: Node, within_ms: Any, name: str | None) -> Node:
+def join(graph: Graph, left: Node, right: Node, within_ms: Any, name: str | None) -> JoinNode:
     """A join of two key_by nodes, each used for nothing else."""
     for side in (left, right):
-        if side.kind != "key_by" or side.children:
+        if not isinstance(side, KeyByNode) or side.children:
             raise PipelineError(
                 f"join: {side.name!r} must be a key_by with no other use (join right "
                 "after key_by; key_by again for another branch)"
             )
     if left is right:
         raise PipelineError("join: a stream cannot join itself")
-    node = graph.child(left, "join", name, keyed=True)
-    node.within_ms = None if within_ms is None else check_ms(within_ms, "join within_ms")
-    node.other = right
+    assert isinstance(right, KeyByNode)
+    named = graph.named(left, JoinNode, name)
+    within = None if within_ms is None else check_ms(within_ms, "join within_ms")
+    node = graph.add(JoinNode(named, left, True, other=right, within_ms=within))
     right.children.append(node)
     return node

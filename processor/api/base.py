@@ -13,7 +13,15 @@ from typing import Any, Generic, Literal, Self, TypeVar, overload
 from processor.api.args import check_callable, check_flag
 from processor.api.context import Meta
 from processor.api.graph import Graph
-from processor.api.node import Node
+from processor.api.node import (
+    FilterNode,
+    FlatMapNode,
+    MapNode,
+    MergeNode,
+    Node,
+    PostgresSinkNode,
+    SinkNode,
+)
 from processor.api.targets import PostgresTarget, SinkSpec
 from processor.errors import PipelineError
 from processor.serde import JSON, Serde
@@ -31,23 +39,29 @@ class StreamBase(Generic[T]):
         self.graph = graph
         self.node = node
 
-    def _then(self, kind: str, name: str | None, **attrs: Any) -> Node:
-        return self.graph.child(self.node, kind, name, self.node.keyed, **attrs)
+    def _named(self, kind: type[Node], name: str | None) -> str:
+        """The name of a new node of ``kind`` after this stream's (``name`` if given)."""
+        return self.graph.named(self.node, kind, name)
 
     def _same(self, node: Node) -> Self:
         """A stream of this one's class (keyed stays keyed) over ``node``."""
         return type(self)(self.graph, node)
 
     def _map(self, fn: Any, name: str | None, meta: Any) -> Node:
-        return self._then("map", name, fn=check_callable(fn, "map"), uses_meta=check_flag(meta))
+        fn, uses_meta = check_callable(fn, "map"), check_flag(meta)
+        node = MapNode(
+            self._named(MapNode, name), self.node, self.node.keyed, fn=fn, uses_meta=uses_meta
+        )
+        return self.graph.add(node)
 
     def _flat_map(self, fn: Any, name: str | None, batched: Any, meta: Any) -> Node:
-        node = self._then(
-            "flat_map", name, fn=check_callable(fn, "flat_map"), uses_meta=check_flag(meta)
+        fn, uses_meta = check_callable(fn, "flat_map"), check_flag(meta)
+        node = FlatMapNode(
+            self._named(FlatMapNode, name), self.node, self.node.keyed, fn=fn, uses_meta=uses_meta
         )
         if batched is not None and not self.node.keyed and not meta:
             node.batch_fn = check_callable(batched, "flat_map batched")
-        return node
+        return self.graph.add(node)
 
     @overload
     def filter(
@@ -66,10 +80,11 @@ class StreamBase(Generic[T]):
         >>> run(p, {"n": [b"1", b"2", b"4"]})
         {'even': [(None, 2), (None, 4)]}
         """
-        node = self._then(
-            "filter", name, fn=check_callable(fn, "filter"), uses_meta=check_flag(meta)
+        fn, uses_meta = check_callable(fn, "filter"), check_flag(meta)
+        node = FilterNode(
+            self._named(FilterNode, name), self.node, self.node.keyed, fn=fn, uses_meta=uses_meta
         )
-        return self._same(node)
+        return self._same(self.graph.add(node))
 
     def merge(self, *others: StreamBase[T], name: str | None = None) -> Self:
         """The union of this stream and ``others``: every record of each, with its key (and
@@ -101,11 +116,11 @@ class StreamBase(Generic[T]):
             if other.node in nodes:
                 raise PipelineError(f"{where}: {other.node.name!r} is merged twice")
             nodes.append(other.node)
-        node = self._then("merge", name)
+        node = MergeNode(self._named(MergeNode, name), self.node, self.node.keyed)
         node.merged = nodes[1:]
         for other_node in node.merged:
             other_node.children.append(node)
-        return self._same(node)
+        return self._same(self.graph.add(node))
 
     def sink(
         self,
@@ -135,7 +150,9 @@ class StreamBase(Generic[T]):
             spec = SinkSpec.of(topic, key, value, headers)  # checked before the node is added
             if key is None and headers is None and spec.serde is JSON:
                 spec = None  # value=processor.serde.JSON: the defaults, and their fast path
-        self._then("sink", name, topic=topic).sink_spec = spec
+        node = SinkNode(self._named(SinkNode, name), self.node, self.node.keyed, topic=topic)
+        node.sink_spec = spec
+        self.graph.add(node)
 
     def sink_postgres(
         self,
@@ -162,4 +179,5 @@ class StreamBase(Generic[T]):
             )
         """
         target = PostgresTarget.of(dsn, table, key_columns, columns)
-        self._then("sink_postgres", name).postgres = target
+        kind = PostgresSinkNode
+        self.graph.add(kind(self._named(kind, name), self.node, self.node.keyed, postgres=target))

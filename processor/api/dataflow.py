@@ -18,7 +18,7 @@ from processor.api.args import check_callable, check_flag
 from processor.api.base import StreamBase
 from processor.api.context import Meta, State, Window, WindowState
 from processor.api.graph import Graph
-from processor.api.node import Emit, Node
+from processor.api.node import CountNode, Emit, KeyByNode, Node, SumNode
 from processor.errors import PipelineError
 
 T = TypeVar("T")
@@ -112,15 +112,10 @@ class Stream(StreamBase[T]):
         >>> run(p, {"words": ["ab", "ac", "b"]})
         {'by_initial': [('a', 2), ('b', 1)]}
         """
-        node = self.graph.child(
-            self.node,
-            "key_by",
-            name,
-            keyed=True,
-            fn=check_callable(fn, "key_by"),
-            uses_meta=check_flag(meta),
-        )
-        return KeyedStream(self.graph, node)
+        fn, uses_meta = check_callable(fn, "key_by"), check_flag(meta)
+        named = self.graph.named(self.node, KeyByNode, name)
+        node = KeyByNode(named, self.node, True, fn=fn, uses_meta=uses_meta)
+        return KeyedStream(self.graph, self.graph.add(node))
 
 
 class PerKey(Generic[K, T, KO, S]):
@@ -154,7 +149,7 @@ class PerKey(Generic[K, T, KO, S]):
 
         With ``ttl_ms=3_600_000`` a URL not clicked for an hour counts from 1 again.
         """
-        node = aggregations.aggregation(self.graph, self.node, "count", name, emit, ttl_ms)
+        node = aggregations.aggregation(self.graph, self.node, CountNode, name, emit, ttl_ms)
         return KeyedStream(self.graph, node)
 
     def sum(
@@ -168,7 +163,7 @@ class PerKey(Generic[K, T, KO, S]):
         >>> run(p, {"orders": [{"user": "ann", "amount": 3}, {"user": "ann", "amount": 4}]})
         {'revenue': [('ann', 7)]}
         """
-        node = aggregations.aggregation(self.graph, self.node, "sum", name, emit, ttl_ms)
+        node = aggregations.aggregation(self.graph, self.node, SumNode, name, emit, ttl_ms)
         return KeyedStream(self.graph, node)
 
     def reduce(
@@ -188,7 +183,7 @@ class PerKey(Generic[K, T, KO, S]):
         >>> run(p, {"readings": [{"sensor": "s", "value": 2}, {"sensor": "s", "value": 1}]})
         {'peaks': [('s', 2)]}
         """
-        node = aggregations.aggregation(self.graph, self.node, "reduce", name, emit, ttl_ms, fn=fn)
+        node = aggregations.reduce(self.graph, self.node, fn, name, emit, ttl_ms)
         return KeyedStream(self.graph, node)
 
     def aggregate(
@@ -210,16 +205,8 @@ class PerKey(Generic[K, T, KO, S]):
         >>> run(p, {"temps": [b'{"room": "k", "c": 20}', b'{"room": "k", "c": 22}']})
         {'totals': [('k', [42, 2])]}
         """
-        node = aggregations.aggregation(
-            self.graph,
-            self.node,
-            "aggregate",
-            name,
-            emit,
-            ttl_ms,
-            fn=add,
-            fn2=merge,
-            initial=initial,
+        node = aggregations.aggregate(
+            self.graph, self.node, initial, add, merge, name, emit, ttl_ms
         )
         return KeyedStream(self.graph, node)
 
@@ -445,14 +432,14 @@ class BoundedWindowedStream(Generic[K, T]):
         >>> run(p, {"bids": [("a", "a", 1)]})
         {'n': [('a@0', {'key': 'a', 'start': 0, 'end': 10, 'value': 1})]}
         """
-        node = aggregations.aggregation(self.graph, self.node, "count", name, emit, ttl_ms)
+        node = aggregations.aggregation(self.graph, self.node, CountNode, name, emit, ttl_ms)
         return KeyedStream(self.graph, node)
 
     def sum(
         self, name: str | None = None, emit: Emit = "checkpoint", ttl_ms: int | None = None
     ) -> KeyedStream[str, Window[K, T]]:
         """`PerKey.sum`, per window."""
-        node = aggregations.aggregation(self.graph, self.node, "sum", name, emit, ttl_ms)
+        node = aggregations.aggregation(self.graph, self.node, SumNode, name, emit, ttl_ms)
         return KeyedStream(self.graph, node)
 
     def reduce(
@@ -463,7 +450,7 @@ class BoundedWindowedStream(Generic[K, T]):
         ttl_ms: int | None = None,
     ) -> KeyedStream[str, Window[K, T]]:
         """`PerKey.reduce`, per window."""
-        node = aggregations.aggregation(self.graph, self.node, "reduce", name, emit, ttl_ms, fn=fn)
+        node = aggregations.reduce(self.graph, self.node, fn, name, emit, ttl_ms)
         return KeyedStream(self.graph, node)
 
     def aggregate(
@@ -476,8 +463,8 @@ class BoundedWindowedStream(Generic[K, T]):
         ttl_ms: int | None = None,
     ) -> KeyedStream[str, Window[K, A]]:
         """`PerKey.aggregate`, per window."""
-        node = aggregations.aggregation(
-            self.graph, self.node, "aggregate", name, emit, ttl_ms, add, merge, initial
+        node = aggregations.aggregate(
+            self.graph, self.node, initial, add, merge, name, emit, ttl_ms
         )
         return KeyedStream(self.graph, node)
 

@@ -1,6 +1,6 @@
 """Loops: `KeyedStream.iterate`, a stream whose records come back to it.
 
-``stream.iterate(body)`` adds a node of kind ``"loop"`` after ``stream`` (`open_loop`) and
+``stream.iterate(body)`` adds a `LoopNode` after ``stream`` (`open_loop`) and
 calls ``body(loop)`` once. The body returns ``(feedback, output)``: ``feedback`` ends in its
 own ``key_by`` (the *feedback key_by*, perhaps followed by map, filter or flat_map), and its
 records re-enter the loop under that key (`close_loop`). The loop node is a union of the
@@ -18,19 +18,27 @@ docs/loops.md has the rules and why.
 from __future__ import annotations
 
 from processor.api.graph import Graph
-from processor.api.node import Node
+from processor.api.node import (
+    FilterNode,
+    FlatMapNode,
+    KeyByNode,
+    LoopNode,
+    MapNode,
+    Node,
+    UnionNode,
+)
 from processor.errors import PipelineError
 
 # What may run on a fed-back record between the feedback key_by and the loop.
-_AFTER_KEY_BY = frozenset({"map", "filter", "flat_map"})
+_AFTER_KEY_BY = (MapNode, FilterNode, FlatMapNode)
 
 
-def open_loop(graph: Graph, parent: Node, name: str | None) -> Node:
+def open_loop(graph: Graph, parent: Node, name: str | None) -> LoopNode:
     """The loop node after ``parent``: the body is built on it."""
-    return graph.child(parent, "loop", name, keyed=True)
+    return graph.add(LoopNode(graph.named(parent, LoopNode, name), parent, True))
 
 
-def close_loop(loop: Node, feedback: Node, output: Node) -> None:
+def close_loop(loop: LoopNode, feedback: Node, output: Node) -> None:
     """The back-edge from the body's ``feedback`` (its last node, keyed) into ``loop``;
     ``output`` must be downstream of the loop."""
     where = f"iterate {loop.name!r}"
@@ -42,25 +50,25 @@ def close_loop(loop: Node, feedback: Node, output: Node) -> None:
     feedback.children.append(loop)
 
 
-def feedback_key_by(loop: Node, end: Node, where: str) -> Node:
+def feedback_key_by(loop: LoopNode, end: Node, where: str) -> KeyByNode:
     """The key_by that ``end`` (the body's feedback) re-keys its records with: the last one
     on its way from ``loop``, with only map, filter and flat_map after it and no other
     key_by before it (the body runs in one stage)."""
     node: Node | None = end
-    key_by: Node | None = None
+    key_by: KeyByNode | None = None
     while node is not None and node is not loop:
-        if node.kind == "key_by":
+        if isinstance(node, KeyByNode):
             if key_by is not None:
                 raise PipelineError(
                     f"{where}: a loop's body runs in one stage: no key_by in it before the "
                     f"feedback's own ({node.name!r} is one)"
                 )
             key_by = node
-        elif node.kind == "loop":
+        elif isinstance(node, LoopNode):
             raise PipelineError(f"{where}: a loop inside a loop's body is not supported")
-        elif node.merged:
+        elif isinstance(node, UnionNode) and node.merged:
             raise PipelineError(f"{where}: no merge on the feedback's way ({node.name!r})")
-        elif key_by is None and node.kind not in _AFTER_KEY_BY:
+        elif key_by is None and not isinstance(node, _AFTER_KEY_BY):
             raise PipelineError(
                 f"{where}: the feedback must end in its own key_by (then map, filter or "
                 f"flat_map at most): {node.name!r} is a {node.kind}"

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from processor.api.node import Node
+from processor.api.node import AggregateNode, AggregationNode, CountNode, ReduceNode, SumNode
 from processor.models.limits import (
     EVENT_TIME_LIMIT,
     event_time_error,
@@ -81,32 +81,33 @@ def load_value(raw: bytes) -> Any:
             return loads_deep(raw)
 
 
-def folder(node: Node) -> Callable[[Any, Any], Any]:
+def folder(node: AggregationNode) -> Callable[[Any, Any], Any]:
     """``acc, value -> acc`` for an aggregation; ``acc`` is ``_UNSET`` before the first value."""
-    kind = node.kind
-    if kind == "count":
+    if isinstance(node, CountNode):
         return lambda acc, _value: 1 if acc is _UNSET else acc + 1
-    if kind == "sum":
+    if isinstance(node, SumNode):
         return lambda acc, value: _addend(value) if acc is _UNSET else acc + _addend(value)
-    fn = node.fn
-    assert fn is not None
-    if kind == "reduce":
+    if isinstance(node, ReduceNode):
+        fn = node.fn
         return lambda acc, value: value if acc is _UNSET else fn(acc, value)
-    if kind == "aggregate":
-        initial = node.initial
+    if isinstance(node, AggregateNode):
+        add, initial = node.fn, node.initial
         # A fresh copy per key: an add() that mutates its accumulator must not share one.
-        return lambda acc, value: fn(copy.deepcopy(initial) if acc is _UNSET else acc, value)
+        return lambda acc, value: add(copy.deepcopy(initial) if acc is _UNSET else acc, value)
     raise ValueError(f"{node!r} is not an aggregation")
 
 
-def merger(node: Node) -> Callable[[Any, Any], Any]:
+def merger(node: AggregationNode) -> Callable[[Any, Any], Any]:
     """``acc, partial -> acc`` merging two partial aggregates of ``node`` (a combiner's, or
-    two session windows')."""
-    kind = node.kind
-    if kind in ("count", "sum"):
+    two session windows'): one that is `AggregationNode.mergeable`."""
+    if isinstance(node, CountNode | SumNode):
         return lambda acc, partial: partial if acc is _UNSET else acc + partial
-    fn = node.fn if kind == "reduce" else node.fn2
-    assert fn is not None
+    if isinstance(node, ReduceNode):
+        fn = node.fn
+    elif isinstance(node, AggregateNode) and node.merge is not None:
+        fn = node.merge
+    else:
+        raise ValueError(f"{node!r} does not merge partial aggregates")
     return lambda acc, partial: partial if acc is _UNSET else fn(acc, partial)
 
 

@@ -17,7 +17,7 @@ from processor.api.dataflow import KeyedStream as KeyedStream
 from processor.api.dataflow import Stream as Stream
 from processor.api.dataflow import WindowedStream as WindowedStream
 from processor.api.graph import Graph
-from processor.api.node import DEFAULT_IDLE_MS, VALUE_FORMATS
+from processor.api.node import DEFAULT_IDLE_MS, VALUE_FORMATS, SourceNode
 from processor.api.node import Node as Node  # re-exported: the engine imports it from here
 from processor.api.node import ValueFormat as ValueFormat  # re-exported, as Node
 from processor.errors import PipelineError as PipelineError  # re-exported, for users
@@ -123,16 +123,19 @@ class Pipeline(Graph):
             raise PipelineError(
                 f"{where} key={key!r}: one of {VALUE_FORMATS} or an object with loads()"
             )
-        node = self.root(
-            "source",
-            topic if name is None else name,
+        stamp = None if timestamp is None else check_callable(timestamp, f"{where} timestamp")
+        bound = check_ms(out_of_orderness_ms, f"{where} out_of_orderness_ms")
+        idle = check_ms(idle_ms, f"{where} idle_ms", positive=True)
+        node = SourceNode(
+            self.named(None, SourceNode, topic if name is None else name),
+            None,
+            False,
             topic=topic,
             value_format=value_format,
             key_format=key,
-            timestamp_fn=None
-            if timestamp is None
-            else check_callable(timestamp, f"{where} timestamp"),
-            out_of_orderness_ms=check_ms(out_of_orderness_ms, f"{where} out_of_orderness_ms"),
-            idle_ms=check_ms(idle_ms, f"{where} idle_ms", positive=True),
+            timestamp_fn=stamp,
+            out_of_orderness_ms=bound,
+            idle_ms=idle,
         )
+        self.add(node)
         return Stream(self, node)

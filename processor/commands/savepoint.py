@@ -115,8 +115,8 @@ def savepoint_of(record: dict[str, Any], graph: JobGraph, name: str) -> Savepoin
     tasks: dict[str, str] = {}
     for task, info in sorted(record.get("tasks", {}).items()):
         stage = graph.stage(TaskId.parse(task).stage)
-        if stage.is_source:
-            positions = sources.setdefault(stage.head.topic, {})
+        if stage.source is not None:
+            positions = sources.setdefault(stage.source.topic, {})
             positions.update({int(p): int(o) for p, o in info.get("positions", {}).items()})
         else:
             owner = info.get("owner")

@@ -182,7 +182,8 @@ class StageChain:
         ctx = self.context
         ctx.source_batch(values)
         try:
-            head = self.stage.head
+            head = self.stage.source
+            assert head is not None, "values come into a source stage"
             if head.meta:
                 meta_items = metachain.source_items(ctx, head, values, metas, times)
                 self._push(head, meta_items, quiet)

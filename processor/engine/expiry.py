@@ -29,6 +29,7 @@ import heapq
 from collections.abc import Iterable
 from typing import Any
 
+from processor.api.node import PerKeyNode, ProcessNode
 from processor.api.streams import Node
 from processor.serde.codec import RecordError, shown
 
@@ -53,7 +54,7 @@ class Expiry:
     The heap may hold stale entries (a key stamped again, or forgotten): an entry is due only
     if its deadline is still the key's."""
 
-    def __init__(self, node: Node, event_time: bool) -> None:
+    def __init__(self, node: PerKeyNode, event_time: bool) -> None:
         """``event_time``: deadlines from the records' event times, expired by watermarks."""
         self.node = node
         self.event_time = event_time
@@ -195,11 +196,11 @@ class Expiry:
         self._changed.clear()
 
 
-def expiry_of(node: Node, event_time: bool) -> Expiry | None:
+def expiry_of(node: PerKeyNode, event_time: bool) -> Expiry | None:
     """The deadlines of ``node``'s operator, if it may expire keys: an aggregation with
     ``ttl_ms`` and every ``process`` on a keyed stream (``state.set(value, ttl_ms=...)`` may
     come); not one per window. ``event_time``: the stage's records have event times."""
-    if not node.windowed and ((node.aggregated and node.ttl_ms) or node.kind == "process"):
+    if not node.windowed and (node.ttl_ms or isinstance(node, ProcessNode)):
         return Expiry(node, event_time)
     return None
 

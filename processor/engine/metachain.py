@@ -22,8 +22,10 @@ gets them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+from processor.api.node import FilterNode, FunctionNode, KeyByNode, MapNode, SourceNode
 from processor.api.ops import event_time, key_of
 from processor.api.streams import Node
 from processor.engine.context import StageContext
@@ -43,7 +45,7 @@ __all__ = [
 
 def source_items(
     ctx: StageContext,
-    head: Node,
+    head: SourceNode,
     values: list[Any],
     metas: list[Meta] | None,
     times: list[int] | None,
@@ -80,20 +82,19 @@ def key_and_headers(first: Any) -> tuple[str, Headers]:
 
 # What a node that takes items with metadata does with a batch of them (``keyed``: items
 # ``((key text, meta), value)``): its output, None for a key_by (into its shuffle).
-MetaRun = Callable[[StageContext, Node, list[Any], bool, bool], "list[Any] | None"]
+MetaRun = Callable[[StageContext, list[Any], bool, bool], "list[Any] | None"]
 
 
-def run_of(node: Node) -> MetaRun:
+def run_of(node: FunctionNode) -> MetaRun:
     """How ``node``, a map, filter, flat_map or key_by, runs on items with metadata: chosen
     once, when its operator is built (a ``process`` takes them itself)."""
-    kind = node.kind
-    if kind == "key_by":
-        return _key_by
-    if kind == "map":
-        return _map
-    if kind == "filter":
-        return _filter
-    return _flat_map
+    if isinstance(node, KeyByNode):
+        return partial(_key_by, node)
+    if isinstance(node, MapNode):
+        return partial(_map, node)
+    if isinstance(node, FilterNode):
+        return partial(_filter, node)
+    return partial(_flat_map, node)
 
 
 def into_merge(sender: Node, merge: Node, batch: list[Any]) -> list[Any]:
@@ -121,15 +122,16 @@ def fresh(batch: list[Any], timed: bool) -> list[Any]:
     return [((t, Meta(key_of(t))), v) for t, v in batch]
 
 
-def _call(node: Node) -> Callable[[Any, Meta], Any]:
+def _call(node: FunctionNode) -> Callable[[Any, Meta], Any]:
     fn = node.fn
-    assert fn is not None
     if node.uses_meta:
         return fn
     return lambda value, _meta: fn(value)
 
 
-def _map(ctx: StageContext, node: Node, batch: list[Any], keyed: bool, quiet: bool) -> list[Any]:
+def _map(
+    node: FunctionNode, ctx: StageContext, batch: list[Any], keyed: bool, quiet: bool
+) -> list[Any]:
     """map over items with metadata; each output keeps its record's."""
     fn = _call(node)
     out: list[Any] = []
@@ -142,7 +144,9 @@ def _map(ctx: StageContext, node: Node, batch: list[Any], keyed: bool, quiet: bo
     return out
 
 
-def _filter(ctx: StageContext, node: Node, batch: list[Any], keyed: bool, quiet: bool) -> list[Any]:
+def _filter(
+    node: FunctionNode, ctx: StageContext, batch: list[Any], keyed: bool, quiet: bool
+) -> list[Any]:
     """filter over items with metadata."""
     fn = _call(node)
     out: list[Any] = []
@@ -157,7 +161,7 @@ def _filter(ctx: StageContext, node: Node, batch: list[Any], keyed: bool, quiet:
 
 
 def _flat_map(
-    ctx: StageContext, node: Node, batch: list[Any], keyed: bool, quiet: bool
+    node: FunctionNode, ctx: StageContext, batch: list[Any], keyed: bool, quiet: bool
 ) -> list[Any]:
     """flat_map over items with metadata; each output keeps its record's."""
     fn = _call(node)
@@ -170,7 +174,9 @@ def _flat_map(
     return out
 
 
-def _key_by(ctx: StageContext, node: Node, batch: list[Any], keyed: bool, quiet: bool) -> None:
+def _key_by(
+    node: FunctionNode, ctx: StageContext, batch: list[Any], keyed: bool, quiet: bool
+) -> None:
     """Key records with metadata; ship their metadata if the stage after takes it, else
     their event time if timed, else nothing (a combiner may then merge them)."""
     fn = _call(node)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from processor.api.node import AggregateNode, AggregationNode, CountNode, ReduceNode
 from processor.api.ops import UNSET, folder, load_value
 from processor.api.streams import Node
 from processor.engine.expiry import Expiry
@@ -40,7 +41,7 @@ class PerRecord:
 
     def __init__(
         self,
-        node: Node,
+        node: AggregationNode,
         prefix: bytes,
         state: _Reader,
         dead: Callable[[Node, Exception, Any], None],
@@ -52,10 +53,10 @@ class PerRecord:
         self._prefix = prefix
         self._state = state
         self._dead = dead
-        self._count = node.kind == "count"
+        self._count = isinstance(node, CountNode)
         # reduce and aggregate run user code whose result may be anything, or may be changed
         # in place by the next call: each result is checked (and copied) as it is made.
-        self._checked = node.kind in ("reduce", "aggregate")
+        self._checked = isinstance(node, ReduceNode | AggregateNode)
         self._fold = folder(node)
         self._expiry = expiry
         self.latest: dict[str, Any] = {}  # key text -> value after its last record so far

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from processor.api.node import CountNode, KeyByNode
 from processor.api.ops import TAGGED, UNSET, folder, key_text, oversized
 from processor.api.streams import Node
 from processor.engine.meta import Meta, to_wire
@@ -36,7 +37,7 @@ class ShuffleOut:
 
     def __init__(
         self,
-        head: Node,
+        head: KeyByNode,
         target: Stage,
         partitions: int,
         max_key_bytes: int,
@@ -55,7 +56,7 @@ class ShuffleOut:
         # combine=False ships every record (benchmarks: the work of an engine without one).
         combiner = target.combiner if combine else None
         self._combiner = combiner
-        self._count = combiner is not None and combiner.kind == "count"
+        self._count = isinstance(combiner, CountNode)
         self._fold = None if combiner is None or self._count else folder(combiner)
         self._counts: Counter[Any] = Counter()  # raw key -> partial count
         self._partials: dict[str, Any] = {}  # key text -> partial aggregate

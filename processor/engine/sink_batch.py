@@ -14,6 +14,7 @@ from functools import partial
 from operator import itemgetter
 from typing import Any
 
+from processor.api.node import SinkNode
 from processor.api.ops import TAGGED, oversized, sink_key_of
 from processor.api.sinks import SinkSpec
 from processor.api.sinks import encode as encode_sink
@@ -25,7 +26,7 @@ from processor.serde.codec import RecordError, sink_value
 _KEY, _VALUE = itemgetter(0), itemgetter(1)
 
 
-def sink(ctx: StageContext, node: Node, batch: list[Any], keyed: bool) -> None:
+def sink(ctx: StageContext, node: SinkNode, batch: list[Any], keyed: bool) -> None:
     """``batch`` into the records of ``node``, a sink with the defaults."""
     records = ctx.sinks.setdefault(node.topic, [])
     start = len(records)
@@ -62,7 +63,9 @@ def sink(ctx: StageContext, node: Node, batch: list[Any], keyed: bool) -> None:
         records.append((key, raw))
 
 
-def sink_spec(ctx: StageContext, node: Node, spec: SinkSpec, batch: list[Any], keyed: bool) -> None:
+def sink_spec(
+    ctx: StageContext, node: SinkNode, spec: SinkSpec, batch: list[Any], keyed: bool
+) -> None:
     """A sink with a key function, a value format or headers (`processor.api.sinks`)."""
     plain, headed = encode_sink(spec, batch, keyed, ctx.max_record, partial(ctx.fail, node))
     if plain:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from processor.api.node import PerKeyNode, SourceNode
 from processor.api.ops import event_time
 from processor.api.streams import Node
 from processor.engine.context import StageContext
@@ -133,8 +134,8 @@ class EventTime:
         for node, op in self._timers.items():
             assert op.timers is not None
             found[timers_prefix(node)] = op.timers
-        for node, expiry in self._ttl.deadlines.items():
-            found[ttl_prefix(node)] = expiry
+        for expiring, expiry in self._ttl.deadlines.items():
+            found[ttl_prefix(expiring)] = expiry
         return found
 
 
@@ -150,7 +151,7 @@ def windows_before(node: Node, stage: Stage) -> list[Node | None] | None:
         if id(parent) in seen:
             continue
         seen.add(id(parent))
-        if parent.windowed and id(parent) in members:
+        if isinstance(parent, PerKeyNode) and parent.windowed and id(parent) in members:
             found.append(parent)
         elif parent is stage.head or id(parent) not in members:
             found.append(None)  # the stage's input (another stage's node: another task's)
@@ -161,7 +162,7 @@ def windows_before(node: Node, stage: Stage) -> list[Node | None] | None:
     return list(dict.fromkeys(found))
 
 
-def stamped(ctx: StageContext, head: Node, values: list[Any]) -> list[tuple[int, Any]]:
+def stamped(ctx: StageContext, head: SourceNode, values: list[Any]) -> list[tuple[int, Any]]:
     """(event time, value) by the source's timestamp function; a failure is dead."""
     fn = head.timestamp_fn
     assert fn is not None

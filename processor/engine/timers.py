@@ -24,6 +24,7 @@ import heapq
 from collections.abc import Iterable
 from typing import Any
 
+from processor.api.node import ProcessNode
 from processor.api.streams import Node
 from processor.models.limits import EVENT_TIME_LIMIT
 from processor.serde.codec import RecordError, shown
@@ -47,7 +48,7 @@ class ProcessTimers:
     The heap may hold stale entries (a timer deleted, or set twice): an entry fires only if
     its time is still in the key's set, so a stale one does nothing."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ProcessNode) -> None:
         self.node = node
         self.processing_time = node.processing_time
         # What `StageChain.inherit` sets on every timed operator (lateness floors from a

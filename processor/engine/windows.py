@@ -25,6 +25,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from processor.api.node import AggregationNode, JoinNode, PerKeyNode, ProcessNode
 from processor.api.ops import UNSET, folder, key_of, key_text, merger, sink_key_of
 from processor.api.streams import Node
 from processor.engine.time import NO_WATERMARK
@@ -100,19 +101,22 @@ class WindowOperator(_Timed):
 
     def __init__(
         self,
-        node: Node,
+        node: PerKeyNode,
         load: Callable[[str], Any],
         dead: Callable[[Node, Exception, Any], None],
     ) -> None:
         super().__init__(node, load)
-        window = node.parent
-        assert window is not None and window.kind == "window"
+        window = node.window
+        assert window is not None
         self.size, self.slide = window.size_ms, window.slide_ms or window.size_ms
         self.gap, self.lateness = window.gap_ms, window.lateness_ms
         self._dead = dead
-        self._process = node.kind == "process"
-        self._fold = None if self._process else folder(node)
-        self._merge = merger(node) if self.gap and not self._process else None
+        # A process's function, else the aggregation's fold (and merge, of sessions).
+        self._fn = node.fn if isinstance(node, ProcessNode) else None
+        self._process = self._fn is not None
+        aggregation = node if isinstance(node, AggregationNode) else None
+        self._fold = None if aggregation is None else folder(aggregation)
+        self._merge = merger(aggregation) if self.gap and aggregation is not None else None
         self._bounds = window.bounds
 
     def output_mark(self, watermark: int) -> int:
@@ -184,9 +188,9 @@ class WindowOperator(_Timed):
         self, text: str, state: dict[str, Any], slot: str, start: int, value: Any, ts: int
     ) -> list[Item]:
         """``process`` on one window: its state is ``state[slot]`` (None: not set)."""
-        assert self.node.fn is not None
+        assert self._fn is not None
         handle = _WindowState(state, slot, text, ts)
-        emitted = list(self.node.fn(value, handle))
+        emitted = list(self._fn(value, handle))
         if slot not in state:
             state[slot] = None  # the window is open (a timer closes it) even without state
         if not emitted:
@@ -307,7 +311,7 @@ class JoinOperator(_Timed):
 
     SIDES = ("l", "r")
 
-    def __init__(self, node: Node, load: Callable[[str], Any]) -> None:
+    def __init__(self, node: JoinNode, load: Callable[[str], Any]) -> None:
         super().__init__(node, load)
         self.within = node.within_ms
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from processor.api.node import KeyByNode, SourceNode
 from processor.plan.stages import Plan, Stage
 from processor.topics import LATE, feedback_topic, job_topic, shuffle_topic
 
@@ -49,7 +50,9 @@ class JobGraph:
         if isinstance(stage, str):
             names = {s.name for s in self.plan.stages}
             stage = self.plan.stage(stage) if stage in names else self.plan.target(stage)
-        return stage.head.topic or shuffle_topic(self.job_name, stage.name)
+        head = stage.head
+        named = head.topic if isinstance(head, SourceNode | KeyByNode) else ""
+        return named or shuffle_topic(self.job_name, stage.name)
 
     @property
     def late_topic(self) -> str:
@@ -76,7 +79,7 @@ class JobGraph:
     ) -> dict[str, int]:
         """Tasks per stage, from the source topics' partition counts."""
         return {
-            s.name: source_partitions[s.head.topic] if s.is_source else shuffle_partitions
+            s.name: shuffle_partitions if s.source is None else source_partitions[s.source.topic]
             for s in self.stages
         }
 

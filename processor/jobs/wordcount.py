@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from processor.api.node import KeyByNode
 from processor.api.streams import Pipeline
 from processor.topics import shuffle_topic
 
@@ -32,6 +33,7 @@ def wordcount_pipeline(job_name: str, input_topic: str, output_topic: str) -> Pi
         .flat_map(line_words, name="words", batched=words)
         .key_by(str, name="count")
     )
+    assert isinstance(keyed.node, KeyByNode)
     keyed.node.topic = shuffle_topic(job_name, "shuffle")
     keyed.count(name="counts").sink(output_topic, name="output")
     return pipeline

@@ -18,6 +18,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from processor.api.node import (
+    AggregationNode,
+    FilterNode,
+    FlatMapNode,
+    FunctionNode,
+    JoinNode,
+    KeyByNode,
+    LoopNode,
+    MapNode,
+    MergeNode,
+    PerKeyNode,
+    PostgresSinkNode,
+    ProcessNode,
+    SinkNode,
+    SourceNode,
+    Stateful,
+    WindowNode,
+)
 from processor.api.streams import Node, Pipeline, PipelineError
 from processor.topics import INTERNAL_SUFFIXES, feedback_topic, job_topic, shuffle_topic
 
@@ -32,12 +50,18 @@ class Stage:
     nodes: list[Node] = field(default_factory=list)  # operators after the head, graph order
     # The key_by nodes writing into this stage's shuffle (one, two for a join; none for a
     # source stage) and the stages that run them, in channel order.
-    inputs: list[Node] = field(default_factory=list)
+    inputs: list[KeyByNode] = field(default_factory=list)
     upstreams: list[Stage] = field(default_factory=list)
 
     @property
+    def source(self) -> SourceNode | None:
+        """The source node heading a source stage (None: a keyed stage)."""
+        head = self.head
+        return head if isinstance(head, SourceNode) else None
+
+    @property
     def is_source(self) -> bool:
-        return self.head.kind == "source"
+        return isinstance(self.head, SourceNode)
 
     @property
     def upstream(self) -> Stage | None:
@@ -46,20 +70,20 @@ class Stage:
 
     @property
     def is_join(self) -> bool:
-        return self.head.kind == "join"
+        return isinstance(self.head, JoinNode)
 
     @property
     def timed(self) -> bool:
         return self.head.timed
 
     @property
-    def sinks(self) -> list[Node]:
-        return [n for n in self.nodes if n.kind == "sink"]
+    def sinks(self) -> list[SinkNode]:
+        return [n for n in self.nodes if isinstance(n, SinkNode)]
 
     @property
-    def postgres_sinks(self) -> list[Node]:
+    def postgres_sinks(self) -> list[PostgresSinkNode]:
         """Its sinks into PostgreSQL tables (`processor.sinks.postgres.writer`)."""
-        return [n for n in self.nodes if n.kind == "sink_postgres"]
+        return [n for n in self.nodes if isinstance(n, PostgresSinkNode)]
 
     @property
     def pair_widths(self) -> tuple[int, ...]:
@@ -70,47 +94,43 @@ class Stage:
         return (width, 4) if self.head.meta else (width,)
 
     @property
-    def shuffles(self) -> list[Node]:
+    def shuffles(self) -> list[KeyByNode]:
         """The key_by nodes this stage writes to: each one the head of a stage downstream
         (a loop's feedback key_by aside: `feedback`)."""
-        return [n for n in self.nodes if n.kind == "key_by" and n.feeds is None]
+        return [n for n in self.outputs if n.feeds is None]
 
     @property
-    def outputs(self) -> list[Node]:
+    def outputs(self) -> list[KeyByNode]:
         """Every key_by the stage writes through: its shuffles, and its loop's feedback."""
-        return [n for n in self.nodes if n.kind == "key_by"]
+        return [n for n in self.nodes if isinstance(n, KeyByNode)]
 
     @property
-    def loop(self) -> Node | None:
+    def loop(self) -> LoopNode | None:
         """The loop node of this stage, if the stage runs a loop (`processor.api.loops`)."""
-        return next((n for n in self.nodes if n.kind == "loop"), None)
+        return next((n for n in self.nodes if isinstance(n, LoopNode)), None)
 
     @property
-    def feedback(self) -> Node | None:
+    def feedback(self) -> KeyByNode | None:
         """The key_by whose records go round this stage's loop, if it has one."""
-        return next((n for n in self.nodes if n.kind == "key_by" and n.feeds is not None), None)
+        return next((n for n in self.outputs if n.feeds is not None), None)
 
     @property
-    def combiner(self) -> Node | None:
+    def combiner(self) -> AggregationNode | None:
         """The aggregation whose partial results upstream may pre-aggregate, if any. Not one
         that emits per record: pre-aggregation would merge the updates it must emit."""
-        if self.head.kind != "key_by" or len(self.head.children) != 1:
+        if not isinstance(self.head, KeyByNode) or len(self.head.children) != 1:
             return None
         first = self.head.children[0]
-        if first.per_record:
+        if not isinstance(first, AggregationNode) or first.per_record:
             return None
         if first.ttl_ms and self.head.timed:  # its TTL counts from each record's event time
             return None
-        if first.kind in ("count", "sum", "reduce"):
-            return first
-        if first.kind == "aggregate" and first.fn2 is not None:
-            return first
-        return None
+        return first if first.mergeable else None
 
     @property
-    def stateful(self) -> list[Node]:
-        kinds = ("count", "sum", "reduce", "aggregate", "process")
-        return [n for n in [self.head, *self.nodes] if n.kind in kinds or n.kind == "join"]
+    def stateful(self) -> list[Stateful]:
+        """Its nodes with state per key: aggregations, processes, a join."""
+        return [n for n in [self.head, *self.nodes] if isinstance(n, PerKeyNode | JoinNode)]
 
     def shuffle_topic(self, job: str) -> str:
         """The internal topic feeding this stage (only for a stage headed by key_by)."""
@@ -153,7 +173,7 @@ class Plan:
 
     @property
     def source_topics(self) -> list[str]:
-        return sorted({s.head.topic for s in self.stages if s.is_source})
+        return sorted({s.source.topic for s in self.stages if s.source is not None})
 
     def check_topic_names(self, job: str) -> None:
         """PipelineError if a topic name of the job is too long, or if a shuffle, source or
@@ -206,7 +226,7 @@ def plan(pipeline: Pipeline) -> Plan:
         raise PipelineError(f"expected a processor.Pipeline, got {type(pipeline).__name__}")
     if not pipeline.sources:
         raise PipelineError("the pipeline has no source")
-    if not pipeline.sinks and not any(n.kind == "sink_postgres" for n in pipeline.nodes):
+    if not pipeline.sinks and not any(isinstance(n, PostgresSinkNode) for n in pipeline.nodes):
         raise PipelineError("the pipeline has no sink: nothing would ever be written")
     _check_time(pipeline)
     _check_merges(pipeline)
@@ -216,15 +236,7 @@ def plan(pipeline: Pipeline) -> Plan:
     by_head: dict[Node, Stage] = {}
     for head in heads:  # creation order: a head's upstream stages always exist already
         stage = Stage(head.name, head)
-        if head.kind == "join":
-            assert head.parent is not None and head.other is not None
-            key_bys = [head.parent, head.other]
-        elif head.kind == "merge":
-            key_bys = head.inputs
-        elif head.kind == "key_by":
-            key_bys = [head]
-        else:
-            key_bys = []
+        key_bys = _shuffled(head)
         # One input per (key_by, upstream stage): a key_by after a merge of streams of
         # several stages is written by each of them.
         for key_by in key_bys:
@@ -234,7 +246,7 @@ def plan(pipeline: Pipeline) -> Plan:
         by_head[head] = stage
         stages.append(stage)
     for node in pipeline.nodes:
-        if _is_head(node) and node.kind != "key_by":
+        if _is_head(node) and not isinstance(node, KeyByNode):
             continue
         for head in _stage_heads(node.inputs):  # every stage whose records reach it
             by_head[head].nodes.append(node)
@@ -249,7 +261,7 @@ def _check_loop(stage: Stage) -> None:
     loop = stage.loop
     assert loop is not None
     where = f"iterate {loop.name!r}"
-    if sum(1 for n in stage.nodes if n.kind == "loop") > 1:
+    if sum(1 for n in stage.nodes if isinstance(n, LoopNode)) > 1:
         raise PipelineError(f"{where}: one loop per stage (key_by between two loops)")
     if stage.timed:
         raise PipelineError(
@@ -269,18 +281,31 @@ def _check_loop(stage: Stage) -> None:
 def _is_head(node: Node) -> bool:
     """A source, a join, a merge of keyed streams right after their key_bys, or a key_by
     that does not feed one of those two (that one is theirs)."""
-    if node.kind == "key_by":
+    if isinstance(node, KeyByNode):
         if node.feeds is not None:  # a loop's feedback: it writes into the loop's own stage
             return False
-        return not any(c.kind == "join" or _merges_shuffles(c) for c in node.children)
-    if node.kind == "merge":
+        return not any(isinstance(c, JoinNode) or _merges_shuffles(c) for c in node.children)
+    if isinstance(node, MergeNode):
         return _merges_shuffles(node)
-    return node.kind in ("source", "join")
+    return isinstance(node, SourceNode | JoinNode)
 
 
 def _merges_shuffles(node: Node) -> bool:
     """A merge of keyed streams straight from their key_bys: a stage reading one shuffle."""
-    return node.kind == "merge" and node.keyed and all(n.kind == "key_by" for n in node.inputs)
+    return (
+        isinstance(node, MergeNode)
+        and node.keyed
+        and all(isinstance(n, KeyByNode) for n in node.inputs)
+    )
+
+
+def _shuffled(head: Node) -> list[KeyByNode]:
+    """The key_bys whose shuffle a stage headed by ``head`` reads (none: a source's)."""
+    if isinstance(head, JoinNode):
+        return head.sides
+    if isinstance(head, KeyByNode):
+        return [head]
+    return [n for n in head.inputs if isinstance(n, KeyByNode)]  # a merge of shuffles
 
 
 def _stage_heads(nodes: list[Node]) -> list[Node]:
@@ -305,7 +330,7 @@ def _check_merges(pipeline: Pipeline) -> None:
     """A merge of keyed streams must fall in one stage, or read their shuffles (a keyed
     stream's state lives in one stage's tasks); its key_bys feed nothing else."""
     for node in pipeline.nodes:
-        if node.kind != "merge" or not node.keyed:
+        if not isinstance(node, MergeNode) or not node.keyed:
             continue
         if _merges_shuffles(node):
             for key_by in node.inputs:
@@ -322,7 +347,7 @@ def _check_merges(pipeline: Pipeline) -> None:
 
 
 # Nodes whose output keeps the event time of their input; windows and joins make their own.
-_KEEPS_TIME = frozenset({"source", "map", "filter", "flat_map", "key_by", "window", "merge"})
+_KEEPS_TIME = (FunctionNode, WindowNode, MergeNode)
 
 
 def _check_time(pipeline: Pipeline) -> None:
@@ -336,54 +361,59 @@ def _check_time(pipeline: Pipeline) -> None:
     """
     for node in pipeline.nodes:
         node.timed = False
-        if node.kind == "join":
-            for side in (node.parent, node.other):
-                assert side is not None
+        if isinstance(node, JoinNode):
+            for side in node.sides:
                 if len(side.children) != 1:
                     raise PipelineError(
                         f"join {node.name!r}: its input {side.name!r} has other uses; "
                         "key_by again for another branch"
                     )
-        if node.kind == "window" and not node.children:
+        if isinstance(node, WindowNode) and not node.children:
             raise PipelineError(f"window {node.name!r}: follow it with an aggregation")
-    events = any(n.kind in ("window", "join") or _event_timers(n) for n in pipeline.nodes)
+    events = any(isinstance(n, WindowNode | JoinNode) or _event_timers(n) for n in pipeline.nodes)
     if not events and not _event_ttl(pipeline):
         return
     for node in pipeline.nodes:  # creation order: parents first
-        parent = node.parent
-        if node.kind == "source":
-            node.timed = True
-        elif node.kind == "join" or node.windowed:
-            if parent is None or not parent.timed:
-                raise PipelineError(
-                    f"{node.name!r}: windows and joins need event time, which "
-                    f"{parent.name if parent else 'its input'!r} does not carry (an "
-                    "aggregation or process before it drops it)"
-                )
-            if node.kind == "join" and (node.other is None or not node.other.timed):
-                raise PipelineError(f"join {node.name!r}: its right input has no event time")
-            node.timed = True
-        elif node.kind == "merge":
-            times = {n.timed for n in node.inputs}
-            if len(times) > 1:
-                raise PipelineError(
-                    f"merge {node.name!r}: some inputs carry event time and some do not (an "
-                    "aggregation drops it): merge streams of the same kind"
-                )
-            node.timed = times.pop()
-        elif node.kind == "process" and parent is not None:
-            if _event_timers(node) and not parent.timed:
-                raise PipelineError(
-                    f"process {node.name!r}: event-time timers need event time, which "
-                    f"{parent.name!r} does not carry (an aggregation before it drops it)"
-                )
-            node.timed = parent.timed
-        elif node.kind in _KEEPS_TIME and parent is not None:
-            node.timed = parent.timed
+        node.timed = _timed(node)
+
+
+def _timed(node: Node) -> bool:
+    """Whether ``node``'s records carry event time in a timed pipeline (its inputs marked)."""
+    parent = node.parent
+    if isinstance(node, SourceNode):
+        return True
+    if isinstance(node, JoinNode) or (isinstance(node, PerKeyNode) and node.windowed):
+        if parent is None or not parent.timed:
+            raise PipelineError(
+                f"{node.name!r}: windows and joins need event time, which "
+                f"{parent.name if parent else 'its input'!r} does not carry (an "
+                "aggregation or process before it drops it)"
+            )
+        if isinstance(node, JoinNode) and not node.other.timed:
+            raise PipelineError(f"join {node.name!r}: its right input has no event time")
+        return True
+    if isinstance(node, MergeNode):
+        times = {n.timed for n in node.inputs}
+        if len(times) > 1:
+            raise PipelineError(
+                f"merge {node.name!r}: some inputs carry event time and some do not (an "
+                "aggregation drops it): merge streams of the same kind"
+            )
+        return times.pop()
+    if parent is None:
+        return False
+    if isinstance(node, ProcessNode):
+        if node.event_timers and not parent.timed:
+            raise PipelineError(
+                f"process {node.name!r}: event-time timers need event time, which "
+                f"{parent.name!r} does not carry (an aggregation before it drops it)"
+            )
+        return parent.timed
+    return isinstance(node, _KEEPS_TIME) and parent.timed
 
 
 # Nodes that pass their input's records on (a record's metadata rides along with its value).
-_KEEPS_META = frozenset({"map", "filter", "flat_map"})
+_KEEPS_META = (MapNode, FilterNode, FlatMapNode)
 
 
 def _check_meta(pipeline: Pipeline) -> None:
@@ -401,39 +431,44 @@ def _check_meta(pipeline: Pipeline) -> None:
     """
     for node in reversed(pipeline.nodes):  # children before their parents
         takes = any(c.meta_in for c in node.children)
-        uses = node.uses_meta or (
-            node.kind == "process"
-            and not node.windowed
-            and (reads_headers(node) if node.headers is None else node.headers)
-        )
-        if node.kind in _KEEPS_META:
+        uses = _uses_meta(node)
+        if isinstance(node, _KEEPS_META):
             node.meta = node.meta_in = uses or takes
-        elif node.kind == "key_by":
+        elif isinstance(node, KeyByNode):
             node.meta = takes
             node.meta_in = uses or takes
-        elif node.kind == "source":
+        elif isinstance(node, SourceNode):
             node.meta = takes or node.key_format is not None
             node.meta_in = False
-        elif node.kind == "merge":  # its inputs' records, converted (`metachain.into_merge`)
+        elif isinstance(node, MergeNode):  # its inputs' records, converted (`into_merge`)
             node.meta = node.meta_in = takes
         else:
             node.meta = False
             node.meta_in = uses
 
 
+def _uses_meta(node: Node) -> bool:
+    """Whether ``node``'s own function takes a record's metadata."""
+    if isinstance(node, FunctionNode):
+        return node.uses_meta
+    if isinstance(node, ProcessNode) and not node.windowed:
+        return reads_headers(node) if node.headers is None else node.headers
+    return False
+
+
 def _event_timers(node: Node) -> bool:
     """A ``process`` whose timers count in event time."""
-    return node.kind == "process" and node.on_timer is not None and not node.processing_time
+    return isinstance(node, ProcessNode) and node.event_timers
 
 
 def _event_ttl(pipeline: Pipeline) -> bool:
     """An operator with ``ttl_ms=`` in a pipeline whose source has event time of its own."""
-    return any(n.ttl_ms for n in pipeline.nodes) and any(
+    return any(isinstance(n, PerKeyNode) and n.ttl_ms for n in pipeline.nodes) and any(
         n.timestamp_fn is not None for n in pipeline.sources
     )
 
 
-def reads_headers(node: Node) -> bool:
+def reads_headers(node: ProcessNode) -> bool:
     """Whether a non-windowed ``process``'s function reads ``state.headers``: then its
     records carry their metadata (`processor.engine.metachain`), which costs every record
     on the way from the source; otherwise they come as any keyed records do. Read from the

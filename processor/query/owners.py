@@ -15,8 +15,8 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from processor.api.node import PerKeyNode, Stateful, WindowNode
 from processor.api.ops import TAGGED, key_text
-from processor.api.streams import Node
 from processor.jobs.graph import JobGraph
 from processor.models.records import shuffle_partition
 from processor.plan.stages import Stage
@@ -31,12 +31,17 @@ DEFAULT_LIMIT = 100
 class Operator:
     """A queryable operator: its node and the keyed stage that runs it."""
 
-    node: Node
+    node: Stateful
     stage: Stage
 
     @property
+    def window(self) -> WindowNode | None:
+        """The window it runs per, if any."""
+        return self.node.window if isinstance(self.node, PerKeyNode) else None
+
+    @property
     def windowed(self) -> bool:
-        return self.node.windowed
+        return self.window is not None
 
     def prefix(self) -> bytes:
         """Its keys' prefix in the store (`processor.engine.state_keys`)."""

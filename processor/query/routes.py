@@ -139,7 +139,8 @@ class StateRoutes:
             doc: dict[str, Any] = {"key": shown, "operator": operator.node.name}
             if window is not None:
                 held = value.get(str(window)) if isinstance(value, dict) else None
-                if held is not None and operator.node.parent and operator.node.parent.gap_ms:
+                window_node = operator.window
+                if held is not None and window_node is not None and window_node.session:
                     doc["window_end"], held = held[0], held[1]  # a session: [end, acc]
                 doc["window"], value = window, held
             if value is None:

@@ -93,10 +93,10 @@ def check_history(
     for stage in graph.stages:
         readers = [s.name for s in graph.downstream(stage)]
         was, now = before.get(stage.name, 0), parallelism.get(stage.name, 0)
-        if not stage.is_source or not readers or not was or was == now:
+        if stage.source is None or not readers or not was or was == now:
             continue
         return (
-            f"source topic {stage.head.topic!r} has {now} partitions, {was} when checkpoint "
+            f"source topic {stage.source.topic!r} has {now} partitions, {was} when checkpoint "
             f"{record.get('id')} completed: the input channels of "
             f"{', '.join(repr(r) for r in readers)} would change (a snapshot holds positions "
             f"and watermarks per channel); {ADVICE}"

@@ -37,7 +37,7 @@ def task_inputs(graph: JobGraph, task_id: str) -> list[TopicPartition]:
     each), a keyed task's of its stage's shuffle."""
     tid = TaskId.parse(task_id)
     stage = graph.stage(tid.stage)
-    topic = stage.head.topic if stage.is_source else graph.shuffle_topic(stage)
+    topic = stage.source.topic if stage.source is not None else graph.shuffle_topic(stage)
     return [TopicPartition(topic, tid.index)]
 
 

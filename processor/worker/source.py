@@ -71,8 +71,11 @@ class SourceTask(Task):
         self.channel = index
         self.partitions = partitions
         stage = ctx.stage
-        self.topic = stage.head.topic
-        self._format = stage.head.value_format
+        head = stage.source
+        assert head is not None, f"stage {stage.name!r} reads no source"
+        self._head = head
+        self.topic = head.topic
+        self._format = head.value_format
         s = ctx.settings
         self.chain = StageChain(
             ctx.graph.plan,
@@ -87,7 +90,6 @@ class SourceTask(Task):
         )
         # Downstream shuffles: (key_by name, topic, partitions, this task's channel in it).
         self._shuffles = self.shuffle_outputs()
-        head = stage.head
         self._timed = head.timed
         self._kafka_times = head.timed and head.timestamp_fn is None
         self._meta = head.meta  # its pipeline uses record metadata: see `source_meta`
@@ -210,7 +212,7 @@ class SourceTask(Task):
         # The messages the decoded values came from (None: not worked out yet).
         kept: list[Message] | None = msgs if len(values) == len(msgs) else None
         if self._meta:
-            read = source_meta.read(msgs, self.chain.stage.head)
+            read = source_meta.read(msgs, self._head)
             for msg, exc in read.refused:
                 self._dlq.source_record(
                     out, msg, str(exc), exc.reason, self.chain.stage.head.name, exc

@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from processor.api.streams import Node
+from processor.api.node import SourceNode
 from processor.engine.meta import Meta, decode_key
 from processor.models.limits import EVENT_TIME_LIMIT, event_time_error, in_range, json_problems
 from processor.serde.codec import RecordError, decode
@@ -31,7 +31,7 @@ class Read:
     refused: list[tuple[Message, RecordError]] = field(default_factory=list)
 
 
-def read(msgs: list[Message], head: Node) -> Read:
+def read(msgs: list[Message], head: SourceNode) -> Read:
     """The data messages of ``msgs`` (no error, a non-empty value) for ``head``'s stage."""
     data = [m for m in msgs if m.error() is None and m.value()]
     fast = _read_batch(data, head)
@@ -40,7 +40,7 @@ def read(msgs: list[Message], head: Node) -> Read:
     return _read_each(data, head)
 
 
-def _read_batch(data: list[Message], head: Node) -> Read | None:
+def _read_batch(data: list[Message], head: SourceNode) -> Read | None:
     """`read` with the values decoded in C loops, as a source without metadata decodes
     them; None if a record is refused (then `_read_each` finds it)."""
     raws: list[bytes] = [m.value() for m in data]  # type: ignore[misc]
@@ -70,7 +70,7 @@ def _read_batch(data: list[Message], head: Node) -> Read | None:
     return Read(values, metas, data)
 
 
-def _read_each(data: list[Message], head: Node) -> Read:
+def _read_each(data: list[Message], head: SourceNode) -> Read:
     out = Read()
     value_format, key_format = head.value_format, head.key_format
     # Kafka's timestamp is the event time unless the source has a function for it.

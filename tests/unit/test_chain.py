@@ -50,11 +50,10 @@ def simulate(
     # Per stage, per task: the batches it will read (shuffle bodies, or decoded values).
     queues: dict[str, list[list[Any]]] = {}
     for stage in compiled.stages:
-        if stage.is_source:
-            raw = inputs[stage.head.topic]
-            values = [
-                json.loads(r) if stage.head.value_format == "json" else r.decode() for r in raw
-            ]
+        source = stage.source
+        if source is not None:
+            raw = inputs[source.topic]
+            values = [json.loads(r) if source.value_format == "json" else r.decode() for r in raw]
             split = [values[i::partitions] for i in range(partitions)]
             queues[stage.name] = [
                 [split[i][j : j + batch] for j in range(0, len(split[i]), batch)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from processor.api.node import JoinNode, WindowNode
 from processor.plan.load import load_pipeline
 from tests import chaincheck
 from tests.chaincheck import LATENESS, OUT_OF_ORDER, SECOND, expected, stream
@@ -18,13 +19,17 @@ T0 = 1_700_000_000_000
 
 def test_the_constants_are_the_examples() -> None:
     pipeline, plan = load_pipeline(str(EXAMPLE))
-    nodes = {n.name: n for n in pipeline.nodes}
-    assert nodes["clicks"].out_of_orderness_ms == OUT_OF_ORDER
-    assert nodes["promotions"].out_of_orderness_ms == 0
-    first = nodes["page-second"]
+    sources = {n.name: n for n in pipeline.sources}
+    assert sources["clicks"].out_of_orderness_ms == OUT_OF_ORDER
+    assert sources["promotions"].out_of_orderness_ms == 0
+    windows = {n.name: n for n in pipeline.nodes if isinstance(n, WindowNode)}
+    first = windows["page-second"]
     assert (first.size_ms, first.lateness_ms) == (SECOND, LATENESS)
-    assert (nodes["site-10s"].size_ms, nodes["site-10s"].lateness_ms) == (chaincheck.SITE_WINDOW, 0)
-    join = next(n for n in pipeline.nodes if n.kind == "join")
+    assert (windows["site-10s"].size_ms, windows["site-10s"].lateness_ms) == (
+        chaincheck.SITE_WINDOW,
+        0,
+    )
+    join = next(n for n in pipeline.nodes if isinstance(n, JoinNode))
     assert join.within_ms == chaincheck.WITHIN
     assert {n.topic for n in pipeline.sinks} == set(chaincheck.SINKS.values())
     # Two timed stages in a chain: the window with lateness feeds a window and a join.

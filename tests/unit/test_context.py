@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from processor import Pipeline
-from processor.api.streams import Node
+from processor.api.node import MapNode, Node
 from processor.engine.chain import StageChain
 from processor.engine.context import ExpiredFilter, StageContext
 from processor.engine.operators import Operator
@@ -16,7 +16,7 @@ from processor.testing import MemoryState
 
 
 def _node(name: str) -> Node:
-    return Node(kind="map", name=name, parent=None, keyed=False)
+    return MapNode(name, None, False, fn=str)
 
 
 def test_a_dead_record_names_the_source_value_it_is() -> None:

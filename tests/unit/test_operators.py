@@ -1,14 +1,14 @@
 """The operators a StageChain compiles from its graph (`processor.engine.operators`): one
-class per kind of node, decided once, so that no batch reads ``Node.kind``."""
+class per kind of node, decided once, so that no batch asks a node what it is."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from processor import Pipeline
-from processor.api.streams import Node
+from processor.api.node import Node
 from processor.engine.chain import StageChain
 from processor.engine.operators import Operator, running
 from processor.engine.operators.aggregate import Aggregate
@@ -35,9 +35,11 @@ def test_word_count_compiles_to_one_operator_per_node_and_runs_without_reading_k
     assert _kinds(count) == {"count": Pass, "counts": Aggregate, "output": Sink}
     counts = count.operators.by_node[count_stage.nodes[0]]
     assert isinstance(counts, Aggregate) and counts.plain_sink is count_stage.nodes[1]
-    watched = [split_stage.head, *split_stage.nodes, *count_stage.nodes]
-    for node in watched:
-        node.__class__ = _KindUnread
+    watched = {
+        node: type(node) for node in [split_stage.head, *split_stage.nodes, *count_stage.nodes]
+    }
+    for node, kind in watched.items():
+        node.__class__ = _unread(kind)
     try:
         split.values(["a b a", "B c"])
         split.flush()
@@ -45,17 +47,18 @@ def test_word_count_compiles_to_one_operator_per_node_and_runs_without_reading_k
             count.shuffled(decode_shuffle(value)[1])
         count.flush()
     finally:
-        for node in watched:
-            node.__class__ = Node
+        for node, kind in watched.items():
+            node.__class__ = kind
     assert sorted(count.take_sinks()["counts"]) == [(b"a", b"2"), (b"b", b"2"), (b"c", b"1")]
 
 
-class _KindUnread(Node):
-    """A node whose kind no batch may read (a property outranks the instance's field)."""
+def _unread(kind: type[Node]) -> type[Node]:
+    """``kind``, whose name no batch may read (a property outranks the class attribute)."""
 
-    @property
-    def kind(self) -> str:  # type: ignore[override]
+    def unread(node: Node) -> Any:
         raise AssertionError("Node.kind read on the per-batch path")
+
+    return cast("type[Node]", type(f"Unread{kind.__name__}", (kind,), {"kind": property(unread)}))
 
 
 def test_metadata_adapters_are_compiled_only_where_records_carry_it() -> None:
@@ -86,7 +89,13 @@ def test_an_operator_of_no_known_kind_fails_on_its_first_batch() -> None:
     p.source("n", value="json").map(lambda v: v, name="m").sink("out")
     compiled = plan(p)
     mapped = compiled.stages[0].nodes[0]
-    mapped.kind = "unheard-of"
+    mapped.__class__ = _Unheard
     chain = StageChain(compiled, compiled.stages[0], 0, MemoryState(), {})
     with pytest.raises(ValueError, match="unknown operator"):
         chain.values([1])
+
+
+class _Unheard(Node):
+    """A kind of node no operator runs."""
+
+    kind = "unheard-of"

@@ -193,8 +193,10 @@ def test_registry_away_is_unavailable_not_dead() -> None:
 def test_source_takes_a_serde_and_keeps_builtins_by_name() -> None:
     p = Pipeline()
     avro = Avro(CLICK)
-    assert p.source("a", value=avro).node.value_format is avro
-    assert p.source("b", value=JSON).node.value_format == "json"  # the engine's fast path
+    p.source("a", value=avro)
+    p.source("b", value=JSON)
+    assert p.sources[0].value_format is avro
+    assert p.sources[1].value_format == "json"  # the engine's fast path
     with pytest.raises(PipelineError, match="value must be one of"):
         p.source("c", value="xml")  # type: ignore[call-overload]
     with pytest.raises(PipelineError, match="serde"):

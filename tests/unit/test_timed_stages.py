@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from processor import Pipeline
+from processor.api.node import PerKeyNode
 from processor.api.ops import UNSET
 from processor.api.streams import KeyedStream, WindowedStream
 from processor.engine.chain import StageChain
@@ -373,7 +374,7 @@ def test_output_mark_is_the_earliest_result_still_possible(shape: str) -> None:
     p = Pipeline()
     SHAPES_SMALL[shape](p.source("in", timestamp=len).key_by(str)).sink("out")
     compiled = plan(p)
-    (node,) = [n for n in compiled.stages[1].nodes if n.windowed]
+    (node,) = [n for n in compiled.stages[1].nodes if isinstance(n, PerKeyNode) and n.windowed]
     held = WindowOperator(node, lambda _: UNSET, lambda *_: None).output_mark
     for watermark in range(-25, 25):
         times: list[int] = []

@@ -183,8 +183,8 @@ def _kind(stage: Stage) -> str:
 
 def _input(graph: JobGraph, stage: Stage) -> str:
     """What the stage reads: its source topic, its shuffle, and a loop's feedback topic."""
-    if stage.is_source:
-        return stage.head.topic
+    if stage.source is not None:
+        return stage.source.topic
     if stage.loop is not None:
         return f"{graph.shuffle_topic(stage)} + {graph.feedback_topic(stage)} (fed back)"
     return graph.shuffle_topic(stage)

@@ -11,8 +11,8 @@ the operators' state at the epoch's end.
   `windowed`: per-window operators and the join.
 
 `compile_operators` decides, per node and from the graph alone (its kind, whether its input
-is keyed, timed or carries metadata), which operator runs it: the per-batch path reads no
-``Node.kind``. `StageOperators` holds them by node and by what the epoch's end, the
+is keyed, timed or carries metadata), which operator runs it: the per-batch path asks no
+node what it is. `StageOperators` holds them by node and by what the epoch's end, the
 watermark and the clock act on. Every operator gets the stage's `StageContext` (state reads,
 dead records, output: `processor.engine.context`), never the chain.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from processor.api import node as nodes
 from processor.api.ops import merger
 from processor.api.streams import Node
 from processor.engine.context import StageContext
@@ -44,9 +45,6 @@ from processor.engine.operators.windowed import Join, Window
 from processor.plan.stages import Stage
 
 __all__ = ["Operator", "StageOperators", "compile_operators", "running"]
-
-# Nodes that pass on every input's items: a merge, a loop (its input and feedback).
-UNIONS = frozenset({"merge", "loop"})
 
 
 def compile_operators(ctx: StageContext, stage: Stage) -> dict[Node, Operator]:
@@ -113,12 +111,13 @@ def running(op: Operator) -> Operator:
 def _feeds_stage(stage: Stage, node: Node) -> bool:
     """Whether ``node``'s children are in ``stage``: not a key_by's into a shuffle (they are
     the next stage's), except the head's and a loop's feedback."""
-    return node.kind != "key_by" or node is stage.head or node.feeds is not None
+    return not isinstance(node, nodes.KeyByNode) or node is stage.head or node.feeds is not None
 
 
 def _edge(ctx: StageContext, sender: Node, child: Operator) -> Operator:
     """What ``sender``'s batches go to, to reach ``child``."""
-    if child.node.kind in UNIONS and sender.meta != child.node.meta:
+    # A union (merge, loop) passes on every input's items.
+    if isinstance(child.node, nodes.UnionNode) and sender.meta != child.node.meta:
         return IntoMerge(ctx, sender, child)
     return child
 
@@ -133,9 +132,9 @@ def _share_children(op: Operator) -> None:
 
 def _operator(ctx: StageContext, stage: Stage, node: Node) -> Operator:
     parent = node.parent
-    if node is stage.head and stage.is_join:
+    if node is stage.head and isinstance(node, nodes.JoinNode):
         return Join(ctx, node)
-    if parent is None or node is stage.head or node.kind in UNIONS:
+    if parent is None or node is stage.head or isinstance(node, nodes.UnionNode):
         return Pass(ctx, node)
     plain = _plain(ctx, node, parent)
     # Records with metadata (`processor.engine.metachain`): of a pipeline that uses it only.
@@ -148,46 +147,45 @@ def _operator(ctx: StageContext, stage: Stage, node: Node) -> Operator:
 
 def _plain(ctx: StageContext, node: Node, parent: Node) -> Operator:
     """The operator of ``node`` where its parent's items have no metadata."""
-    kind, keyed = node.kind, parent.keyed
-    if parent.timed:
-        if kind in ("map", "filter", "flat_map"):
-            keyed = True  # the time rides along like a key
-        elif kind == "key_by":
-            return KeyByTimed(ctx, node)
-        elif kind == "window":
-            return Pass(ctx, node)
-        elif kind == "process" and not node.windowed:  # its output keeps the time
-            return Process(ctx, node)
-        elif node.windowed:
-            return Window(ctx, node)
-        else:  # aggregations, sinks: without the time
-            inner = _of_kind(ctx, node, keyed)
-            expiry = getattr(inner, "expiry", None)  # a TTL from the records' times
-            if node.aggregated and expiry is not None:
-                return StripTimeTouch(ctx, inner, keyed, expiry)
-            return StripTime(ctx, inner, keyed)
-    return _of_kind(ctx, node, keyed)
+    keyed = parent.keyed
+    if not parent.timed:
+        return _of_kind(ctx, node, keyed)
+    if isinstance(node, nodes.KeyByNode):
+        return KeyByTimed(ctx, node)
+    if isinstance(node, nodes.FunctionNode):  # map, filter, flat_map
+        return _of_kind(ctx, node, True)  # the time rides along like a key
+    if isinstance(node, nodes.WindowNode):
+        return Pass(ctx, node)
+    if isinstance(node, nodes.PerKeyNode) and node.windowed:
+        return Window(ctx, node)
+    if isinstance(node, nodes.ProcessNode):  # its output keeps the time
+        return Process(ctx, node)
+    # aggregations, sinks: without the time
+    inner = _of_kind(ctx, node, keyed)
+    expiry = getattr(inner, "expiry", None)  # a TTL from the records' times
+    if isinstance(node, nodes.AggregationNode) and expiry is not None:
+        return StripTimeTouch(ctx, inner, keyed, expiry)
+    return StripTime(ctx, inner, keyed)
 
 
 def _of_kind(ctx: StageContext, node: Node, keyed: bool) -> Operator:
     """The operator of ``node`` over untimed items (``keyed``: ``(key, value)`` pairs)."""
-    kind = node.kind
-    if kind == "map":
+    if isinstance(node, nodes.MapNode):
         return Map(ctx, node, keyed)
-    if kind == "filter":
+    if isinstance(node, nodes.FilterNode):
         return Filter(ctx, node, keyed)
-    if kind == "flat_map":
+    if isinstance(node, nodes.FlatMapNode):
         return FlatMap(ctx, node, keyed)
-    if kind == "key_by":
+    if isinstance(node, nodes.KeyByNode):
         return KeyBy(ctx, node, keyed)
-    if node.aggregated:
+    if isinstance(node, nodes.AggregationNode) and node.aggregated:
         if node.per_record:
             return PerRecordAggregate(ctx, node)
         return Aggregate(ctx, node)
-    if kind == "process":
+    if isinstance(node, nodes.ProcessNode):
         return Process(ctx, node)
-    if kind == "sink":
+    if isinstance(node, nodes.SinkNode):
         return Sink(ctx, node, keyed)
-    if kind == "sink_postgres":
+    if isinstance(node, nodes.PostgresSinkNode):
         return PostgresRows(ctx, node, keyed)
     return Unknown(ctx, node)

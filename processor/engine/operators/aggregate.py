@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from processor.api.node import AggregationNode, CountNode, SinkNode, SumNode
 from processor.api.ops import TAGGED, UNSET, folder, load_value
-from processor.api.streams import Node
 from processor.engine import sink_batch
 from processor.engine.context import StageContext
 from processor.engine.expiry import expiry_of, untimed
@@ -36,20 +36,20 @@ class Aggregate(Operator):
     state and on to the children at `flush`."""
 
     __slots__ = ("add", "dirty", "expiry", "fold", "plain_sink", "prefix", "untimed")
+    node: AggregationNode
 
-    def __init__(self, ctx: StageContext, node: Node) -> None:
+    def __init__(self, ctx: StageContext, node: AggregationNode) -> None:
         super().__init__(ctx, node)
         self.fold = folder(node)
         self.prefix = state_prefix(node)
         # count and sum fold inline (no call per value): the word count path.
-        self.add = node.kind if node.kind in ("count", "sum") else None
+        self.add = node.kind if isinstance(node, CountNode | SumNode) else None
         # Key text -> latest value this epoch: stored and emitted at flush.
         self.dirty: dict[str, Any] = {}
         # Its only child, if that is a sink with the defaults (word count's): see
         # `_flush_into_sink`.
         only = node.children[0] if len(node.children) == 1 else None
-        plain = only is not None and only.kind == "sink" and only.sink_spec is None
-        self.plain_sink = only if plain else None
+        self.plain_sink = only if isinstance(only, SinkNode) and only.sink_spec is None else None
         # Its TTL deadlines (None: no ``ttl_ms``), and those touched as keys fold: where its
         # records come without their event time (else by its input, `StripTimeTouch`).
         self.expiry = expiry_of(node, ctx.timed)
@@ -155,7 +155,9 @@ class Aggregate(Operator):
                 kept.append((text, value))
         return kept
 
-    def _flush_into_sink(self, items: list[tuple[str, Any]], sink: Node, writes: Writes) -> None:
+    def _flush_into_sink(
+        self, items: list[tuple[str, Any]], sink: SinkNode, writes: Writes
+    ) -> None:
         """The changelog into state and its only child, a sink (word count's counts): a
         plain-string key with an int value is encoded once for its state and its record,
         what the general path (state, then `sink_batch.sink`) gives in two passes."""
@@ -206,7 +208,7 @@ class PerRecordAggregate(Operator):
 
     __slots__ = ("expiry", "latest")
 
-    def __init__(self, ctx: StageContext, node: Node) -> None:
+    def __init__(self, ctx: StageContext, node: AggregationNode) -> None:
         super().__init__(ctx, node)
         self.expiry = expiry_of(node, ctx.timed)  # its TTL deadlines (None: no ttl_ms)
         self.latest = PerRecord(

@@ -20,7 +20,7 @@ class Operator:
     reads, dead records, output: `processor.engine.context`). Like Flink's stream
     operators, one class per kind of node; which class, and which variant of it (keyed,
     timed, with metadata), is decided from the graph at compile time, so that no batch is
-    dispatched on ``Node.kind``."""
+    dispatched on its node's kind."""
 
     __slots__ = ("children", "ctx", "node")
 

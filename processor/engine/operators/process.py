@@ -17,8 +17,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from processor.api.node import ProcessNode
 from processor.api.ops import UNSET, key_of
-from processor.api.streams import Node
 from processor.engine.context import StageContext
 from processor.engine.expiry import expiry_of
 from processor.engine.operators.base import Operator
@@ -37,9 +37,10 @@ class Process(Operator):
 
     __slots__ = ("cache", "expiry", "fn", "handle", "load", "mark", "meta", "timed", "timers")
 
-    def __init__(self, ctx: StageContext, node: Node) -> None:
+    node: ProcessNode
+
+    def __init__(self, ctx: StageContext, node: ProcessNode) -> None:
         super().__init__(ctx, node)
-        assert node.fn is not None
         self.fn: Fn = node.fn
         self.cache: dict[str, Any] = {}
         self.load = partial(ctx.load, node)

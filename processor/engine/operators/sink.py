@@ -9,8 +9,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from processor.api.node import PostgresSinkNode, SinkNode
 from processor.api.postgres import add_rows
-from processor.api.streams import Node
 from processor.engine import sink_batch
 from processor.engine.context import StageContext
 from processor.engine.operators.base import Operator
@@ -20,8 +20,9 @@ class Sink(Operator):
     """A sink (``keyed``: its items are ``(key text, value)``)."""
 
     __slots__ = ("keyed",)
+    node: SinkNode
 
-    def __init__(self, ctx: StageContext, node: Node, keyed: bool) -> None:
+    def __init__(self, ctx: StageContext, node: SinkNode, keyed: bool) -> None:
         super().__init__(ctx, node)
         self.keyed = keyed
 
@@ -39,8 +40,9 @@ class PostgresRows(Operator):
     """A PostgreSQL sink: the batch's rows into the context's ``rows`` under its name."""
 
     __slots__ = ("dead", "keyed")
+    node: PostgresSinkNode
 
-    def __init__(self, ctx: StageContext, node: Node, keyed: bool) -> None:
+    def __init__(self, ctx: StageContext, node: PostgresSinkNode, keyed: bool) -> None:
         super().__init__(ctx, node)
         self.keyed = keyed
         self.dead = partial(ctx.fail, node)
@@ -49,6 +51,5 @@ class PostgresRows(Operator):
         if quiet:
             return
         target = self.node.postgres
-        assert target is not None
         rows = self.ctx.rows.setdefault(self.node.name, {})
         add_rows(target, rows, batch, self.keyed, self.dead)

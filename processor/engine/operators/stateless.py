@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from itertools import chain as flatten
 from typing import Any
 
+from processor.api.node import FlatMapNode, FunctionNode, KeyByNode
 from processor.api.streams import Node
 from processor.engine import metachain
 from processor.engine.context import StageContext
@@ -27,9 +28,8 @@ class _Function(Operator):
 
     __slots__ = ("fn", "keyed")
 
-    def __init__(self, ctx: StageContext, node: Node, keyed: bool) -> None:
+    def __init__(self, ctx: StageContext, node: FunctionNode, keyed: bool) -> None:
         super().__init__(ctx, node)
-        assert node.fn is not None
         self.fn: Callable[[Any], Any] = node.fn
         self.keyed = keyed
 
@@ -66,11 +66,11 @@ class Filter(_Function):
 
 class FlatMap(_Function):
     """``flat_map``: any number of outputs per value; unkeyed with a batch function
-    (``Node.batch_fn``: word count's regex) the whole batch in one call."""
+    (``FlatMapNode.batch_fn``: word count's regex) the whole batch in one call."""
 
     __slots__ = ("batch_fn",)
 
-    def __init__(self, ctx: StageContext, node: Node, keyed: bool) -> None:
+    def __init__(self, ctx: StageContext, node: FlatMapNode, keyed: bool) -> None:
         super().__init__(ctx, node, keyed)
         self.batch_fn = None if keyed else node.batch_fn
 
@@ -94,7 +94,7 @@ class KeyBy(_Function):
 
     __slots__ = ("shuffle",)
 
-    def __init__(self, ctx: StageContext, node: Node, keyed: bool) -> None:
+    def __init__(self, ctx: StageContext, node: KeyByNode, keyed: bool) -> None:
         super().__init__(ctx, node, keyed)
         self.shuffle = ctx.shuffles[node.name]
 
@@ -118,9 +118,9 @@ class KeyByTimed(Operator):
 
     __slots__ = ("fn", "keyed", "shuffle")
 
-    def __init__(self, ctx: StageContext, node: Node) -> None:
+    def __init__(self, ctx: StageContext, node: KeyByNode) -> None:
         super().__init__(ctx, node)
-        assert node.fn is not None and node.parent is not None
+        assert node.parent is not None
         self.fn: Callable[[Any], Any] = node.fn
         self.keyed = node.parent.keyed
         self.shuffle = ctx.shuffles[node.name]
@@ -202,7 +202,8 @@ class WithMeta(Operator):
         self.fresh = not parent.meta
         # Only records made by a keyed operator have no metadata.
         self.keyed = True if self.fresh else parent.keyed
-        self.run = None if inner.node.kind == "process" else metachain.run_of(inner.node)
+        node = inner.node  # a process (no FunctionNode) takes them itself
+        self.run = metachain.run_of(node) if isinstance(node, FunctionNode) else None
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
         if self.fresh:
@@ -210,7 +211,7 @@ class WithMeta(Operator):
         if self.run is None:
             self.inner.apply(batch, quiet)  # emits to this one's children
             return
-        out = self.run(self.ctx, self.node, batch, self.keyed, quiet)
+        out = self.run(self.ctx, batch, self.keyed, quiet)
         if out is not None:
             self.emit(out, quiet)
 

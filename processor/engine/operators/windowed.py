@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from processor.api.streams import Node
+from processor.api.node import JoinNode, PerKeyNode
 from processor.engine import sink_batch
 from processor.engine.context import StageContext
 from processor.engine.operators.base import Operator
@@ -45,7 +45,7 @@ class Window(Operator):
 
     __slots__ = ("mark", "windows")
 
-    def __init__(self, ctx: StageContext, node: Node) -> None:
+    def __init__(self, ctx: StageContext, node: PerKeyNode) -> None:
         super().__init__(ctx, node)
         self.windows = WindowOperator(node, partial(ctx.load, node), ctx.fail)
         self.mark = NO_WATERMARK
@@ -85,7 +85,7 @@ class Join(Operator):
 
     __slots__ = ("join", "mark")
 
-    def __init__(self, ctx: StageContext, node: Node) -> None:
+    def __init__(self, ctx: StageContext, node: JoinNode) -> None:
         super().__init__(ctx, node)
         self.join = JoinOperator(node, partial(ctx.load, node))
         self.mark = NO_WATERMARK
