@@ -134,8 +134,8 @@ class EventTime:
         for node, op in self._timers.items():
             assert op.timers is not None
             found[timers_prefix(node)] = op.timers
-        for node, expiry in self._ttl.deadlines.items():
-            found[ttl_prefix(node)] = expiry
+        for expiring, expiry in self._ttl.deadlines.items():
+            found[ttl_prefix(expiring)] = expiry
         return found
 
 

@@ -155,7 +155,7 @@ def test_builtin_wordcount_keeps_its_task_ids_and_topics() -> None:
     # Deployments from before pipelines keep their transactional ids, snapshots and topics.
     source, keyed = WORDCOUNT.stages
     assert (source.name, keyed.name) == ("split", "count")
-    assert source.head.topic == "words"
+    assert source.source is not None and source.source.topic == "words"
     assert WORDCOUNT.shuffle_topic(keyed) == "wordcount.shuffle"
     assert WORDCOUNT.plan.sink_topics == ["word-counts"]
     assert keyed.combiner is not None and keyed.combiner.kind == "count"

@@ -338,7 +338,8 @@ def test_a_source_key_decodes_in_its_format_and_an_undecodable_one_is_refused(
 ) -> None:
     p = Pipeline()
     p.source("in", key=fmt).map(lambda v, m: v, meta=True).sink("out")
-    head = plan(p).stages[0].head
+    head = plan(p).stages[0].source
+    assert head is not None
     msgs: list[Any] = [
         _Msg(b"v0", good, 0, [("h", b"x")]),
         _Msg(b"v1", None, 1),
@@ -365,7 +366,8 @@ def test_a_source_key_decodes_in_its_format_and_an_undecodable_one_is_refused(
 def test_a_batch_of_good_records_reads_in_one_pass_like_one_by_one(fmt: str) -> None:
     p = Pipeline()
     p.source("in", key="json", value=fmt).map(lambda v, m: v, meta=True).sink("out")  # type: ignore[call-overload]
-    head = plan(p).stages[0].head
+    head = plan(p).stages[0].source
+    assert head is not None
     msgs: list[Any] = [_Msg(b'{"v":%d}' % i, b"[%d]" % i, i, [("h", b"%d" % i)]) for i in range(3)]
     msgs.insert(1, _Msg(b"", b"1", 9))  # empty: not a record for the pipeline
     fast = source_meta._read_batch([m for m in msgs if m.value()], head)

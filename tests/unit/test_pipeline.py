@@ -59,7 +59,7 @@ def test_the_contract_example_compiles_to_stages_split_at_each_key_by(contract: 
         "orders.filter.key_by",
     ]
     lines = compiled.stage("lines")
-    assert lines.is_source and lines.head.topic == "lines"
+    assert lines.source is not None and lines.source.topic == "lines"
     # The operators between two shuffles are chained in one task.
     assert [n.kind for n in lines.nodes] == ["flat_map", "key_by", "key_by"]
     assert [n.name for n in lines.shuffles] == ["lines.flat_map.key_by", "lines.flat_map.key_by-2"]
