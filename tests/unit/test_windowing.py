@@ -161,15 +161,17 @@ def test_window_all_late_records_and_an_empty_window() -> None:
         "out"
     )
     driver = Driver(p, partitions=2)
-    for ts in (1, 3, 25):  # nothing in [10, 20)
+    for ts in (1, 3, 12):
         driver.send("in", {"k": "a", "v": 0, "ts": ts})
     driver.checkpoint()
-    driver.checkpoint()  # the watermark (25) has closed [0, 10) downstream
+    driver.checkpoint()  # the watermark (12) has closed [0, 10) downstream, just
     driver.send("in", {"k": "a", "v": 0, "ts": 5})
+    driver.send("in", {"k": "a", "v": 0, "ts": 38})  # nothing in [20, 30)
     driver.finish()
     assert _values(driver) == [
         {"key": None, "start": 0, "end": 10, "value": 2},
-        {"key": None, "start": 20, "end": 30, "value": 1},
+        {"key": None, "start": 10, "end": 20, "value": 1},
+        {"key": None, "start": 30, "end": 40, "value": 1},
     ]
     assert [v for _, v in driver.late_records()] == [{"k": "a", "v": 0, "ts": 5}]
 
