@@ -15,13 +15,11 @@ SQL (windows as Flink writes them)::
     ON AuctionBids.starttime = MaxBids.starttime AND AuctionBids.endtime = MaxBids.endtime
        AND AuctionBids.num >= MaxBids.maxn
 
-The inner ``GROUP BY`` is ``key_by(auction).window(size_ms=10_000, slide_ms=2_000).count()``;
-the join with the per-window maximum is a top-N (N = 1 with ties) per window. Each count
-comes with its window (``window(bounds=True)``: ``{key, start, end, value}``). One API gap of
-issue #42 shows: no top-N per window. The counts are keyed again by their window's start and
-gathered by a second, tumbling window of one slide (2 s). Every count of one hopping window
-has the event time end - 1, so all of them fall in the one slide ``[end - 2 s, end)`` and it
-closes, with the watermark that closed the counts, once they have all come.
+The inner ``GROUP BY`` is ``key_by(auction).window(size_ms=10_000, slide_ms=2_000).count()``,
+each count with its window (``window(bounds=True)``: ``{key, start, end, value}``). The join
+with the per-window maximum, ``num >= maxn``, is a top-N per window with N = 1, ties kept:
+``top(1, by=count)`` ranks each window's counts over all auctions and emits those of the
+highest, each with its window, once the watermark has closed the window.
 """
 
 from processor import Pipeline
@@ -34,20 +32,13 @@ def event_time(event):
     return next(iter(event.values()))["date_time"]
 
 
-def counted(result):
+def hot(result):
     return {
         "auction": result["key"],
         "count": result["value"],
         "window_start": result["start"],
         "window_end": result["end"],
     }
-
-
-def keep_top(top, row):
-    """The rows with the highest count so far (``row`` one more, or a list of them)."""
-    rows = row if isinstance(row, list) else [row]
-    best = max([r["count"] for r in top + rows], default=0)
-    return [r for r in top + rows if r["count"] == best]
 
 
 def build(events="nexmark", output="nexmark-q5", out_of_orderness_ms=OUT_OF_ORDERNESS_MS):
@@ -60,11 +51,8 @@ def build(events="nexmark", output="nexmark-q5", out_of_orderness_ms=OUT_OF_ORDE
         .key_by(lambda e: e["Bid"]["auction"])
         .window(size_ms=SIZE_MS, slide_ms=SLIDE_MS, bounds=True)
         .count()
-        .map(counted)
-        .key_by(lambda r: r["window_start"])
-        .window(size_ms=SLIDE_MS)
-        .aggregate([], keep_top, merge=keep_top)
-        .flat_map(lambda rows: rows)
+        .top(1, by=lambda result: result["value"])
+        .map(hot)
         .sink(output)
     )
     return p

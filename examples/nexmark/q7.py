@@ -14,11 +14,12 @@ SQL (windows as Flink writes them)::
     WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10' SECOND AND B1.date_time
 
 (``window_end`` in place of ``B.extra``, and the bid's window strictly ``[start, end)``.)
-The maximum and the join back to its bids are one aggregation per window that keeps the bids
-of the highest price, its end from ``window(bounds=True)``. One API gap of issue #42 shows: no
-window over a whole stream. The bids are keyed by their window by hand, ``date_time //
-10_000``, then windowed per key (each key has exactly one window), which spreads the windows
-over the tasks instead of putting every bid on one.
+The ``TUMBLE`` over all bids, ungrouped, is a window over the whole stream,
+``window_all(size_ms=10_000)``; the maximum and the join back to the bids of that price are
+a top-N per window with N = 1, ties kept: ``top(1, by=price)`` emits every bid of the
+highest price of the window, each with its window (``{key, start, end, value}``), whose end
+is ``window_end``. As the SQL's ungrouped window, it runs on one task: every bid goes there
+(windows are not pre-aggregated before their shuffle), which keeps only the best so far.
 """
 
 from processor import Pipeline
@@ -31,20 +32,13 @@ def event_time(event):
     return next(iter(event.values()))["date_time"]
 
 
-def highest(top, bid):
-    """The bids of the highest price so far (``bid`` one more, or a list of them)."""
-    bids = bid if isinstance(bid, list) else [bid]
-    best = max([b["price"] for b in top + bids], default=0)
-    return [b for b in top + bids if b["price"] == best]
-
-
 def fields(bid):
     """What the output needs of a bid (the window keeps no more)."""
     return {k: bid[k] for k in ("auction", "bidder", "price", "date_time")}
 
 
-def rows(result):
-    return [{**b, "window_end": result["end"]} for b in result["value"]]
+def row(result):
+    return {**result["value"], "window_end": result["end"]}
 
 
 def build(events="nexmark", output="nexmark-q7", out_of_orderness_ms=OUT_OF_ORDERNESS_MS):
@@ -55,10 +49,9 @@ def build(events="nexmark", output="nexmark-q7", out_of_orderness_ms=OUT_OF_ORDE
     (
         source.filter(lambda e: "Bid" in e)
         .map(lambda e: fields(e["Bid"]))
-        .key_by(lambda b: b["date_time"] // SIZE_MS)
-        .window(size_ms=SIZE_MS, bounds=True)
-        .aggregate([], highest, merge=highest)
-        .flat_map(rows)
+        .window_all(size_ms=SIZE_MS)
+        .top(1, by=lambda bid: bid["price"])
+        .map(row)
         .sink(output)
     )
     return p

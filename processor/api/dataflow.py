@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, Literal, TypeVar, overload
 
-from processor.api import aggregations, loops
+from processor.api import aggregations, loops, windowing
 from processor.api.args import check_callable, check_flag
 from processor.api.base import StreamBase
 from processor.api.context import Meta, State, Window, WindowState
@@ -117,6 +117,20 @@ class Stream(StreamBase[T]):
         node = KeyByNode(named, self.node, True, fn=fn, uses_meta=uses_meta)
         return KeyedStream(self.graph, self.graph.add(node))
 
+    def window_all(
+        self,
+        size_ms: int | None = None,
+        slide_ms: int | None = None,
+        gap_ms: int | None = None,
+        lateness_ms: int = 0,
+        name: str | None = None,
+        bounds: Literal[True] = True,
+    ) -> BoundedWindowedStream[None, T]:
+        """`KeyedStream.window` over the whole stream, on one task; results as
+        `processor.Window`, key None (`processor.api.windowing`)."""
+        args = (size_ms, slide_ms, gap_ms, lateness_ms, name, bounds)
+        return BoundedWindowedStream(self.graph, windowing.window_all(self.graph, self.node, *args))
+
 
 class PerKey(Generic[K, T, KO, S]):
     """count, sum, reduce, aggregate and process over values ``T`` of keys ``K``: per key on
@@ -134,8 +148,8 @@ class PerKey(Generic[K, T, KO, S]):
     in a pipeline with event time it counts against the watermark, otherwise in wall-clock
     time at checkpoints. Nothing is emitted when a key expires (docs/state-ttl.md)."""
 
-    graph: Graph
-    node: Node
+    def __init__(self, graph: Graph, node: Node) -> None:
+        self.graph, self.node = graph, node
 
     def count(
         self, name: str | None = None, emit: Emit = "checkpoint", ttl_ms: int | None = None
@@ -293,6 +307,18 @@ class KeyedStream(PerKey[K, T, K, State[K]], Stream[T]):
         no batch form on a keyed stream)."""
         return self._same(self._flat_map(fn, name, batched, meta))
 
+    def top(
+        self: KeyedStream[Any, Window[K2, A]],
+        n: int,
+        by: Callable[[Window[K2, A]], Any],
+        ties: bool = True,
+        name: str | None = None,
+    ) -> KeyedStream[str, Window[K2, A]]:
+        """Per window, the ``n`` results of a windowed aggregation with the largest ``by``,
+        over all keys (`processor.api.windowing.top_results`)."""
+        node = windowing.top_results(self.graph, self.node, n, by, ties, name)
+        return KeyedStream(self.graph, node)
+
     @overload
     def window(
         self,
@@ -376,30 +402,9 @@ class KeyedStream(PerKey[K, T, K, State[K]], Stream[T]):
         """A loop: ``body(stream)`` returns ``(feedback, output)``; every record of
         ``feedback`` (a keyed stream ending in its own ``key_by``) enters ``stream`` again
         under its key, exactly once, at the next checkpoint after it is committed. Returns
-        ``output`` (`processor.api.loops`)::
-
-            def body(hops):
-                stepped = hops.process(step)            # per key, with state
-                back = stepped.filter(lambda m: "to" in m).key_by(lambda m: m["to"])
-                return back, stepped.filter(lambda m: "done" in m)
-
-            p.source("edges", value="json").key_by(lambda e: e["u"]).iterate(body)
+        ``output`` (`processor.api.loops` has an example).
         """
-        if not callable(body):
-            raise PipelineError(f"iterate(body): expected a function, got {type(body).__name__}")
-        loop = loops.open_loop(self.graph, self.node, name)
-        where = f"iterate {loop.name!r}"
-        result: Any = body(KeyedStream(self.graph, loop))
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise PipelineError(f"{where}: body must return (feedback, output), two streams")
-        feedback, output = result
-        for role, s in (("feedback", feedback), ("output", output)):
-            if not isinstance(s, Stream) or s.graph is not self.graph:
-                raise PipelineError(f"{where}: the body's {role} must be a stream of this pipeline")
-        if not isinstance(feedback, KeyedStream):
-            raise PipelineError(f"{where}: the feedback must be a keyed stream (end it in key_by)")
-        assert isinstance(output, Stream)
-        loops.close_loop(loop, feedback.node, output.node)
+        output: Stream[U] = loops.iterate(self.graph, self.node, body, name, Stream, KeyedStream)
         return output
 
 
@@ -409,18 +414,13 @@ class WindowedStream(PerKey[K, T, str, WindowState[K]]):
     window's state (a `processor.WindowState`) and emits at once under that key (the state
     is deleted when the window closes)."""
 
-    def __init__(self, graph: Graph, node: Node) -> None:
-        self.graph = graph
-        self.node = node
-
 
 class BoundedWindowedStream(Generic[K, T]):
     """`WindowedStream` of ``window(bounds=True)``: each result comes as a
     `processor.Window` (its key, the window's start and end, the value)."""
 
     def __init__(self, graph: Graph, node: Node) -> None:
-        self.graph = graph
-        self.node = node
+        self.graph, self.node = graph, node
 
     def count(
         self, name: str | None = None, emit: Emit = "checkpoint", ttl_ms: int | None = None
@@ -474,4 +474,12 @@ class BoundedWindowedStream(Generic[K, T]):
         """`PerKey.process`, per window (no timers, TTL or headers on windows): each record
         ``fn`` emits comes in a `Window`."""
         node = aggregations.process(self.graph, self.node, fn, None, False, name, None, None)
+        return KeyedStream(self.graph, node)
+
+    def top(
+        self, n: int, by: Callable[[T], Any], ties: bool = True, name: str | None = None
+    ) -> KeyedStream[str, Window[K, T]]:
+        """Per key and window, the ``n`` values with the largest ``by``, each in a `Window`
+        (`processor.api.windowing.top_values`)."""
+        node = windowing.top_values(self.graph, self.node, n, by, ties, name)
         return KeyedStream(self.graph, node)

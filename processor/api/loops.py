@@ -12,10 +12,19 @@ loop's stage when a fed-back record is read, before the loop node's children.
 A loop runs in one stage (the one of ``stream``): no other ``key_by`` between the loop and
 its feedback key_by. Windows, joins and event time in that stage, and record metadata, are
 refused (`processor.plan.stages`): a watermark would have to go around the loop.
-docs/loops.md has the rules and why.
+docs/loops.md has the rules and why. A body::
+
+    def body(hops):
+        stepped = hops.process(step)            # per key, with state
+        back = stepped.filter(lambda m: "to" in m).key_by(lambda m: m["to"])
+        return back, stepped.filter(lambda m: "done" in m)
+
+    p.source("edges", value="json").key_by(lambda e: e["u"]).iterate(body)
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from processor.api.graph import Graph
 from processor.api.node import (
@@ -36,6 +45,29 @@ _AFTER_KEY_BY = (MapNode, FilterNode, FlatMapNode)
 def open_loop(graph: Graph, parent: Node, name: str | None) -> LoopNode:
     """The loop node after ``parent``: the body is built on it."""
     return graph.add(LoopNode(graph.named(parent, LoopNode, name), parent, True))
+
+
+def iterate(
+    graph: Graph, parent: Node, body: Any, name: str | None, stream: Any, keyed: Any
+) -> Any:
+    """`KeyedStream.iterate`: the loop after ``parent``, ``body`` called on it (a ``keyed``
+    stream), the result checked, ``(feedback, output)``: both streams (of class ``stream``)
+    of ``graph``, the feedback a ``keyed`` one; closes the loop, returns ``output``."""
+    if not callable(body):
+        raise PipelineError(f"iterate(body): expected a function, got {type(body).__name__}")
+    loop = open_loop(graph, parent, name)
+    where = f"iterate {loop.name!r}"
+    result = body(keyed(graph, loop))
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise PipelineError(f"{where}: body must return (feedback, output), two streams")
+    feedback, output = result
+    for role, s in (("feedback", feedback), ("output", output)):
+        if not isinstance(s, stream) or s.graph is not graph:
+            raise PipelineError(f"{where}: the body's {role} must be a stream of this pipeline")
+    if not isinstance(feedback, keyed):
+        raise PipelineError(f"{where}: the feedback must be a keyed stream (end it in key_by)")
+    close_loop(loop, feedback.node, output.node)
+    return output
 
 
 def close_loop(loop: LoopNode, feedback: Node, output: Node) -> None:

@@ -15,3 +15,5 @@ def test_the_typed_example_runs() -> None:
     assert out["first"] == [("home", "home first"), ("cart", "cart first")]
     assert sorted(out["per_window"]) == [("cart@0", 1), ("home@0", 1), ("home@10", 1)]
     assert sorted(out["window_sizes"]) == [("cart@0", 10), ("home@0", 10), ("home@10", 10)]
+    assert sorted(out["hottest"]) == [("0@9", "cart"), ("0@9", "home"), ("10@19", "home")]
+    assert out["latest"] == [("None@0", 3), ("None@10", 12)]

@@ -86,6 +86,12 @@ def build() -> Pipeline:
     bounded = pages.window(size_ms=10, bounds=True, name="bounded").process(in_window)
     assert_type(bounded, KeyedStream[str, Window[str, int]])
     bounded.map(lambda w: w["end"] - w["start"]).sink("window_sizes")
+    hottest = pages.window(size_ms=10, bounds=True).count().top(1, by=lambda w: w["value"])
+    assert_type(hottest, KeyedStream[str, Window[str, int]])
+    hottest.map(lambda w: w["key"]).sink("hottest")
+    latest = clicks.map(lambda c: c.ms).window_all(size_ms=10).top(1, by=lambda ms: ms)
+    assert_type(latest, KeyedStream[str, Window[None, int]])
+    latest.map(lambda w: w["value"]).sink("latest")
 
     return p
 
@@ -112,3 +118,6 @@ def refused(p: Pipeline) -> None:
     p.source("more", value=Clicks(), timestamp=lambda c: c.page)  # type: ignore[arg-type, return-value]
     bounded.map(lambda w: w["size"])  # type: ignore[typeddict-item]  # not in a Window
     lengths.reduce(lambda a, b: str(a + b))  # type: ignore[arg-type, return-value]
+    counts.top(1, by=lambda n: n)  # type: ignore[misc]  # not the results of a window
+    bounded.top(1, by=lambda w: w["size"])  # type: ignore[typeddict-item]  # not in a Window
+    words.window_all(size_ms=10, bounds=False)  # type: ignore[arg-type]  # always bounded
