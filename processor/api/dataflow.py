@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, Literal, TypeVar, overload
 
-from processor.api import aggregations, loops, windowing
+from processor.api import aggregations, loops, tables, windowing
 from processor.api.args import check_callable, check_flag
 from processor.api.base import StreamBase
 from processor.api.context import Meta, State, Window, WindowState
 from processor.api.graph import Graph
 from processor.api.node import CountNode, Emit, KeyByNode, Node, SumNode
+from processor.api.tables import Aggregator
 from processor.errors import PipelineError
 
 T = TypeVar("T")
@@ -406,6 +407,20 @@ class KeyedStream(PerKey[K, T, K, State[K]], Stream[T]):
         """
         output: Stream[U] = loops.iterate(self.graph, self.node, body, name, Stream, KeyedStream)
         return output
+
+    def regroup(
+        self,
+        by: Callable[[K, T], K2],
+        aggregator: Aggregator[T, U],
+        name: str | None = None,
+        emit: Emit = "checkpoint",
+    ) -> KeyedStream[K2, U]:
+        """This stream as a table (each record its key's new value; None: the key deleted), its
+        rows grouped by ``by(key, value)``: per group, ``aggregator`` over its rows' current
+        values, updated as they change, emitted per checkpoint or with ``emit="record"`` per
+        change (`processor.api.tables`, with examples)."""
+        grouped: KeyedStream[K2, U] = tables.regroup(self, by, aggregator, name, emit)
+        return grouped
 
 
 class WindowedStream(PerKey[K, T, str, WindowState[K]]):

@@ -11,6 +11,7 @@ def test_the_typed_example_runs() -> None:
     out = run(build(), {"lines": ["a bb a"], "clicks": [b"home,1", b"cart,3", b"home,12"]})
     assert out["shouts"] == [("a", "!!"), ("bb", "!")]
     assert out["length_sums"] == [("1", 2), ("0", 2)]
+    assert out["mean_count_per_length"] == [("1", 2.0), ("2", 1.0)]
     assert out["tagged"] == [(None, "lines:a"), (None, "lines:bb"), (None, "lines:a")]
     assert out["first"] == [("home", "home first"), ("cart", "cart first")]
     assert sorted(out["per_window"]) == [("cart@0", 1), ("home@0", 1), ("home@10", 1)]

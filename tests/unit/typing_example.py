@@ -12,7 +12,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, assert_type
 
-from processor import KeyedStream, Meta, Pipeline, State, Stream, Window, WindowState
+from processor import (
+    Aggregator,
+    KeyedStream,
+    Meta,
+    Pipeline,
+    State,
+    Stream,
+    Window,
+    WindowState,
+)
 
 
 @dataclass
@@ -71,6 +80,10 @@ def build() -> Pipeline:
     lengths.sum().sink("length_sums")
     lengths.reduce(max).sink("longest")
     lengths.aggregate([0, 0], lambda acc, n: [acc[0] + n, acc[1] + 1]).sink("totals")
+    # The counts as a table: per word length, the mean count of the words of that length.
+    mean = counts.regroup(lambda word, n: len(word), Aggregator.avg())
+    assert_type(mean, KeyedStream[int, float | None])
+    mean.sink("mean_count_per_length")
     tagged = words.map(lambda w, meta: f"{meta.topic}:{w}", meta=True)
     assert_type(tagged, Stream[str])
     tagged.sink("tagged")
@@ -121,3 +134,5 @@ def refused(p: Pipeline) -> None:
     counts.top(1, by=lambda n: n)  # type: ignore[misc]  # not the results of a window
     bounded.top(1, by=lambda w: w["size"])  # type: ignore[typeddict-item]  # not in a Window
     words.window_all(size_ms=10, bounds=False)  # type: ignore[arg-type]  # always bounded
+    counts.regroup(lambda w, n: w, Aggregator.avg(len))  # type: ignore[arg-type]  # int counts
+    counts.regroup(lambda w, n: w, Aggregator.sum(shout))  # type: ignore[arg-type]  # not a number
