@@ -14,22 +14,25 @@ SQL::
 An auction's final price is its highest bid between its ``date_time`` and its ``expires``
 (both inclusive); an auction without such a bid has none and does not count.
 
-Two API gaps of issue #42 shape it:
+How it maps:
 
-- no join that ends with one side's own time: ``join(within_ms=None)`` would meet every bid
-  with its auction but keep both for good. Here the auction and its bids meet in a
-  hand-written ``process`` keyed by auction id (both event types tagged in one ``flat_map``)
-  that buffers the bids which arrive before their auction. An event-time timer at
-  ``expires + 1`` (the close is inclusive) deletes the auction once no bid can change its
-  price; a buffered bid is dropped once the watermark passes it, as its auction (which
-  starts no later than the bid) can no longer come.
-- no updating aggregation over an updating input: the inner ``MAX`` changes as bids come,
-  and the outer ``AVG`` must take back the old maximum. The ``process`` emits each change of
-  an auction's maximum as a delta ``{category, sum, n}`` (``sum`` = new - old maximum, ``n``
-  = 1 for the auction's first price) that an ``aggregate(merge=)`` per category adds up.
+- ``auction A, bid B WHERE A.id = B.auction AND B.date_time BETWEEN ...`` and the inner
+  ``MAX(B.price) ... GROUP BY A.id``: a ``process`` keyed by auction id (both event types
+  tagged in one ``flat_map``) that buffers the bids which arrive before their auction and
+  keeps the highest bid in the auction's time; it emits the auction's final price so far,
+  ``{category, price}``, each time it rises: a table of one row per auction, updated. Not
+  ``join(within_ms=None)``, which would keep every bid for good: an event-time timer at
+  ``expires`` deletes the auction once no bid can change its price (a timer fires once the
+  watermark is above its time, after every bid at ``expires``); a buffered bid is dropped
+  once the watermark passes it, as its auction (which starts no later than the bid) can no
+  longer come, and a bid after ``expires`` finds no auction and is dropped the same way.
+- ``SELECT Q.category, AVG(Q.final) ... GROUP BY Q.category``: ``regroup`` of that table by
+  category with ``Aggregator.avg``: when an auction's price rises, its old price is taken
+  back from the category's average and the new one added (Flink SQL's retraction), per
+  checkpoint; the map puts the category (the group's key) into the row.
 """
 
-from processor import Pipeline
+from processor import Aggregator, Pipeline
 
 OUT_OF_ORDERNESS_MS = 1000
 
@@ -49,48 +52,47 @@ def sides(event):
 
 
 def raise_price(auction, bids):
-    """``auction``'s new maximum after ``bids`` ([date_time, price]); a delta if it rose."""
+    """``auction``'s final price so far after ``bids`` ([date_time, price]), if it rose."""
     start, expires, category = auction["auction"]
-    old = auction["max"]
     prices = [price for at, price in bids if start <= at <= expires]
-    if old is not None:
-        prices.append(old)
+    if auction["max"] is not None:
+        prices.append(auction["max"])
     new = max(prices, default=None)
-    if new is None or new == old:
+    if new is None or new == auction["max"]:
         return []
     auction["max"] = new
-    return [{"category": category, "sum": new - (old or 0), "n": 1 if old is None else 0}]
+    return [{"category": category, "price": new}]
 
 
 def final_prices(side, state):
     """Per auction: ``{"auction": [start, expires, category] | None, "max": ..., "waiting":
-    [bids before their auction]}``; emits the deltas of its maximum."""
+    [bids before their auction]}``; emits its final price so far as it rises."""
     seen = state.get({"auction": None, "max": None, "waiting": []})
     if "auction" in side:
         seen["auction"] = side["auction"]
         out = raise_price(seen, seen["waiting"])
         seen["waiting"] = []
-        state.timers.set(side["auction"][1] + 1)
+        state.timers.set(side["auction"][1])
     elif seen["auction"] is not None:
         out = raise_price(seen, [side["bid"]])
     else:
         seen["waiting"].append(side["bid"])
-        state.timers.set(side["bid"][0] + 1)
+        state.timers.set(side["bid"][0])
         out = []
     state.set(seen)
     return out
 
 
 def expire(at_ms, state):
-    """An auction closed (``expires`` passed), or bids waited for it in vain."""
+    """An auction closed (the watermark passed ``expires``), or bids waited for it in vain."""
     seen = state.get()
     if seen is None:
         return []
     if seen["auction"] is not None:
-        if at_ms > seen["auction"][1]:
+        if at_ms >= seen["auction"][1]:
             state.delete()
         return []
-    seen["waiting"] = [b for b in seen["waiting"] if b[0] >= at_ms]
+    seen["waiting"] = [b for b in seen["waiting"] if b[0] > at_ms]
     if seen["waiting"]:
         state.set(seen)
     else:
@@ -98,25 +100,16 @@ def expire(at_ms, state):
     return []
 
 
-def add(acc, delta):
-    """A delta (or a partial sum, as ``merge``) into a category's running sum and count."""
-    category = acc["category"] if delta["category"] is None else delta["category"]
-    return {"category": category, "sum": acc["sum"] + delta["sum"], "n": acc["n"] + delta["n"]}
-
-
 def build(events="nexmark", output="nexmark-q4", out_of_orderness_ms=OUT_OF_ORDERNESS_MS):
     p = Pipeline()
     source = p.source(
         events, value="json", timestamp=event_time, out_of_orderness_ms=out_of_orderness_ms
     )
+    auctions = source.flat_map(sides).key_by(lambda s: s["id"])
     (
-        source.flat_map(sides)
-        .key_by(lambda s: s["id"])
-        .process(final_prices, on_timer=expire)
-        .key_by(lambda d: d["category"])
-        .aggregate({"category": None, "sum": 0, "n": 0}, add, merge=add)
-        .filter(lambda acc: acc["n"] > 0)
-        .map(lambda acc: {"category": acc["category"], "avg_price": acc["sum"] / acc["n"]})
+        auctions.process(final_prices, on_timer=expire)
+        .regroup(lambda auction, final: final["category"], Aggregator.avg(lambda f: f["price"]))
+        .map(lambda avg, meta: {"category": meta.key, "avg_price": avg}, meta=True)
         .sink(output)
     )
     return p

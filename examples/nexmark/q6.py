@@ -17,12 +17,15 @@ between its ``date_time`` and ``expires``, both inclusive; none: it does not cou
 "last 10" are by ``expires``, ties broken by auction id, so that the result does not depend
 on the order in which closes reach the seller's task.
 
-The auction and its bids meet as in q4 (a join would keep both for good, issue #42: a
-``process`` per auction id buffers bids that come before their auction), but the price is
-emitted once, when the auction closes. The close is inclusive, a trap the issue lists: the
-timer is at ``expires + 1`` (a timer at ``expires`` fires while a bid at ``expires`` may
-still come), and the auction's state is deleted then, so that a later bid, which can only be
-after ``expires``, is ignored. Per seller, an ``aggregate(merge=)`` keeps the 10 latest.
+The auction and its bids meet as in q4 (a ``process`` per auction id that buffers bids that
+come before their auction; ``join(within_ms=None)`` would keep every bid for good), but the
+price is emitted once, when the auction closes: an event-time timer at ``expires``. The close
+is inclusive, and a timer at ``expires`` is what makes it so: a timer fires once the watermark
+is above its time, so every bid at ``expires`` has come by then (a bid behind the watermark
+is late for a window too). The auction's state is deleted when it closes; a bid that comes
+later (after ``expires``) finds no auction, waits as a bid before its auction would, and is
+dropped when the watermark passes it, as no auction can come for it any more. Per seller,
+an ``aggregate(merge=)`` keeps the 10 latest.
 """
 
 from processor import Pipeline
@@ -58,12 +61,12 @@ def track(side, state):
         seen["auction"] = side["auction"]
         seen["max"] = best(side["auction"], seen["waiting"], seen["max"])
         seen["waiting"] = []
-        state.timers.set(side["auction"][1] + 1)
+        state.timers.set(side["auction"][1])
     elif seen["auction"] is not None:
         seen["max"] = best(seen["auction"], [side["bid"]], seen["max"])
     else:
         seen["waiting"].append(side["bid"])
-        state.timers.set(side["bid"][0] + 1)
+        state.timers.set(side["bid"][0])
     state.set(seen)
     return []
 
@@ -74,15 +77,15 @@ def close(at_ms, state):
     if seen is None:
         return []
     if seen["auction"] is None:
-        seen["waiting"] = [b for b in seen["waiting"] if b[0] >= at_ms]
+        seen["waiting"] = [b for b in seen["waiting"] if b[0] > at_ms]
         if seen["waiting"]:
             state.set(seen)
         else:
             state.delete()
         return []
     _, expires, seller = seen["auction"]
-    if at_ms <= expires:
-        return []
+    if at_ms < expires:
+        return []  # a timer of a bid that came before its auction
     state.delete()
     if not seen["max"]:
         return []

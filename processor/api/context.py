@@ -79,7 +79,9 @@ class Timers(Protocol):
 
     def set(self, at_ms: int) -> None:
         """A timer at ``at_ms``; it fires once, when the watermark (or the wall clock, with
-        ``processing_time=True``) passes it."""
+        ``processing_time=True``) passes it: is above ``at_ms``, so that every record at
+        ``at_ms`` came before (an interval that includes its end closes with a timer at the
+        end, not one ms after)."""
 
     def delete(self, at_ms: int) -> None:
         """Cancel the timer at ``at_ms``, if pending."""
