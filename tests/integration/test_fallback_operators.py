@@ -2,11 +2,12 @@
 quietly: the operators after an aggregation, a window or a join in the same stage must get its
 output too, in the order the first run gave it, early flushes included. Each test puts a
 first-sight ``process`` and a running ``reduce`` after one of them (after a window's count, a
-``process`` whose event-time timer reports the count later); mid-stream both workers are
-SIGKILLed and each keyed task loses its committed snapshot and the two before, so that the
-replay spans three epochs. An independent read_committed reader then finds every key fired
-once, each of the reduce's updates the one before plus the update that produced it (a reduce
-set back to the older snapshot is not), and the totals those of a direct computation."""
+``process`` whose event-time timer reports the count later; after a ``regroup``, which keeps
+state in two stages, both fall back); mid-stream both workers are SIGKILLed and each keyed
+task loses its committed snapshot and the two before, so that the replay spans three epochs.
+An independent read_committed reader then finds every key fired once, each of the reduce's
+updates the one before plus the update that produced it (a reduce set back to the older
+snapshot is not), and the totals those of a direct computation."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 
 from processor.plan.stages import plan
 from tests.integration import after_join_pipeline as after_join
+from tests.integration import after_regroup_pipeline as after_regroup
 from tests.integration import after_window_pipeline as after_window
 from tests.integration.after_count_pipeline import threshold
 from tests.integration.pipeline_run import PipelineRun, read_committed, updates_per_key
@@ -87,13 +89,18 @@ def test_a_fallback_rebuilds_the_operators_after_a_count(
 
 
 def _fall_back_mid_stream(
-    run: PipelineRun, stage: str, values: Sequence[T], send: Callable[[list[T]], None]
+    run: PipelineRun,
+    stage: str | list[str],
+    values: Sequence[T],
+    send: Callable[[list[T]], None],
 ) -> None:
     """``values`` sent into the run's two workers in ``CHUNKS`` chunks, each once a checkpoint
     has completed since the one before (so that every few epochs carry records, however slow
     the machine); right after chunk ``KILL_AFTER`` both workers are SIGKILLed, ``stage``'s
-    committed snapshots lost and the workers started again; until every input is committed.
-    Each of ``stage``'s tasks must have fallen back and replayed records. Stops the run."""
+    committed snapshots lost (each stage's, given several) and the workers started again;
+    until every input is committed. Each of their tasks must have fallen back and replayed
+    records. Stops the run."""
+    stages = [stage] if isinstance(stage, str) else stage
     size = len(values) // CHUNKS + 1
     try:
         run.start(workers=2)
@@ -103,15 +110,16 @@ def _fall_back_mid_stream(
             if i == KILL_AFTER:  # mid-stream: the epochs the fallback replays carry records
                 for worker in range(2):
                     run.kill_worker(worker)
-                _lose_committed_snapshots(run, stage)
+                for lost in stages:
+                    _lose_committed_snapshots(run, lost)
                 for worker in range(2):
                     run.start_worker(worker)
             run.wait_for_checkpoints(1, timeout=240)
         run.drain(timeout=300)
         logs = run.log("worker-0") + run.log("worker-1")
-        for partition in range(2):
-            assert f"{stage}-{partition}: falling back to checkpoint" in logs
-            assert f"{stage}-{partition}: replay after the fallback is done" in logs
+        for lost, partition in itertools.product(stages, range(2)):
+            assert f"{lost}-{partition}: falling back to checkpoint" in logs
+            assert f"{lost}-{partition}: replay after the fallback is done" in logs
         # The epochs replayed were not all empty: the checks see what the replay rebuilt.
         spans = re.findall(
             r"falling back to checkpoint (\d+) .*replaying up to barrier (\d+)", logs
@@ -153,6 +161,47 @@ def _check(run: PipelineRun, total: Counter[str]) -> None:
         assert sums[word] == expected, f"{word}: the reduce went astray after the fallback"
     fired = {w: [threshold(w)] for w, n in total.items() if n >= threshold(w)}
     assert firsts == fired, "a first sight fired twice, or never"
+
+
+REGROUP = Path(__file__).resolve().parent / "after_regroup_pipeline.py"
+
+
+def test_a_fallback_rebuilds_a_regroup_and_the_operators_after_it(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Both the count's stage (the regroup's memory of each word's count) and the regroup's
+    (each bucket's number of words, the process and the reduce after it) fall back."""
+    topics = ["words", "buckets", "firsts", "sums"]
+    run = _pipeline_run(kafka_bootstrap, tmp_path, REGROUP, topics, 40)
+    stages = [s.name for s in plan(run.pipeline).stages if not s.is_source]
+    assert stages == ["count-words", "per-bucket"]
+    rng = random.Random(43)
+    words = [f"w{rng.randrange(200)}" for _ in range(WORDS)]
+    # Rare words, in the first and the last quarter only: the replay (before the kill, two
+    # thirds in) updates none of them, so only the restored state knows which bucket each
+    # is in when it comes again (a regroup that forgot would add it twice to bucket 0).
+    for r in range(20):
+        for at in (rng.randrange(WORDS // 4), rng.randrange(WORDS * 3 // 4, WORDS)):
+            words[at:at] = [f"r{r}"] * 3
+    sent = [w.encode() for w in words]
+    _fall_back_mid_stream(run, stages, sent, lambda chunk: run.send(run.topics["words"], chunk))
+    final = Counter(after_regroup.bucket(n) for n in Counter(words).values())
+    assert final[0] == 20  # the rare words, 6 each
+    buckets, sums = _updates(run, "buckets"), _updates(run, "sums")
+    # Each bucket ends at its number of words; a bucket all its words left ends at 0.
+    _same(
+        "buckets",
+        {b: u[-1] for b, u in buckets.items() if u[-1]},
+        {str(b): n for b, n in final.items()},
+    )
+    for bucket, changes in buckets.items():
+        assert sums[bucket] == list(itertools.accumulate(changes)), (
+            f"{bucket}: the reduce went astray"
+        )
+    thresholds = {b: after_regroup.threshold(int(b)) for b in buckets}
+    fired = {b: [thresholds[b]] for b, u in buckets.items() if max(u) >= thresholds[b]}
+    assert fired, "no bucket fired: the check checks nothing"
+    _same("firsts", _updates(run, "firsts"), fired)  # a first sight fired twice, or never
 
 
 # Timed input: ``(topic parameter, record, partition)`` in event-time order per partition (no
