@@ -204,10 +204,15 @@ class PerRecordAggregate(Operator):
     record, on at once as ``process``'s output; quietly in a replay (state only downstream
     too)."""
 
-    __slots__ = ("expiry", "latest")
+    __slots__ = ("expiry", "latest", "sink_topic")
 
     def __init__(self, ctx: StageContext, node: Node) -> None:
         super().__init__(ctx, node)
+        # A count whose only child is a sink with the defaults (word count's emit="record"):
+        # its updates go into that sink's records in the fold loop (`PerRecord.count_records`).
+        only = node.children[0] if len(node.children) == 1 else None
+        plain = node.kind == "count" and only is not None and only.kind == "sink"
+        self.sink_topic = only.topic if only is not None and plain and not only.sink_spec else None
         self.expiry = expiry_of(node, ctx.timed)  # its TTL deadlines (None: no ttl_ms)
         self.latest = PerRecord(
             node,
@@ -218,6 +223,12 @@ class PerRecordAggregate(Operator):
         )
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
+        topic = self.sink_topic
+        if topic is not None and not quiet:  # a sink drops a quiet update: the general path
+            records = self.latest.count_records(batch, self.ctx.max_record)
+            if records is not None:
+                self.ctx.sinks.setdefault(topic, []).extend(records)
+                return
         self.emit(self.latest.add(batch), quiet)
 
     def flush(self, writes: Writes) -> None:
