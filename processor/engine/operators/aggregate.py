@@ -16,6 +16,7 @@ Both own their keys' TTL deadlines where they have a ``ttl_ms`` (``expiry``,
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 from processor.api.ops import TAGGED, UNSET, folder, load_value
@@ -29,6 +30,7 @@ from processor.engine.state_keys import state_prefix
 from processor.serde.codec import RecordError
 
 Writes = dict[bytes, bytes | None]  # the epoch's state write: key -> value (None: deleted)
+_FIRST = itemgetter(0)
 
 
 class Aggregate(Operator):
@@ -85,7 +87,7 @@ class Aggregate(Operator):
         if unique:
             missing = [t for t, _ in batch if t not in dirty]
         else:
-            missing = [t for t in dict.fromkeys(t for t, _ in batch) if t not in dirty]
+            missing = [t for t in dict.fromkeys(map(_FIRST, batch)) if t not in dirty]
         if missing:
             prefix = self.prefix
             raws = self.ctx.reader.get_many([prefix + t.encode() for t in missing])
