@@ -20,9 +20,14 @@ words each step is timed on this thread's CPU clock:
 
 Modes: ``emit_record`` (bench/pipelines/wordcount_emit_record.py), ``no_combiner`` (word
 count, ``PROCESSOR_COMBINE=false``), ``combined`` (word count as it runs by default).
-``--checkout DIR`` imports the engine of another checkout (an A/B against it, interleaved by
-the caller). ``--profile FILE`` runs one more epoch loop under cProfile and prints its top
-functions by own time. JSON on stdout: µs per word per step, medians over ``--runs``.
+``--pipeline FILE --events FILE`` instead runs any pipeline file (a Nexmark query:
+examples/nexmark/q1.py; its ``build()`` on the topics ``nexmark`` and ``out``) over the lines
+of a file (``nexmark --no-wait --number N > events.jsonl``) with `processor.testing.Driver`
+(4 keyed tasks a stage, a checkpoint every ``--epoch`` events): CPU µs per event, and the
+functions of a cProfile run. ``--checkout DIR`` imports the engine of another checkout (an
+A/B against it, interleaved by the caller). ``--profile FILE`` runs one more epoch loop under
+cProfile and prints its top functions by own time. JSON on stdout: µs per word per step,
+medians over ``--runs``.
 
     python bench/experiments/per_record.py --mode emit_record --words 1000000 --runs 5
 """
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import importlib.util
 import json
 import pstats
 import shutil
@@ -58,15 +64,19 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench
     sys.path.insert(0, str(_checkout()))  # processor, first
 
+from confluent_kafka import Producer  # noqa: E402
+
 from processor.api.streams import Pipeline  # noqa: E402
 from processor.commands.corpus import lines  # noqa: E402
 from processor.config import Settings  # noqa: E402
 from processor.engine.chain import StageChain  # noqa: E402
 from processor.jobs.wordcount import line_words, wordcount_pipeline, words  # noqa: E402
+from processor.kafka import clients  # noqa: E402
 from processor.kafka.output import AtLeastOnceOutput  # noqa: E402
 from processor.models.records import decode_shuffle  # noqa: E402
 from processor.plan.stages import plan  # noqa: E402
 from processor.state.rocksdb.store import RocksDBStore  # noqa: E402
+from processor.testing import Driver  # noqa: E402
 
 STEPS = (
     "decode",
@@ -129,7 +139,7 @@ class _Run:
             for p in range(_PARTITIONS)
         ]
         settings = Settings(bootstrap_servers=bootstrap or "127.0.0.1:9")
-        self.out = AtLeastOnceOutput(settings, "per-record")
+        self.out = _Output(settings, "per-record")
         self.reachable = bool(bootstrap)
 
     def close(self) -> None:
@@ -137,6 +147,14 @@ class _Run:
         self.out._calls.shutdown()
         for store in self.stores:
             store.close()
+
+
+class _Output(AtLeastOnceOutput):
+    """The tasks' produce path on a producer without delivery callbacks (a transactional
+    one has none either; purged records would call back here)."""
+
+    def _make_producer(self, settings: Settings) -> Producer:
+        return clients.producer(settings)
 
 
 class _NoState:
@@ -169,23 +187,27 @@ def _epochs(run: _Run, batches: list[list[bytes]], per_epoch: int, spent: dict[s
         for p, value in taken:
             out.produce("pr.shuffle", value, partition=p)
         t2 = clock()
-        bodies = [(p, decode_shuffle(value)[1]) for p, value in taken]
-        t3 = clock()
-        for p, body in bodies:
+        spent["shuffle_take"] += t1 - t0
+        spent["shuffle_produce"] += t2 - t1
+        for p, value in taken:  # as a keyed task does: a record decoded, then applied
+            a = clock()
+            body = decode_shuffle(value)[1]
+            b = clock()
             run.counts[p].shuffled(body)
-        t4 = clock()
+            spent["shuffle_decode"] += b - a
+            spent["keyed"] += clock() - b
+            del body
+        t0 = clock()
         for chain in run.counts:
             chain.flush()
-        t5 = clock()
+        t1 = clock()
         for chain in run.counts:
             for topic, records in chain.take_sinks().items():
                 out.produce_many(topic, records)
                 made += len(records)
-        t6 = clock()
-        for step, (a, b) in zip(
-            STEPS[2:], [(t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5), (t5, t6)], strict=True
-        ):
-            spent[step] += b - a
+        t2 = clock()
+        spent["flush"] += t1 - t0
+        spent["sink_produce"] += t2 - t1
         if not run.reachable:  # nothing will ever send them: keep the queue from growing
             out._producer.purge(in_queue=True, in_flight=True, blocking=False)
         else:
@@ -193,19 +215,59 @@ def _epochs(run: _Run, batches: list[list[bytes]], per_epoch: int, spent: dict[s
     return made
 
 
+def _pipeline_file(path: Path, events: list[bytes], epoch: int, profile: Path | None) -> None:
+    """``path``'s ``build(events, output)`` pipeline over ``events`` in a `Driver`: CPU µs
+    per event (and a cProfile run's top functions)."""
+    spec = importlib.util.spec_from_file_location("per_record_pipeline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def one() -> float:
+        driver = Driver(module.build("nexmark", "out"), partitions=4, checkpoint_every=epoch)
+        began = time.process_time()
+        for event in events:
+            driver.send("nexmark", event)
+        driver.finish()
+        return time.process_time() - began
+
+    spent = [one() for _ in range(3)]
+    if profile is not None:
+        profiler = cProfile.Profile()
+        profiler.runcall(one)
+        profiler.dump_stats(str(profile))
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(30)
+    per_event = sorted(s * 1e6 / len(events) for s in spent)
+    result = {"pipeline": str(path), "events": len(events), "us_per_event": per_event}
+    print(json.dumps(result))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("emit_record", "no_combiner", "combined"))
+    parser.add_argument(
+        "--mode", choices=("emit_record", "no_combiner", "combined"), default="emit_record"
+    )
     parser.add_argument("--words", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=60_000, help="words per source batch")
     parser.add_argument("--epoch", type=int, default=240_000, help="words per checkpoint")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--bootstrap", default="", help="a broker (else none answers)")
     parser.add_argument("--checkout", type=Path, help="import the engine of this checkout")
+    parser.add_argument(
+        "--gc-threshold", help="gc.set_threshold(A, B, C) before the runs, as A,B,C"
+    )
     parser.add_argument("--profile", type=Path, help="cProfile one more run into this file")
+    parser.add_argument("--pipeline", type=Path, help="a pipeline file with build(input, out)")
+    parser.add_argument("--events", type=Path, help="--pipeline's input: one record a line")
     args = parser.parse_args()
+    if args.pipeline is not None:
+        events = args.events.read_bytes().splitlines()
+        _pipeline_file(args.pipeline, events, args.epoch, args.profile)
+        return
+    if args.gc_threshold:
+        gc.set_threshold(*(int(x) for x in args.gc_threshold.split(",")))
     batches = _batches(args.words, args.batch)
-    total = sum(line.count(b" ") + 1 for batch in batches for line in batch)
+    total = sum(len(words([line.decode() for line in batch])) for batch in batches)
     per_epoch = max(1, args.epoch // args.batch)
     runs: list[dict[str, float]] = []
     records = 0
@@ -242,6 +304,7 @@ def main() -> None:
         json.dumps(
             {
                 "mode": args.mode,
+                "gc_threshold": list(gc.get_threshold()),
                 "checkout": str(_checkout()),
                 "words": total,
                 "sink_records": records,
