@@ -1,11 +1,12 @@
-"""Word count and the three-stage pipeline (bench/pipelines/three_stage.py), on this
+"""Word count, the three-stage pipeline (bench/pipelines/three_stage.py) and word count with
+``count(emit="record")`` (``emit_record``: bench/pipelines/wordcount_emit_record.py), on this
 checkout's engine and on other checkouts', interleaved on one broker: words/s, CPU and
 checkpoint durations.
 
 Per pipeline, one corpus (bench/run.py's: seeded Zipf lines, 4 partitions; ``--words`` for word
-count, ``--three-stage-words`` for the much slower three-stage pipeline, so that both run long
-enough) is produced once into an input topic; every run is a fresh job (its own name, so its
-own consumer group, shuffle topics and state) that reads that topic from the beginning as a
+count, ``--three-stage-words`` and ``--emit-record-words`` for the slower ones, so that each
+runs long enough) is produced once into an input topic; every run is a fresh job (its own name,
+so its own consumer group, shuffle topics and state) that reads that topic from the beginning as a
 full backlog and writes its own output topics, verified exact (read_committed, every key's
 last value) before its figures count. The figures are bench/run.py's throughput phase, run
 after run in rounds (``--runs`` once per round), so that the machine's load falls on every
@@ -51,8 +52,9 @@ from bench.peers.processor_peer import ProcessorPeer  # noqa: E402
 from processor.commands import corpus  # noqa: E402
 from processor.localkafka.broker import LocalBroker  # noqa: E402
 
-PIPELINES = ("wordcount", "three_stage")
+PIPELINES = ("wordcount", "three_stage", "emit_record")
 THREE_STAGE = Path(__file__).resolve().parent / "pipelines" / "three_stage.py"
+EMIT_RECORD = Path(__file__).resolve().parent / "pipelines" / "wordcount_emit_record.py"
 
 
 class Corpus:
@@ -91,6 +93,8 @@ def run_one(
             "BENCH_COUNTS_TOPIC": counts_topic,
             "BENCH_LETTERS_TOPIC": letters_topic,
         }
+    elif pipeline == "emit_record":
+        spec = f"{EMIT_RECORD}:pipeline"  # a count per word: the uncombined path
     peer = ProcessorPeer(checkout, spec, {**env, **(settings or {})})
     job = Job(
         bootstrap=bootstrap,
@@ -212,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--three-stage-words", type=int, default=1_000_000, help="the three-stage's corpus"
     )
+    parser.add_argument(
+        "--emit-record-words", type=int, default=2_000_000, help="emit_record's corpus"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--runs",
@@ -255,7 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     for run in runs:
         if len(run) != 2 or run[0] not in checkouts or run[1] not in PIPELINES:
             parser.error(f"--runs: {':'.join(run)} is not engine:pipeline")
-    sizes = {"wordcount": args.words, "three_stage": args.three_stage_words}
+    sizes = {
+        "wordcount": args.words,
+        "three_stage": args.three_stage_words,
+        "emit_record": args.emit_record_words,
+    }
 
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     tmp = Path(tempfile.mkdtemp(prefix="bench-compare-"))

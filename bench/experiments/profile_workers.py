@@ -2,11 +2,14 @@
 
     pip install py-spy          # once; a profiler, not a dependency of the project
     python bench/experiments/profile_workers.py --phase latency [--rate 20000] [--seconds 20]
-    python bench/experiments/profile_workers.py --phase throughput [--words 4000000]
+    python bench/experiments/profile_workers.py --phase throughput [--words 4000000] \
+        [--pipeline wordcount|emit_record|no_combiner] [--port 29092]
 
-Starts the bench's broker (127.0.0.1:29092, so never together with bench/run.py), runs one
-phase of bench/run.py for this project only, and records both workers with py-spy
-(``--nonblocking``: the workers are not paused) into ``--out`` (bench/results/profile):
+Starts a broker (the bench's 127.0.0.1:29092 unless ``--port``, so never together with
+bench/run.py), runs one phase of bench/run.py for this project only (``--pipeline``: word
+count, word count with ``count(emit="record")``, or with ``PROCESSOR_COMBINE=false``), and
+records both workers with py-spy (``--nonblocking``: the workers are not paused) into
+``--out`` (bench/results/profile):
 
 * ``<phase>-worker-0-wall.txt``: wall time, idle threads included (``--idle --threads``,
   py-spy's raw collapsed stacks): where each task thread waits as well as where it works;
@@ -17,20 +20,25 @@ phase of bench/run.py for this project only, and records both workers with py-sp
 checkpoint pipeline from the control topic; or throughput and the checkpoint overhead by step)
 and, per kind of thread (source task, keyed task, upload, the worker's main loop, the
 transactional calls' deadline threads), the seconds and share of its samples per activity,
-split by context (inside a checkpoint, processing, the loop). The profilers cost CPU on a
-2-core machine: a profiled run's figures are somewhat worse than bench/run.py's.
+split by context (inside a checkpoint, processing, the loop). ``thread_cpu`` has the CPU
+seconds of every process of the job by the OS name of its threads (from /proc): the Python
+threads (py-spy sees only those) against librdkafka's (``rdk:*``) and RocksDB's. The
+profilers cost CPU on a 2-core machine: a profiled run's figures are somewhat worse than
+bench/run.py's.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +50,7 @@ if str(ROOT) not in sys.path:
 from bench.harness.common import say  # noqa: E402
 from bench.harness.latency_phase import latency  # noqa: E402
 from bench.harness.measure import _label, _tree, exact_counts  # noqa: E402
-from bench.harness.modes import CONTROLLER_PORT, PORT, QUICK, Mode  # noqa: E402
+from bench.harness.modes import PORT, QUICK, Mode  # noqa: E402
 from bench.harness.phases import throughput  # noqa: E402
 from bench.peers.base import Running  # noqa: E402
 from bench.peers.processor_peer import ProcessorPeer  # noqa: E402
@@ -67,6 +75,18 @@ CONTEXTS = [
 # "KeyedTask._checkpoint (processor/worker/keyed.py:330)" in py-spy's raw format; a call
 # into a C extension (consume, commit_transaction) shows as the Python line that makes it.
 ACTIVITIES = [
+    ("JSON encode", r"^(dumps|encode|iterencode) \(json/"),
+    ("JSON decode", r"^(loads|decode|raw_decode) \(json/"),
+    ("wait: the transaction's calls", r"^SerialCalls\.settle "),
+    ("wait: step aside for a keyed checkpoint", r"^KeyedSyncPriority\.step_aside "),
+    ("consume", r"^consume_ready "),
+    ("decode input", r"^SourceTask\._decode "),
+    ("shuffle: partition, encode", r"^ShuffleOut\.(take|_encode) "),
+    ("shuffle: add", r"^ShuffleOut\.add "),
+    ("shuffle: decode", r"^decode_shuffle "),
+    ("count per record", r"^PerRecord\."),
+    ("aggregate", r"^Aggregate\."),
+    ("sink encode", r"^sink \(processor/engine/sink_batch"),
     ("commit_transaction", r"^TransactionalOutput\.commit"),
     ("send_offsets_to_transaction", r"^TransactionalOutput\.send_offsets"),
     ("init/abort transaction", r"^TransactionalOutput\.(init|abort)"),
@@ -129,6 +149,48 @@ def summarize(raw: str, rate: int) -> dict[str, Any]:
     return out
 
 
+def _thread_group(comm: str) -> str:
+    if comm.startswith("rdk:"):
+        return "librdkafka"
+    if comm.startswith("rocksdb"):
+        return "rocksdb"
+    return "python" if comm.startswith("python") else f"other ({comm})"
+
+
+class ThreadCpu:
+    """The CPU seconds of every thread of the job's processes, by process and thread group,
+    polled until `stop` (a thread's last sample counts: it may end before the job)."""
+
+    def __init__(self, running: Running, every: float = 0.5) -> None:
+        self._running = running
+        self._seen: dict[tuple[int, int], tuple[str, str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, args=(every,), daemon=True)
+        self._thread.start()
+
+    def _poll(self, every: float) -> None:
+        tick = 100.0  # SC_CLK_TCK on Linux
+        while not self._stop.is_set():
+            for pid in _tree(self._running.roots):
+                label = _label(pid)
+                with contextlib.suppress(OSError):
+                    for task in Path(f"/proc/{pid}/task").iterdir():
+                        stat = (task / "stat").read_text()
+                        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+                        fields = stat[stat.rindex(")") + 2 :].split()
+                        cpu = (int(fields[11]) + int(fields[12])) / tick
+                        self._seen[(pid, int(task.name))] = (label, _thread_group(comm), cpu)
+            self._stop.wait(every)
+
+    def stop(self) -> dict[str, dict[str, float]]:
+        self._stop.set()
+        self._thread.join()
+        out: dict[str, dict[str, float]] = collections.defaultdict(dict)
+        for label, group, cpu in self._seen.values():
+            out[label][group] = round(out[label].get(group, 0.0) + cpu, 2)
+        return dict(out)
+
+
 def _workers(running: Running) -> dict[str, int]:
     """worker-N -> pid, among the processes of ``processor local``."""
     found = {}
@@ -146,6 +208,10 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=20_000, help="latency: words/s")
     parser.add_argument("--seconds", type=float, default=20.0, help="latency: measured seconds")
     parser.add_argument("--words", type=int, default=4_000_000, help="throughput: corpus size")
+    parser.add_argument(
+        "--pipeline", choices=("wordcount", "emit_record", "no_combiner"), default="wordcount"
+    )
+    parser.add_argument("--port", type=int, default=PORT, help="the broker's (controller +1)")
     parser.add_argument("--sample-rate", type=int, default=100, help="py-spy samples/s")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "profile")
     args = parser.parse_args()
@@ -158,6 +224,7 @@ def main() -> int:
     phase: str = args.phase
     mode = Mode(**{**QUICK.__dict__, "latency_s": args.seconds})
     profilers: list[subprocess.Popen[bytes]] = []
+    threads: list[ThreadCpu] = []
     duration = int(mode.latency_warmup_s + mode.latency_s + 2) if phase == "latency" else 600
     plans = {
         f"{phase}-worker-0-wall.txt": ("worker-0", ["--idle", "--threads", "--format", "raw"]),
@@ -172,6 +239,7 @@ def main() -> int:
             time.sleep(0.05)
             workers = _workers(running)
         say(f"py-spy on {workers}")
+        threads.append(ThreadCpu(running))
         for name, (worker, extra) in plans.items():
             if worker in workers:
                 cmd = [spy, "record", "--nonblocking", "--rate", str(args.sample_rate)]
@@ -180,20 +248,25 @@ def main() -> int:
                 profilers.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-profile-"))
-    broker = LocalBroker(port=PORT, controller_port=CONTROLLER_PORT, data_dir=tmp / "kafka")
+    broker = LocalBroker(port=args.port, controller_port=args.port + 1, data_dir=tmp / "kafka")
+    if args.pipeline == "emit_record":
+        spec = ROOT / "bench" / "pipelines" / "wordcount_emit_record.py"
+        peer = ProcessorPeer(pipeline=f"{spec}:pipeline")
+    elif args.pipeline == "no_combiner":
+        peer = ProcessorPeer(env={"PROCESSOR_COMBINE": "false"})
+    else:
+        peer = ProcessorPeer()
     run_id = time.strftime("%Y%m%d%H%M%S")
     try:
         broker.start()
         if phase == "latency":
-            result = latency(ProcessorPeer(), broker, args.rate, mode, tmp, run_id, on_ready=attach)
+            result = latency(peer, broker, args.rate, mode, tmp, run_id, on_ready=attach)
         else:
             text = list(corpus.lines(args.words, seed=1))
             expected = dict(exact_counts(text))
             lines = [line.encode() for line in text]
             del text
-            result = throughput(
-                ProcessorPeer(), broker, lines, expected, tmp, run_id, 600, on_start=attach
-            )
+            result = throughput(peer, broker, lines, expected, tmp, run_id, 600, on_start=attach)
     finally:
         for proc in profilers:
             try:
@@ -209,6 +282,8 @@ def main() -> int:
     ]
     summary: dict[str, Any] = {
         "phase": phase,
+        "pipeline": args.pipeline,
+        "thread_cpu": threads[0].stop() if threads else {},
         "figures": {k: result[k] for k in keep if k in result},
         "sample_rate": args.sample_rate,
     }

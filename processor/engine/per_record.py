@@ -20,16 +20,20 @@ is emitted for it, so the key's sequence continues from the value before it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any, Protocol
 
 from processor.api.node import AggregateNode, AggregationNode, CountNode, ReduceNode
-from processor.api.ops import UNSET, folder, load_value
+from processor.api.ops import TAGGED, UNSET, folder, load_value
 from processor.api.streams import Node
 from processor.engine.expiry import Expiry
 from processor.serde.codec import sink_value
 
 # Values that an update can share with the accumulator: nothing can change them later.
 _IMMUTABLE = frozenset({int, float, str, bool, type(None)})
+_FIRST = itemgetter(0)
+# The most bytes a count's value takes as a sink record (a 64-bit count's digits, and more).
+_DIGITS = 24
 
 
 class _Reader(Protocol):
@@ -60,9 +64,51 @@ class PerRecord:
         self._fold = folder(node)
         self._expiry = expiry
         self.latest: dict[str, Any] = {}  # key text -> value after its last record so far
+        self._raw: dict[str, bytes] = {}  # key text -> its sink record key (`count_records`)
 
     def __len__(self) -> int:
         return len(self.latest)
+
+    def _load(self, texts: Any) -> None:
+        """The keys of ``texts`` not in memory yet, from state (one multi_get)."""
+        latest = self.latest
+        missing = [t for t in texts if t not in latest]
+        if missing:
+            prefix = self._prefix
+            raws = self._state.get_many([prefix + t.encode() for t in missing])
+            for text, raw in zip(missing, raws, strict=True):
+                latest[text] = UNSET if raw is None else load_value(raw)
+
+    def count_records(
+        self, batch: list[tuple[str, Any]], limit: int
+    ) -> list[tuple[bytes, bytes]] | None:
+        """A count's records folded in order, each update straight into the record of a
+        sink with the defaults (key the key's text, value the count's digits: what
+        `processor.engine.sink_batch.sink` makes of ``(key text, count)``), with no update
+        item between. None, before anything is folded, when a key of the batch is not a
+        plain UTF-8 string short enough for ``limit``: then `add` and the sink's own path."""
+        distinct = dict.fromkeys(map(_FIRST, batch))
+        raw = self._raw
+        fresh = [t for t in distinct if t not in raw]
+        if fresh:
+            try:
+                encoded = [t.encode() for t in fresh]
+            except UnicodeEncodeError:
+                return None
+            if max(map(len, encoded)) + _DIGITS > limit or TAGGED in "".join(fresh):
+                return None
+            raw.update(zip(fresh, encoded, strict=True))
+        if self._expiry is not None:  # updated now: its TTL counts from here
+            self._expiry.touch_all(list(map(_FIRST, batch)))
+        self._load(distinct)
+        latest = self.latest
+        out: list[tuple[bytes, bytes]] = []
+        append = out.append
+        for text, _ in batch:
+            acc = latest[text]
+            acc = latest[text] = 1 if acc is UNSET else acc + 1
+            append((raw[text], b"%d" % acc))
+        return out
 
     def add(self, batch: list[tuple[str, Any]]) -> list[Any]:
         """Fold ``(key text, value)`` records in order; their updates, ``(key text, new
@@ -70,12 +116,7 @@ class PerRecord:
         latest = self.latest
         if self._expiry is not None:  # updated now: its TTL counts from here
             self._expiry.touch_all([t for t, _ in batch])
-        missing = [t for t in dict.fromkeys(t for t, _ in batch) if t not in latest]
-        if missing:
-            prefix = self._prefix
-            raws = self._state.get_many([prefix + t.encode() for t in missing])
-            for text, raw in zip(missing, raws, strict=True):
-                latest[text] = UNSET if raw is None else load_value(raw)
+        self._load(dict.fromkeys(map(_FIRST, batch)))
         out: list[Any] = []
         append = out.append
         if self._count:
@@ -108,4 +149,5 @@ class PerRecord:
         the epoch starts again from state."""
         items = [(t, v) for t, v in self.latest.items() if v is not UNSET]
         self.latest.clear()
+        self._raw.clear()
         return items

@@ -11,9 +11,10 @@ record, reported through the stage's ``dead`` callback.
 from __future__ import annotations
 
 import zlib
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from operator import itemgetter
+from typing import Any, cast
 
 from processor.api.node import CountNode, KeyByNode
 from processor.api.ops import TAGGED, UNSET, folder, key_text, oversized
@@ -30,6 +31,7 @@ _Body = dict[str, Any] | list[Sequence[Any]]
 # Well below Kafka's default 1 MB record limit, also after the broker's batch overhead.
 MAX_RECORD_BYTES = 512 * 1024
 _NOT_UTF8 = -2  # `ShuffleOut._partition` of a key no record can carry
+_FIRST = itemgetter(0)
 
 
 class ShuffleOut:
@@ -83,9 +85,9 @@ class ShuffleOut:
             self._counts.update(keys)  # the word count path: one C loop per batch
             return
         try:
-            # key_text inline for plain strings (their own text): no call per key.
-            texts = [k if type(k) is str and k[:1] != TAGGED else key_text(k) for k in keys]
-        except RecordError:
+            # Plain strings, none tagged-looking (a C loop): each is its own text.
+            texts = keys if all_str and TAGGED not in "".join(keys) else _texts(keys)
+        except (RecordError, ValueError):
             texts, values = self._keyable(keys, values)
         if self._count:
             partials = self._partials
@@ -104,6 +106,11 @@ class ShuffleOut:
                 self._dead(self._combiner, exc, value)
 
     def _add_timed(self, keys: list[Any], values: list[Any], times: list[int]) -> None:
+        try:
+            self._pairs.extend(zip(_texts(keys), values, times, strict=True))  # type: ignore[arg-type]
+            return
+        except (RecordError, ValueError):  # find the keys that cannot be shipped
+            pass
         for key, value, ts in zip(keys, values, times, strict=True):
             try:
                 text = key if type(key) is str and key[:1] != TAGGED else key_text(key)
@@ -167,20 +174,32 @@ class ShuffleOut:
             for p, body in enumerate(parts):
                 out.extend((p, v) for v in self._encode(channel, body))
         if self._pairs:
-            lists: list[list[Sequence[Any]]] = [[] for _ in range(self.partitions)]
-            partition_of = self._partition_of
-            for pair in self._pairs:
-                p = partition_of.get(pair[0])
-                if p is None:
-                    p = self._partition(pair[0])
-                if p >= 0:
-                    lists[p].append(pair)  # a tuple: JSON writes it as the list it decodes to
-                elif p == _NOT_UTF8:
-                    self._dead(self.head, _not_utf8(pair[0]), pair[1])
+            lists = self._by_partition(self._pairs)
             for p, pairs in enumerate(lists):
                 out.extend((p, v) for v in self._encode(channel, pairs))
         self._counts, self._partials, self._pairs = Counter(), {}, []
         return out
+
+    def _by_partition(self, records: list[Any]) -> list[list[Sequence[Any]]]:
+        """Uncombined records by partition, in their order (a record is a tuple: JSON writes
+        it as the list it decodes to); those no record can carry are dead or skipped."""
+        lists: list[list[Sequence[Any]]] = [[] for _ in range(self.partitions)]
+        texts = list(map(_FIRST, records))
+        found = list(map(self._partition_of.get, texts))
+        if None in found:  # keys new to this task (and after the cache was cleared)
+            for i in [i for i, p in enumerate(found) if p is None]:
+                found[i] = self._partition(texts[i])
+        ps = cast("list[int]", found)  # none is None now
+        if min(ps) >= 0:
+            # In C: each record appended to its partition's list.
+            deque(map(list.append, map(lists.__getitem__, ps), records), maxlen=0)
+            return lists
+        for record, p in zip(records, ps, strict=True):
+            if p >= 0:
+                lists[p].append(record)
+            elif p == _NOT_UTF8:
+                self._dead(self.head, _not_utf8(record[0]), record[1])
+        return lists
 
     def _encode(self, channel: int, body: _Body) -> list[bytes]:
         """``body`` as shuffle records; what cannot be shipped is dead: a value JSON or
@@ -242,6 +261,17 @@ class ShuffleOut:
                 self._partition_of.clear()
             p = self._partition_of[text] = zlib.crc32(raw) % self.partitions
         return p
+
+
+def _texts(keys: list[Any]) -> list[str]:
+    """`key_text` of each key, inline for a plain string (itself) and an int (NUL and its
+    digits, the JSON `key_text` writes): no call per key. Raises RecordError (or ValueError:
+    an int of over 4,300 digits) if a key cannot be shipped."""
+    tag = TAGGED
+    return [
+        k if type(k) is str and k[:1] != tag else (f"{tag}{k}" if type(k) is int else key_text(k))
+        for k in keys
+    ]
 
 
 def _not_utf8(text: str) -> RecordError:

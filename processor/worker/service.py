@@ -10,6 +10,7 @@ that stopped on a failing record (``PROCESSOR_ON_ERROR=stop``) likewise, reporte
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
@@ -40,6 +41,8 @@ from processor.worker.source import SourceTask
 from processor.worker.task import Task, TaskContext
 
 log = logging.getLogger(__name__)
+# gc.set_threshold in a worker process (Python's default: 700, 10, 10).
+GC_THRESHOLDS = (100_000, 50, 100)
 
 # The worker's state URL goes out with every this many heartbeats (and at its start): a
 # coordinator that restarts learns it within that many heartbeat intervals.
@@ -163,6 +166,14 @@ class Worker:
 
     def run(self, stop: threading.Event) -> None:
         s = self.settings
+        # The tasks make many small containers a batch (a shuffle record decodes into
+        # thousands of lists) and drop them with it: at Python's default a young collection
+        # every 700 of them, and the older ones scanned again and again, took a third of an
+        # uncombined record's CPU (bench/README.md, "Per record"). What lives long (modules,
+        # the pipeline) is frozen out of the collections.
+        gc.set_threshold(*GC_THRESHOLDS)
+        gc.collect()
+        gc.freeze()
         self._wait_for_control_topic(stop)
         if stop.is_set():
             return

@@ -222,3 +222,49 @@ def test_reference_sequences_of_a_per_record_sink() -> None:
     assert each.changelog and each.updates
     assert each.sequences() == {b"a": [b"1", b"2"], b"b": [b"1"]}
     assert total.changelog and not total.updates
+
+
+def _records_both_ways(
+    batches: list[list[list[Any]]], max_record_bytes: int = 1_000_000
+) -> tuple[Any, Any]:
+    """What a count(emit="record") whose only child is a plain sink writes (its records made
+    in the fold loop) and what the same count through a map to that sink writes (the
+    general path: updates, then `sink_batch.sink`): sink records and dead records."""
+    outs = []
+    for fused in (True, False):
+        p = Pipeline()
+        counts = p.source("w", value="json").key_by(lambda v: v).count(emit="record")
+        (counts if fused else counts.map(lambda n: n)).sink("out")
+        compiled = plan(p)
+        stage = compiled.stages[1]
+        partitions = dict.fromkeys(compiled_names(compiled), 1)
+        chain = StageChain(
+            compiled, stage, 0, DictBackend(), partitions, max_record_bytes=max_record_bytes
+        )
+        for body in batches:
+            chain.shuffled(body)
+        chain.flush()
+        dead = [(d.operator.split(".")[-1], d.error[:30]) for d in chain.take_dead()]
+        outs.append((chain.take_sinks().get("out", []), dead))
+    return outs[0], outs[1]
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        ["a", "b", "a", "é", "a"],  # plain strings: the fold loop writes the records
+        ["a", "\0" + "[1]", "a"],  # a tagged key (int keys, lists): the general path
+    ],
+)
+def test_a_count_into_a_plain_sink_writes_what_the_general_path_writes(keys: list[str]) -> None:
+    fused, general = _records_both_ways([[[k, k] for k in keys], [[k, k] for k in keys[:2]]])
+    assert fused == general
+    assert fused[0]  # records were written
+
+
+def test_a_count_key_too_long_for_a_record_is_dead_either_way() -> None:
+    keys = ["a", "x" * 80, "a"]
+    fused, general = _records_both_ways([[[k, k] for k in keys]], max_record_bytes=64)
+    assert fused == general
+    assert fused[0] == [(b"a", b"1"), (b"a", b"2")]
+    assert len(fused[1]) == 1

@@ -16,6 +16,7 @@ Both own their keys' TTL deadlines where they have a ``ttl_ms`` (``expiry``,
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 from processor.api.node import AggregationNode, CountNode, SinkNode, SumNode
@@ -29,6 +30,7 @@ from processor.engine.state_keys import state_prefix
 from processor.serde.codec import RecordError
 
 Writes = dict[bytes, bytes | None]  # the epoch's state write: key -> value (None: deleted)
+_FIRST = itemgetter(0)
 
 
 class Aggregate(Operator):
@@ -85,7 +87,7 @@ class Aggregate(Operator):
         if unique:
             missing = [t for t, _ in batch if t not in dirty]
         else:
-            missing = [t for t in dict.fromkeys(t for t, _ in batch) if t not in dirty]
+            missing = [t for t in dict.fromkeys(map(_FIRST, batch)) if t not in dirty]
         if missing:
             prefix = self.prefix
             raws = self.ctx.reader.get_many([prefix + t.encode() for t in missing])
@@ -206,10 +208,15 @@ class PerRecordAggregate(Operator):
     record, on at once as ``process``'s output; quietly in a replay (state only downstream
     too)."""
 
-    __slots__ = ("expiry", "latest")
+    __slots__ = ("expiry", "latest", "sink_topic")
 
     def __init__(self, ctx: StageContext, node: AggregationNode) -> None:
         super().__init__(ctx, node)
+        # A count whose only child is a sink with the defaults (word count's emit="record"):
+        # its updates go into that sink's records in the fold loop (`PerRecord.count_records`).
+        only = node.children[0] if len(node.children) == 1 else None
+        plain = isinstance(node, CountNode) and isinstance(only, SinkNode) and not only.sink_spec
+        self.sink_topic = only.topic if plain and isinstance(only, SinkNode) else None
         self.expiry = expiry_of(node, ctx.timed)  # its TTL deadlines (None: no ttl_ms)
         self.latest = PerRecord(
             node,
@@ -220,6 +227,12 @@ class PerRecordAggregate(Operator):
         )
 
     def apply(self, batch: list[Any], quiet: bool) -> None:
+        topic = self.sink_topic
+        if topic is not None and not quiet:  # a sink drops a quiet update: the general path
+            records = self.latest.count_records(batch, self.ctx.max_record)
+            if records is not None:
+                self.ctx.sinks.setdefault(topic, []).extend(records)
+                return
         self.emit(self.latest.add(batch), quiet)
 
     def flush(self, writes: Writes) -> None:
