@@ -52,15 +52,39 @@ def engine_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def verdict(ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
-    """tie when the ranges overlap, else win or loss (of processor)."""
-    if ours["events_per_s_median"] is None or theirs["events_per_s_median"] is None:
+def verdict(
+    ours: dict[str, Any], theirs: dict[str, Any], field: str = "events_per_s"
+) -> str | None:
+    """tie when the ranges of ``field`` (its ``_median``, ``_min``, ``_max``) overlap, else
+    win or loss (of processor)."""
+    if ours[f"{field}_median"] is None or theirs[f"{field}_median"] is None:
         return None
-    if ours["events_per_s_min"] > theirs["events_per_s_max"]:
+    if ours[f"{field}_min"] > theirs[f"{field}_max"]:
         return "win"
-    if ours["events_per_s_max"] < theirs["events_per_s_min"]:
+    if ours[f"{field}_max"] < theirs[f"{field}_min"]:
         return "loss"
     return "tie"
+
+
+def compare(
+    results: dict[str, dict[str, Any]], field: str
+) -> tuple[dict[str, Any], float | None, int]:
+    """Per query the ratio processor / flink of ``field``'s medians and its `verdict`; the
+    geometric mean of the ratios and how many there are."""
+    comparison: dict[str, Any] = {}
+    ratios = []
+    for query, engines in results.items():
+        if not set(ENGINES) <= set(engines):
+            continue
+        ours, theirs = engines["processor"], engines["flink"]
+        if ours[f"{field}_median"] is None or not theirs[f"{field}_median"]:
+            comparison[query] = {"ratio": None, "verdict": None}
+            continue
+        ratio = ours[f"{field}_median"] / theirs[f"{field}_median"]
+        ratios.append(ratio)
+        comparison[query] = {"ratio": round(ratio, 3), "verdict": verdict(ours, theirs, field)}
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
+    return comparison, round(geomean, 3) if geomean else None, len(ratios)
 
 
 def summarize(report: dict[str, Any]) -> dict[str, Any]:
@@ -73,24 +97,12 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
             )
             for engine in report["engines"]
         }
-    comparison: dict[str, Any] = {}
-    ratios = []
-    for query, engines in results.items():
-        if not set(ENGINES) <= set(engines):
-            continue
-        ours, theirs = engines["processor"], engines["flink"]
-        if ours["events_per_s_median"] is None or not theirs["events_per_s_median"]:
-            comparison[query] = {"ratio": None, "verdict": None}
-            continue
-        ratio = ours["events_per_s_median"] / theirs["events_per_s_median"]
-        ratios.append(ratio)
-        comparison[query] = {"ratio": round(ratio, 3), "verdict": verdict(ours, theirs)}
-    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
+    comparison, geomean, count = compare(results, "events_per_s")
     return {
         "results": results,
         "comparison": comparison,
-        "geomean_ratio": round(geomean, 3) if geomean else None,
-        "geomean_queries": len(ratios),
+        "geomean_ratio": geomean,
+        "geomean_queries": count,
     }
 
 
@@ -217,30 +229,12 @@ def summarize_live(report: dict[str, Any]) -> dict[str, Any]:
         }
         for query in report["queries"]
     }
-    comparison: dict[str, Any] = {}
-    ratios = []
-    for query, engines in results.items():
-        if not set(ENGINES) <= set(engines):
-            continue
-        ours, theirs = engines["processor"], engines["flink"]
-        if ours["capacity_median"] is None or not theirs["capacity_median"]:
-            comparison[query] = {"ratio": None, "verdict": None}
-            continue
-        ratio = ours["capacity_median"] / theirs["capacity_median"]
-        ratios.append(ratio)
-        if ours["capacity_min"] > theirs["capacity_max"]:
-            verdict_ = "win"
-        elif ours["capacity_max"] < theirs["capacity_min"]:
-            verdict_ = "loss"
-        else:
-            verdict_ = "tie"
-        comparison[query] = {"ratio": round(ratio, 3), "verdict": verdict_}
-    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
+    comparison, geomean, count = compare(results, "capacity")
     return {
         "live_results": results,
         "live_comparison": comparison,
-        "live_geomean_ratio": round(geomean, 3) if geomean else None,
-        "live_geomean_queries": len(ratios),
+        "live_geomean_ratio": geomean,
+        "live_geomean_queries": count,
     }
 
 
