@@ -81,8 +81,11 @@ class Probes(threading.Thread):
                 self.error = RuntimeError(f"{left} probes not acknowledged")
 
     def stop(self) -> None:
+        """Stop sending and wait for the acknowledgements; a no-op on probes never started
+        (a run that failed before its input began)."""
         self._halt.set()
-        self.join(90)
+        if self.ident is not None:
+            self.join(90)
 
 
 def latency_half(

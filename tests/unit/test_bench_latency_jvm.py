@@ -60,3 +60,10 @@ def test_a_run_is_exact_only_with_exactly_the_sent_counts(
     watcher = Watcher(current, {})
     got = latency_jvm._wait_exact(watcher, {"a": 2, "latprobe1x0": 1}, Alive(), Alive(), 1.0)  # type: ignore[arg-type]
     assert got is exact
+
+
+def test_probes_never_started_stop_quietly() -> None:
+    """A run that fails before its input began stops its probes in its cleanup."""
+    unstarted = Probes("127.0.0.1:1", "topic", "latprobe1x")
+    unstarted.stop()
+    assert unstarted.sent_at == []
