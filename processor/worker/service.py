@@ -169,8 +169,8 @@ class Worker:
         # The tasks make many small containers a batch (a shuffle record decodes into
         # thousands of lists) and drop them with it: at Python's default a young collection
         # every 700 of them, and the older ones scanned again and again, took a third of an
-        # uncombined record's CPU (bench/README.md, "Per record"). What lives long (modules,
-        # the pipeline) is frozen out of the collections.
+        # uncombined record's CPU (bench/experiments/README.md, per_record.py). What lives
+        # long (modules, the pipeline) is frozen out of the collections.
         gc.set_threshold(*GC_THRESHOLDS)
         gc.collect()
         gc.freeze()
