@@ -106,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         help="latency also at half of each system's steady-state (backlog) median; the live "
         "highest sustainable rate and the latency at half of it: bench/sustainable.py",
     )
+    parser.add_argument(
+        "--latency-seconds", type=float, help="latency phase: seconds measured per run (quick 10)"
+    )
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--no-recovery", action="store_true")
     parser.add_argument("--no-scaling", action="store_true", help="no state-scaling phase")
@@ -188,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.latency_intervals:
         intervals = tuple(int(i) for i in args.latency_intervals.split(","))
         mode = dataclasses.replace(mode, latency_intervals=intervals)
+    if args.latency_seconds:
+        mode = dataclasses.replace(mode, latency_s=args.latency_seconds)
     if args.half_max is not None:
         mode = dataclasses.replace(mode, latency_half_max=args.half_max)
     if args.scaling_keys:

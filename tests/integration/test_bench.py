@@ -32,9 +32,10 @@ def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
     results = tmp_path / "results"
     done = subprocess.run(
         # Quick mode, trimmed further for CI: every phase runs for each system, at one latency
-        # rate, one state size and a shorter steady-state window (the suite's slowest test).
-        # The steady backlog must outlast 3 samples (1 s apart) of the fastest row: the
-        # ceiling read 12 M words at 4.4 M/s in 3 samples here (2 fail the row).
+        # rate (5 s measured), one state size and a shorter steady-state warm-up and window
+        # (the suite's slowest test). The steady backlog must outlast 3 samples (1 s apart)
+        # after the warm-up of the fastest row: the ceiling reads 24 M words at 3.7-4.4 M/s
+        # in 5.5-6.5 s here (2 samples fail the row).
         [
             sys.executable,
             "bench/run.py",
@@ -44,14 +45,16 @@ def test_quick_benchmark_runs_and_verifies_every_system(tmp_path: Path) -> None:
             str(worker_port(BENCH_PORT)),
             "--latency-rates",
             "20000",
+            "--latency-seconds",
+            "5",
             "--scaling-keys",
             "100000",
             "--steady-words",
             "24000000",
             "--warmup",
-            "3",
+            "2",
             "--window",
-            "6",
+            "4",
             "--results-dir",
             str(results),
         ],
