@@ -2,21 +2,17 @@ package bench;
 
 import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
 import java.io.PrintWriter;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Arrays;
-import java.util.Properties;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
 import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * The Nexmark crate's events replayed live from a file (the lines of {@code nexmark --no-wait
@@ -85,87 +81,28 @@ public final class NexmarkReplay {
     int block = Integer.parseInt(args[3]);
     Path events = Path.of(args[4]);
 
-    Properties props = new Properties();
-    props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
-    props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-    props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-    // As LoadGen: idempotent, acks=all (the defaults), lz4, batched. Idempotence keeps each
-    // partition's records in the order sent, so offsets follow the file.
-    props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, "lz4");
-    props.put(ProducerConfig.LINGER_MS_CONFIG, 5);
-    props.put(ProducerConfig.BATCH_SIZE_CONFIG, 256 * 1024);
-    props.put(ProducerConfig.BUFFER_MEMORY_CONFIG, 128L * 1024 * 1024);
-
     AtomicLong acked = new AtomicLong();
     AtomicLong errors = new AtomicLong();
     Acks[] acks = new Acks[partitions];
     for (int p = 0; p < partitions; p++) {
       acks[p] = new Acks();
     }
-    double[] rate = {0.0};
-    boolean[] stop = {false};
     BlockingQueue<String> closing = new ArrayBlockingQueue<>(1);
-    Thread commands =
-        new Thread(
-            () -> {
-              try (BufferedReader in =
-                  new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
-                String line;
-                while ((line = in.readLine()) != null) {
-                  String trimmed = line.trim();
-                  if (trimmed.startsWith("CLOSE ")) {
-                    closing.offer(trimmed.substring(6));
-                    return;
-                  }
-                  String[] parts = trimmed.split("\\s+");
-                  synchronized (rate) {
-                    if (parts[0].equals("RATE") && parts.length == 2) {
-                      rate[0] = Double.parseDouble(parts[1]);
-                    } else if (parts[0].equals("STOP")) {
-                      stop[0] = true;
-                    }
-                  }
-                }
-              } catch (IOException e) {
-                // The caller went away: stop.
-              }
-              synchronized (rate) {
-                stop[0] = true;
-              }
-              closing.offer("");
-            },
-            "commands");
-    commands.setDaemon(true);
-    commands.start();
+    Pacer pacer = new Pacer();
+    pacer.listen(
+        line -> line.startsWith("CLOSE ") && closing.offer(line.substring(6)),
+        () -> closing.offer(""));
 
     long sent = 0;
     long closingSent = 0;
-    try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props);
+    // Idempotence (Pacer.producerProps) keeps each partition's records in the order sent, so
+    // offsets follow the file.
+    try (KafkaProducer<byte[], byte[]> producer =
+            new KafkaProducer<>(Pacer.producerProps(args[0]));
         BufferedReader file = Files.newBufferedReader(events, StandardCharsets.UTF_8)) {
-      double budget = 0; // events owed at the current rate
-      double current = 0;
-      long last = System.nanoTime();
-      long nextReport = System.currentTimeMillis() + 1000;
-      double maxBehindMs = 0;
       boolean exhausted = false;
-      while (true) {
-        double want;
-        synchronized (rate) {
-          if (stop[0]) {
-            break;
-          }
-          want = rate[0];
-        }
-        long now = System.nanoTime();
-        if (want != current) {
-          current = want;
-          budget = 0;
-          maxBehindMs = 0;
-        } else {
-          budget += current * (now - last) / 1e9;
-        }
-        last = now;
-        while (budget >= 1 && !exhausted) {
+      while (pacer.tick()) {
+        while (pacer.owed() >= 1 && !exhausted) {
           String line = file.readLine();
           if (line == null) {
             exhausted = true;
@@ -178,23 +115,17 @@ public final class NexmarkReplay {
           }
           int partition = (int) ((sent / block) % partitions);
           sent++;
-          budget -= 1;
+          pacer.spend(1);
           send(producer, topic, partition, line, acks, acked, errors);
-          if (System.nanoTime() - now > 20_000_000L) {
-            break; // report and read the rate at least every 20 ms
+          if (pacer.sliceOver()) {
+            break;
           }
         }
-        if (current > 0 && !exhausted) {
-          maxBehindMs = Math.max(maxBehindMs, 1000 * budget / current);
-        }
-        long wall = System.currentTimeMillis();
-        if (wall >= nextReport) {
-          nextReport += 1000;
-          System.out.println(
-              "SENT " + wall + " " + acked.get() + " " + sent + " " + Math.round(maxBehindMs)
-                  + " " + Math.round(current));
+        pacer.endSlice(!exhausted);
+        String report = pacer.report(acked.get() + " " + sent);
+        if (report != null) {
+          System.out.println(report);
           System.out.flush();
-          maxBehindMs = 0;
         }
         LockSupport.parkNanos(1_000_000L);
       }
