@@ -342,19 +342,20 @@ def _steady_run_notes(steady: dict[str, Any]) -> list[str]:
     """The runs whose figure is not a full window's: the input ran out (measured up to its
     end; from the first commit if the window had too few samples; a late final commit left
     out), or the run failed (a stall, an exit), with the reason."""
-    notes = []
+    notes: list[str] = []
     for key, row in steady["rows"].items():
         for i, run in enumerate(row["runs"]):
             if not run.get("ok"):
                 notes.append(f"* {key} run {i + 1}: not ok: {run.get('error')}")
-            elif run.get("input_exhausted") or run.get("warmup_cut_short"):
+            elif drain_notes(run):
                 notes.append(f"* {key} run {i + 1}: {'; '.join(drain_notes(run))}")
     if not notes:
         return []
     return [
         "",
-        "Runs with no full window (the input ran out: the slope up to its end, a final "
-        "commit delayed while the system sat idle left out; or the run failed):",
+        "Runs with no plain window (the input ran out: the slope up to its end, a final "
+        "commit delayed while the system sat idle left out; progress flat at the window's "
+        "end, waited out and kept in; or the run failed):",
         "",
         *notes,
     ]

@@ -126,11 +126,14 @@ def test_runs_without_a_full_window_are_named_in_the_report() -> None:
         "final commit 10.2 s late (idle, left out)",
     ]
     assert drain_notes({"ok": True, "input_exhausted": False}) == []
+    slow = {"ok": True, "input_exhausted": False, "window_extended_s": 12.3}
+    assert drain_notes(slow) == ["window extended 12.3 s (committed progress flat at its end)"]
     stalled = {"ok": False, "error": "stalled: no committed input progress for 20 s at 5"}
     steady = {
         "rows": {
             "flink_preagg": {"runs": [drained]},
             "flink": {"runs": [stalled, {"ok": True}]},
+            "processor_emit_record": {"runs": [slow]},
         }
     }
     notes = _steady_run_notes(steady)
@@ -139,4 +142,5 @@ def test_runs_without_a_full_window_are_named_in_the_report() -> None:
     )
     assert "* flink run 1: not ok: stalled: no committed input progress for 20 s at 5" in notes
     assert not any("flink run 2" in n for n in notes)
+    assert "* processor_emit_record run 1: window extended 12.3 s" in "\n".join(notes)
     assert _steady_run_notes({"rows": {"flink": {"runs": [{"ok": True}]}}}) == []
