@@ -428,6 +428,7 @@ def steady_run(
         lag_end = progress.internal_lag()
         if window_start is None:  # the input ran out during the warm-up
             window_start = first_at
+            result["warmup_cut_short"] = True
         if ended_by == "stalled":
             latest = progress.latest()
             error = (
@@ -457,7 +458,7 @@ def steady_run(
             mode.pause_s,
             lambda a, b: (sampler.cpu_at(b) - sampler.cpu_at(a)) / (b - a) < IDLE_CORES,
         )
-        result.update(span_flags(span, window_start, window_end))
+        result.update(span_flags(span, window_start, window_end, result))
         inside = span.samples
         rate = slope(inside)
         if rate is None or len(inside) < 3:
@@ -526,13 +527,16 @@ def steady_run(
     return result
 
 
-def span_flags(span: Span, window_start: float, window_end: float) -> dict[str, Any]:
-    """How a run's span was chosen, for its result: whether the input ran out (and when,
-    from the window's start), whether the warm-up was cut short, and a plateau before the
-    end of the input (a late final commit when the system was idle over it)."""
+def span_flags(
+    span: Span, window_start: float, window_end: float, before: dict[str, Any]
+) -> dict[str, Any]:
+    """How a run's span was chosen, for its result: whether the input ran out, whether the
+    warm-up was cut short (too few samples in the window, or ``before`` says the input ran
+    out in the warm-up), how long the window was waited for, and a plateau before the end of
+    the input (a late final commit when the system was idle over it)."""
     out: dict[str, Any] = {
         "input_exhausted": span.exhausted,
-        "warmup_cut_short": span.warmup_cut_short,
+        "warmup_cut_short": span.warmup_cut_short or bool(before.get("warmup_cut_short")),
         "window_waited_s": round(window_end - window_start, 1),
     }
     if span.plateau is not None:

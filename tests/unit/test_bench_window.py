@@ -144,3 +144,21 @@ def test_runs_without_a_full_window_are_named_in_the_report() -> None:
     assert not any("flink run 2" in n for n in notes)
     assert "* processor_emit_record run 1: window extended 12.3 s" in "\n".join(notes)
     assert _steady_run_notes({"rows": {"flink": {"runs": [{"ok": True}]}}}) == []
+
+
+def test_span_flags_say_how_the_span_was_chosen() -> None:
+    from bench.harness.steady import span_flags
+
+    span = measured_span(PREAGG, TOTAL, (3.0, 14.0), 0.0, 3.0, _idle)
+    flags = span_flags(span, 3.0, 14.0, {})
+    assert flags == {
+        "input_exhausted": True,
+        "warmup_cut_short": True,
+        "window_waited_s": 11.0,
+        "final_plateau": {"s": 11.0, "idle": True, "excluded": True},
+    }
+    # The input ran out in the warm-up (the window then starts at the first commit, where
+    # enough samples are): still cut short.
+    early = measured_span(PREAGG, TOTAL, (0.0, 14.0), 0.0, 3.0, _idle)
+    assert not early.warmup_cut_short
+    assert span_flags(early, 0.0, 14.0, {"warmup_cut_short": True})["warmup_cut_short"]
