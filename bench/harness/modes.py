@@ -171,3 +171,16 @@ def steady_rows(names: Sequence[str]) -> list[Row]:
         )
     )
     return rows
+
+
+def steady_row_keys(names: list[str], rows: str | None) -> set[str] | None:
+    """The steady-state rows ``--rows`` picks from the rows of ``names`` (None: every row);
+    ValueError for a row those systems do not have."""
+    if not rows:
+        return None
+    wanted = {r.strip() for r in rows.split(",") if r.strip()}
+    known = {row.key for row in steady_rows(names)}
+    unknown = wanted - known
+    if unknown:
+        raise ValueError(f"unknown steady rows {sorted(unknown)}; known: {sorted(known)}")
+    return wanted

@@ -162,3 +162,13 @@ def test_span_flags_say_how_the_span_was_chosen() -> None:
     early = measured_span(PREAGG, TOTAL, (0.0, 14.0), 0.0, 3.0, _idle)
     assert not early.warmup_cut_short
     assert span_flags(early, 0.0, 14.0, {"warmup_cut_short": True})["warmup_cut_short"]
+
+
+def test_rows_picks_steady_rows_of_the_systems() -> None:
+    from bench.harness.modes import steady_row_keys
+
+    assert steady_row_keys(["flink"], None) is None
+    assert steady_row_keys(["flink"], "") is None
+    assert steady_row_keys(["flink"], "flink_preagg, ceiling") == {"flink_preagg", "ceiling"}
+    with pytest.raises(ValueError, match="unknown steady rows \\['processor'\\]"):
+        steady_row_keys(["flink"], "processor")
