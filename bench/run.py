@@ -61,6 +61,7 @@ from bench.harness.modes import (  # noqa: E402
     QUICK_STEADY,
     RESULTS,
     Mode,
+    steady_row_keys,
     steady_rows,
 )
 from bench.harness.phases import (  # noqa: E402
@@ -120,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         "--no-capacity", action="store_true", help="no balanced live capacity phase"
     )
     parser.add_argument("--reps", type=int, help="steady state: runs per row (full 5, quick 1)")
+    parser.add_argument(
+        "--rows",
+        help="steady state: only these rows of --systems, comma-separated (flink_preagg,ceiling)",
+    )
     parser.add_argument(
         "--steady-words", type=int, help="steady state: words in the shared input topic"
     )
@@ -211,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown systems {sorted(unknown)}; known: {list(PEERS)}")
     peers = [PEERS[n]() for n in names]
+    try:
+        chosen = steady_row_keys(names, args.rows)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     # The rows' peers too: a variant may have a build of its own (Flink SQL's jar).
     for peer in [*peers, *(row.peer for row in steady_rows(names))]:
@@ -279,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows = steady_rows(names)
                 if args.quick:  # CI: only rows that run code of their own
                     rows = [r for r in rows if r.key not in SETTING_ONLY]
+                if chosen is not None:
+                    rows = [r for r in rows if r.key in chosen]
                 report["steady"] = steady_state(rows, broker, steady, tmp, run_id, args.seed)
                 failed |= any(
                     not r.get("ok")

@@ -11,6 +11,7 @@ from typing import Any
 
 from bench.harness.common import say
 from bench.harness.modes import INTERVAL_MS, PARALLELISM, PARTITIONS, PEERS
+from bench.harness.steady import drain_notes
 from bench.harness.venvs import cached_venv
 
 # matplotlib draws the figure; never a dependency of the project (see plot_python).
@@ -296,6 +297,7 @@ def _steady_tables(report: dict[str, Any]) -> list[str]:
             f"| {_fmt(row['machine_busy_pct'], 1)} | {_fmt(row['window_s'], 1)} | {kept} "
             f"| {row['interval_ms']} |"
         )
+    out += _steady_run_notes(steady)
     perf = steady["consumer_perf_test"]
     rec = perf["records_per_s"]
     out += [
@@ -334,6 +336,29 @@ def _steady_tables(report: dict[str, Any]) -> list[str]:
             f"`{json.dumps(row['settings'])}`"
         )
     return out
+
+
+def _steady_run_notes(steady: dict[str, Any]) -> list[str]:
+    """The runs whose figure is not a full window's: the input ran out (measured up to its
+    end; from the first commit if the window had too few samples; a late final commit left
+    out), or the run failed (a stall, an exit), with the reason."""
+    notes: list[str] = []
+    for key, row in steady["rows"].items():
+        for i, run in enumerate(row["runs"]):
+            if not run.get("ok"):
+                notes.append(f"* {key} run {i + 1}: not ok: {run.get('error')}")
+            elif drain_notes(run):
+                notes.append(f"* {key} run {i + 1}: {'; '.join(drain_notes(run))}")
+    if not notes:
+        return []
+    return [
+        "",
+        "Runs with no plain window (the input ran out: the slope up to its end, a final "
+        "commit delayed while the system sat idle left out; progress flat at the window's "
+        "end, waited out and kept in; or the run failed):",
+        "",
+        *notes,
+    ]
 
 
 def _mb(value: Any) -> str:

@@ -13,7 +13,11 @@ pipeline delay. This phase measures every system the same way while it runs at f
 * warm-up from the first committed progress (JVM JIT, group rebalances, RocksDB opening: all
   before the window), then the window; the figure is the least-squares slope of committed
   words over the samples in the window. If the input runs out first, the window ends there
-  (``window_s`` says how long it was);
+  (``window_s`` says how long it was; too few samples left: from the first progress,
+  ``warmup_cut_short``). Committed progress that is flat at the planned end is waited out: a
+  system that read all its input may commit its last offsets late (Flink: up to 10 s), and
+  that plateau is left out when the system was idle over it (``final_plateau``); no progress
+  for ``stall_s`` with input left is a stall, and the run is not ok (bench/harness/window.py);
 * CPU of the system's process tree, of the broker and of the whole machine within the window;
   after the stop, what the run wrote to the broker, per topic kind.
 
@@ -50,6 +54,14 @@ from bench.harness.measure import (
     slope,
     words_of,
 )
+from bench.harness.window import (
+    IDLE_CORES,
+    Span,
+    Timeline,
+    flat_for,
+    measured_span,
+    window_over,
+)
 from bench.peers.base import Job, Peer
 from processor.commands import corpus
 from processor.localkafka.broker import LocalBroker
@@ -68,6 +80,13 @@ class SteadyMode:
     pool_words: int = 2_000_000  # distinct seeded lines the input is drawn from
     sample_s: float = 1.0
     first_progress_timeout_s: float = 180.0
+    # Flat committed progress at the planned end of the window: waited out (it may be the
+    # input's end committed late, bench/harness/window.py) ...
+    pause_s: float = 3.0
+    # ... for at most this long since the last progress: then the run stalled, not ok. Well
+    # above Flink's 10 s fetch poll that delays its last commit, and above the 17 s one
+    # checkpoint of processor_emit_record took on a machine busy with other runs.
+    stall_s: float = 30.0
 
 
 # ------------------------------------------------------------------------------ input
@@ -365,11 +384,16 @@ def steady_run(
     total = source.words
     error: str | None = None
     first_at = window_start = window_end = None
-    at_start: tuple[float, float] = (0.0, 0.0)
-    at_end: tuple[float, float] = (0.0, 0.0)
+    ended_by: str | None = None
+    # The broker's CPU, the machine's busy CPU and the harness's own CPU over time: the
+    # figures are taken over the span the slope is, which the samples decide afterwards.
+    marks = Timeline()
     lag_start: dict[str, int] = {}
     lag_end: dict[str, int] = {}
-    bench_cpu_start = bench_cpu = 0.0
+
+    def mark() -> None:
+        marks.add(time.time(), process_cpu_s(broker_pid), machine_busy_s(), _own_cpu_s())
+
     try:
         deadline = time.time() + mode.first_progress_timeout_s
         while first_at is None:
@@ -379,30 +403,39 @@ def steady_run(
                 raise TimeoutError(
                     f"no committed input progress within {mode.first_progress_timeout_s:.0f} s"
                 )
+            mark()
             time.sleep(0.2)
             positive = [t for t, w in progress.samples if w > 0]
             first_at = positive[0] if positive else None
         planned_start = first_at + mode.warmup_s
         planned_end = planned_start + mode.window_s
-        while True:
+        while ended_by is None:
             now = time.time()
+            mark()
             if window_start is None and now >= planned_start:
                 window_start = now
-                at_start = (process_cpu_s(broker_pid), machine_busy_s())
-                bench_cpu_start = _own_cpu_s()
                 lag_start = progress.internal_lag()
-            if now >= planned_end or progress.latest() >= 0.98 * total:
-                break
-            if not running.alive():
+            samples = [(t, float(w)) for t, w in progress.samples]
+            ended_by = window_over(now, planned_end, samples, total, mode.pause_s, mode.stall_s)
+            if ended_by is None and not running.alive():
                 raise RuntimeError(f"exited during the run: {running.exit_codes()}")
-            time.sleep(0.2)
+            if ended_by is None:
+                time.sleep(0.2)
         window_end = time.time()
-        at_end = (process_cpu_s(broker_pid), machine_busy_s())
-        bench_cpu = _own_cpu_s() - bench_cpu_start
+        mark()
+        if window_end > planned_end + 1.0:  # flat progress at the planned end, waited out
+            result["window_extended_s"] = round(window_end - planned_end, 1)
         lag_end = progress.internal_lag()
         if window_start is None:  # the input ran out during the warm-up
             window_start = first_at
             result["warmup_cut_short"] = True
+        if ended_by == "stalled":
+            latest = progress.latest()
+            error = (
+                f"stalled: no committed input progress for {mode.stall_s:.0f} s at "
+                f"{latest:,} of {total:,} words ({100 * latest / total:.1f} %)"
+            )
+            result["stalled"] = stall_summary(progress.samples, sampler, window_end)
     except (TimeoutError, RuntimeError) as exc:
         error = str(exc)
     finally:
@@ -416,21 +449,18 @@ def steady_run(
     result["input_words_committed_at_stop"] = with_final
     result["ok"] = error is None
     result["error"] = error
-    if error is None and window_start is not None and window_end is not None:
-        # Samples at the very end of the input are a plateau, not throughput.
-        usable = [(t, float(w)) for t, w in progress.samples if w < 0.999 * total]
-        inside = [(t, w) for t, w in usable if window_start <= t <= window_end]
-        if len(inside) < 3 and first_at is not None:
-            # The input ran out early in the window (the ceiling in quick mode): measure
-            # from the first committed progress instead, and say so.
-            inside = [(t, w) for t, w in usable if first_at <= t <= window_end]
-            result["warmup_cut_short"] = True
+    if error is None and first_at is not None and window_start is not None and window_end:
+        span = measured_span(
+            [(t, float(w)) for t, w in progress.samples],
+            total,
+            (window_start, window_end),
+            first_at,
+            mode.pause_s,
+            lambda a, b: (sampler.cpu_at(b) - sampler.cpu_at(a)) / (b - a) < IDLE_CORES,
+        )
+        result.update(span_flags(span, window_start, window_end, result))
+        inside = span.samples
         rate = slope(inside)
-        output_rate: float | None = None
-        if output is not None and inside:
-            begin, finish = inside[0][0], inside[-1][0]
-            seen = [(t, float(o)) for t, o in progress.output_samples if begin <= t <= finish]
-            output_rate = slope(seen) if len(seen) >= 3 else 0.0
         if rate is None or len(inside) < 3:
             result["ok"] = False
             result["error"] = f"only {len(inside)} samples in the window"
@@ -438,36 +468,34 @@ def steady_run(
             # A backlog's figure: the input's slope. Whether the later stages kept pace with
             # it is ``internal_lag`` (a starved second stage of a backlog is not the system's
             # balanced capacity: bench/capacity.py measures that, live).
-            sustained = rate
+            begin, finish = inside[0][0], inside[-1][0]
+            seen = [(t, float(o)) for t, o in progress.output_samples if begin <= t <= finish]
+            output_rate = (slope(seen) if len(seen) >= 3 else 0.0) if output else None
             words_in_window = inside[-1][1] - inside[0][1]
-            cpu = sampler.cpu_at(window_end) - sampler.cpu_at(window_start)
-            seconds = window_end - window_start
-            machine = at_end[1] - at_start[1]
+            cpu = sampler.cpu_at(finish) - sampler.cpu_at(begin)
+            seconds = finish - begin
+            (broker0, machine0, bench0), (broker1, machine1, bench1) = (
+                marks.at(begin),
+                marks.at(finish),
+            )
+            broker_cpu, machine, bench_cpu = broker1 - broker0, machine1 - machine0, bench1 - bench0
+            per_m = words_in_window / 1e6
             result.update(
                 {
-                    "words_per_s": round(sustained),
+                    "words_per_s": round(rate),
                     "input_words_per_s": round(rate),
                     "output_offsets_per_s": None if output_rate is None else round(output_rate),
                     "window_s": round(seconds, 1),
                     "window_samples": len(inside),
-                    "window_starts_after_first_commit_s": round(window_start - first_at, 1)
-                    if first_at
-                    else None,
-                    "input_exhausted": progress.latest() >= 0.98 * total,
+                    "window_starts_after_first_commit_s": round(begin - first_at, 1),
                     "words_in_window": int(words_in_window),
-                    "cpu_s_per_million_words": round(cpu / (words_in_window / 1e6), 3)
-                    if words_in_window
-                    else None,
+                    "cpu_s_per_million_words": round(cpu / per_m, 3) if per_m else None,
                     "cpu_cores_used": round(cpu / seconds, 2),
-                    "broker_cpu_s_per_million_words": round(
-                        (at_end[0] - at_start[0]) / (words_in_window / 1e6), 3
-                    )
-                    if words_in_window
+                    "broker_cpu_s_per_million_words": round(broker_cpu / per_m, 3)
+                    if per_m
                     else None,
                     "machine_busy_pct": round(100 * machine / (cores() * seconds), 1),
-                    "other_cpu_cores": round(
-                        (machine - cpu - (at_end[0] - at_start[0])) / seconds, 2
-                    ),
+                    "other_cpu_cores": round((machine - cpu - broker_cpu) / seconds, 2),
                     "internal_lag": keeps_up(lag_start, lag_end),
                     # The offset sampler runs in the bench's process, on the same cores.
                     "bench_cpu_cores": round(bench_cpu / seconds, 2),
@@ -476,7 +504,7 @@ def steady_run(
             )
             if extra is not None:
                 try:
-                    result.update(extra(job, window_start, window_end))
+                    result.update(extra(job, begin, finish))
                 except Exception as exc:  # noqa: BLE001 - an extra figure, not the run
                     result["extra_error"] = repr(exc)
     result["resources"] = sampler.report()
@@ -487,15 +515,71 @@ def steady_run(
     result["work"] = work_summary(footprint, job.output_topic, with_final)
     delete_topics(bootstrap, created)
     if result["ok"]:
+        notes = "; ".join(drain_notes(result))
         say(
             f"{job.name}: {result['words_per_s']:,} words/s (output "
             f"{result['output_offsets_per_s']} offsets/s) over {result['window_s']} s, "
             f"{result['cpu_s_per_million_words']} CPU s/M words, machine "
-            f"{result['machine_busy_pct']} % busy"
+            f"{result['machine_busy_pct']} % busy{f' ({notes})' if notes else ''}"
         )
     else:
         say(f"{job.name}: FAILED: {result['error']}; logs in {job.workdir}")
     return result
+
+
+def span_flags(
+    span: Span, window_start: float, window_end: float, before: dict[str, Any]
+) -> dict[str, Any]:
+    """How a run's span was chosen, for its result: whether the input ran out, whether the
+    warm-up was cut short (too few samples in the window, or ``before`` says the input ran
+    out in the warm-up), how long the window was waited for, and a plateau before the end of
+    the input (a late final commit when the system was idle over it)."""
+    out: dict[str, Any] = {
+        "input_exhausted": span.exhausted,
+        "warmup_cut_short": span.warmup_cut_short or bool(before.get("warmup_cut_short")),
+        "window_waited_s": round(window_end - window_start, 1),
+    }
+    if span.plateau is not None:
+        begin, end = span.plateau
+        out["final_plateau"] = {
+            "s": round(end - begin, 1),
+            "idle": span.plateau_idle,
+            # Idle: the input had run out before; the commit of its end came this late.
+            "excluded": bool(span.plateau_idle),
+        }
+    return out
+
+
+def drain_notes(result: dict[str, Any]) -> list[str]:
+    """How a run's input ran out, if it did: for its progress line and the report."""
+    notes = []
+    if result.get("input_exhausted"):
+        notes.append("input exhausted")
+    if result.get("warmup_cut_short"):
+        notes.append("measured from the first commit")
+    plateau = result.get("final_plateau")
+    if plateau:
+        kind = "idle, left out" if plateau["excluded"] else "busy, kept"
+        notes.append(f"final commit {plateau['s']} s late ({kind})")
+    if result.get("window_extended_s"):
+        notes.append(
+            f"window extended {result['window_extended_s']} s (committed progress flat at its end)"
+        )
+    return notes
+
+
+def stall_summary(
+    samples: Sequence[tuple[float, int]], sampler: ProcessSampler, now: float
+) -> dict[str, Any]:
+    """A stalled run: where its committed words stopped, since when, and how busy the system
+    was since (idle: waiting on something; busy: working without committing)."""
+    since = now - flat_for([(t, float(w)) for t, w in samples], now)
+    seconds = max(now - since, 1e-9)
+    return {
+        "at_words": samples[-1][1] if samples else 0,
+        "flat_s": round(now - since, 1),
+        "cpu_cores": round((sampler.cpu_at(now) - sampler.cpu_at(since)) / seconds, 2),
+    }
 
 
 def keeps_up(start: dict[str, int], end: dict[str, int]) -> dict[str, Any]:
