@@ -10,7 +10,8 @@ updates the one before plus the update that produced it (a reduce set back to th
 snapshot is not), and the totals those of a direct computation.
 
 The timed pipelines' sources never go idle, and nothing may come late: the feed pauses while
-it waits for a checkpoint, longest around the kill, and a source idle by then would let the
+it waits for a checkpoint (around the kill; for a whole checkpoint timeout when an early write
+hides a barrier, see test_early_write_lso.py), and a source idle by then would let the
 watermark pass records still to be read (late, so missing from the windows' counts and the
 pairs, by timing rather than by the replay: #44's held-back changes failed that way)."""
 
