@@ -65,6 +65,7 @@ class ShuffleOut:
         # uncombined: every (key text, value), or (key text, value, time) in a timed pipeline
         self._pairs: list[tuple[str, Any]] = []
         self._partition_of: dict[str, int] = {}
+        self._item_bytes = 0.0  # bytes an item took in the last records encoded (`_slices`)
 
     def __len__(self) -> int:
         return len(self._counts) + len(self._partials) + len(self._pairs)
@@ -206,14 +207,33 @@ class ShuffleOut:
         UTF-8 cannot carry, or one item larger than a record may be."""
         too_big: list[_Body] = []
         try:
-            out = _encode_within(channel, body, self._max_record, too_big)
+            out: list[bytes] = []
+            for part in self._slices(body):
+                out += _encode_within(channel, part, self._max_record, too_big)
         except (TypeError, ValueError, RecursionError):  # find the items, ship the rest
+            too_big = []
             out = self._encode_each(channel, body, too_big)
+        else:
+            if out and len(body) > 1:
+                self._item_bytes = sum(map(len, out)) / len(body)
         for single in too_big:
             (value,) = single.values() if isinstance(single, dict) else (single[0][1],)
             size = len(encode_shuffle(channel, single))
             self._dead(self.head, oversized(size, self._max_record), value)
         return out
+
+    def _slices(self, body: _Body) -> list[_Body]:
+        """``body`` in slices of about a record each, by the bytes an item took in the last
+        records: a large body is encoded once, not whole and then again in slices."""
+        per_item = self._item_bytes
+        target = min(MAX_RECORD_BYTES, self._max_record) * 0.9
+        if per_item <= 0 or len(body) * per_item <= target:
+            return [body]
+        step = max(1, int(target / per_item))
+        if isinstance(body, dict):
+            items = list(body.items())
+            return [dict(items[i : i + step]) for i in range(0, len(items), step)]
+        return [body[i : i + step] for i in range(0, len(body), step)]
 
     def _encode_each(self, channel: int, body: _Body, too_big: list[_Body]) -> list[bytes]:
         """The slow path of a body that did not encode: each item alone first (the ones

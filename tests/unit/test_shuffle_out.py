@@ -1,6 +1,8 @@
 """What an uncombined `ShuffleOut` ships. Its key texts are `key_text`'s, whichever way it
 makes them (plain strings and ints inline, the rest through `key_text`), in a timed pipeline
-and not; a key no record can carry is dead, the others go on."""
+and not; a key no record can carry is dead, the others go on. A large body is cut into
+records of at most `MAX_RECORD_BYTES` by the size of the last ones, every item once, in
+order."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 
 from processor import Pipeline
 from processor.api.ops import key_text
-from processor.engine.shuffle_out import ShuffleOut
+from processor.engine.shuffle_out import MAX_RECORD_BYTES, ShuffleOut
 from processor.models.records import decode_shuffle
 from processor.plan.stages import plan
 
@@ -53,3 +55,22 @@ def test_plain_string_keys_with_a_nul_inside_are_tagged_only_at_the_start() -> N
     shuffle.add(keys, [0, 1, 2], all_str=True)
     shipped = [item for _, v in shuffle.take(0) for item in decode_shuffle(v)[1]]
     assert {item[1]: item[0] for item in shipped} == {i: key_text(k) for i, k in enumerate(keys)}
+
+
+def test_large_bodies_are_cut_into_records_every_item_once_in_order() -> None:
+    dead: list[Any] = []
+    shuffle = _shuffle(False, dead)
+    for round_ in range(3):  # the first take learns the size of an item, the next use it
+        words = [f"w{i % 5000}-{round_}" for i in range(200_000)]
+        shuffle.add(words, list(range(len(words))), all_str=True)
+        taken = shuffle.take(0)
+        assert all(len(v) <= MAX_RECORD_BYTES for _, v in taken)
+        assert len(taken) > 3
+        by_partition: dict[int, list[Any]] = {}
+        for p, v in taken:
+            by_partition.setdefault(p, []).extend(item[1] for item in decode_shuffle(v)[1])
+        assert sorted(i for items in by_partition.values() for i in items) == list(
+            range(len(words))
+        )
+        assert all(items == sorted(items) for items in by_partition.values())
+    assert dead == []
