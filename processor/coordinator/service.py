@@ -355,6 +355,7 @@ class CoordinatorService:
         )
         self._producer.flush(10)
         faults.reach("coordinator_recorded")
+        self._send(control.Completed(done.checkpoint_id))
         self.journal.completed(record, lag)
         labels = self._labels
         metrics.checkpoints_completed.labels(**labels).inc()

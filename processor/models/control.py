@@ -80,6 +80,20 @@ class Trigger:
 
 
 @dataclass(frozen=True)
+class Completed:
+    """Checkpoint ``checkpoint`` completed: every task committed it, so every barrier of it is
+    visible in every shuffle partition. A source writes its next epoch into the shuffles
+    early (its buffers past ``flush_keys``) only after the checkpoint it committed last has
+    completed: an open transaction hides from read_committed readers every record after its
+    first one, another source's barrier included (processor/worker/source.py)."""
+
+    __pydantic_config__ = _STRICT
+
+    checkpoint: Id
+    kind: Literal["completed"] = "completed"
+
+
+@dataclass(frozen=True)
 class Ack:
     """Task ``task`` committed its transaction of checkpoint ``checkpoint``."""
 
@@ -151,7 +165,7 @@ class Endpoint:
     kind: Literal["endpoint"] = "endpoint"
 
 
-Message = Heartbeat | Assignment | Trigger | Ack | Decline | Lease | Endpoint
+Message = Heartbeat | Assignment | Trigger | Completed | Ack | Decline | Lease | Endpoint
 
 
 def encode(message: Message) -> bytes:

@@ -232,6 +232,11 @@ class Worker:
                 runner.task.request_checkpoint(
                     message.checkpoint, message.triggered_at, message.drain
                 )
+        elif isinstance(message, control.Completed):
+            if message.checkpoint > self._checkpoint_ceiling():
+                return False
+            for runner in self._runners.values():
+                runner.task.checkpoint_completed(message.checkpoint)
         return True
 
     def _checkpoint_ceiling(self) -> int:

@@ -6,8 +6,9 @@ a source flushes its stage (the combiners' partial aggregates, buffered sink rec
 barrier n into every partition of every downstream shuffle and commits one transaction
 holding the epoch's writes, the barriers and its input offsets. The commit's round trips run
 in the background while the source reads and combines epoch n+1 (whose records only go out
-at trigger n+1, or earlier if the buffers outgrow ``flush_keys``: that write waits for
-commit n).
+at trigger n+1, or earlier if the buffers outgrow ``flush_keys`` once checkpoint n has
+completed: see `SourceTask._may_write_early`; until then a source with full buffers reads
+no further).
 
 In a timed pipeline the source also tracks its watermark (`processor.engine.time`) and
 writes it into every downstream shuffle partition at each checkpoint, after the epoch's
@@ -100,6 +101,7 @@ class SourceTask(Task):
         self._requested_at = 0.0  # wall-clock time the coordinator triggered it
         self._positions: dict[int, int] = {}  # input partition -> next offset to read
         self._committing: ClosedEpoch | None = None
+        self._completed = 0  # the newest checkpoint completed, as the coordinator says
         self._m_in = metrics.records_in.labels(**self.labels)
         self._m_out = metrics.records_out.labels(**self.labels)
         skipped = metrics.records_skipped
@@ -121,6 +123,22 @@ class SourceTask(Task):
             self._requested_at = triggered_at
             self._requested = checkpoint_id
 
+    def checkpoint_completed(self, checkpoint_id: int) -> None:
+        self._completed = max(self._completed, checkpoint_id)
+
+    def _may_write_early(self) -> bool:
+        """Whether the next epoch may go into the shuffles before its trigger: only once the
+        checkpoint this task committed (or is committing) last has completed. Until then
+        another source's barrier of it may still be on its way to a shuffle partition, and
+        an open transaction of ours there would hide it from the keyed task (a read_committed
+        reader stops at an open transaction's first record) until our commit, at the next
+        trigger, which waits for that checkpoint: the stage would stall for the checkpoint
+        timeout. Without shuffles (sinks only) there is no barrier to hide."""
+        if not self._shuffles:
+            return True
+        newest = self._committing.checkpoint_id if self._committing else self.last_checkpoint
+        return self._completed >= newest
+
     def run(self) -> None:
         s = self.settings
         out = open_output(s, self.transactional_id)
@@ -140,13 +158,17 @@ class SourceTask(Task):
                 # the checkpoint.
                 wait = 0.005 if self._committing is not None else 0.05
                 KEYED_SYNC.step_aside()  # a keyed checkpoint step is on the output's path
-                msgs = clients.consume_ready(consumer, s.consume_batch, wait)
-                if timed:
-                    self._watermarks.polled(time.monotonic())
-                if msgs:
-                    self._process(msgs, out)
-                    if chain.buffered >= s.flush_keys:
+                if chain.buffered >= s.flush_keys:
+                    if self._may_write_early():
                         self._flush(out)
+                    else:  # buffers full and no early write yet: read on once it may
+                        self.ctx.stop.wait(0.002)
+                if chain.buffered < s.flush_keys:
+                    msgs = clients.consume_ready(consumer, s.consume_batch, wait)
+                    if timed:
+                        self._watermarks.polled(time.monotonic())
+                    if msgs:
+                        self._process(msgs, out)
                 if self._committing is not None:
                     self._finish_commit(out, block=False)
                 newest = self._committing.checkpoint_id if self._committing else 0

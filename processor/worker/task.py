@@ -158,6 +158,10 @@ class Task:
     ) -> None:
         """Only source tasks act on triggers; others get barriers in their input."""
 
+    def checkpoint_completed(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed (every task committed it): only source
+        tasks act on it (their early writes wait for it)."""
+
     def _close_epoch(
         self,
         checkpoint_id: int,

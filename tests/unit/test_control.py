@@ -11,6 +11,7 @@ import pytest
 from processor.models.control import (
     Ack,
     Assignment,
+    Completed,
     Decline,
     Endpoint,
     Heartbeat,
@@ -41,6 +42,8 @@ MESSAGES: list[Message] = [
     ),
     Trigger(checkpoint=1, triggered_at=0.0),
     Trigger(checkpoint=2**53, triggered_at=1_700_000_000.123456),
+    Completed(checkpoint=0),
+    Completed(checkpoint=2**53),
     Ack(
         task="count-0",
         checkpoint=5,
@@ -92,7 +95,7 @@ def test_encoding_is_compact_json_with_the_kind(message: Message) -> None:
 
 
 def test_every_kind_is_covered() -> None:
-    kinds = {"heartbeat", "assignment", "trigger", "ack", "decline", "endpoint"}
+    kinds = {"heartbeat", "assignment", "trigger", "completed", "ack", "decline", "endpoint"}
     assert {m.kind for m in MESSAGES} == kinds
 
 
@@ -118,6 +121,13 @@ def test_non_finite_floats_round_trip() -> None:
     assert decoded == Trigger(checkpoint=1, triggered_at=math.inf)
     nan = decode(encode(Trigger(checkpoint=1, triggered_at=math.nan)))
     assert isinstance(nan, Trigger) and math.isnan(nan.triggered_at)
+
+
+def test_a_completed_checkpoint_is_strict_and_in_range() -> None:
+    assert decode(b'{"kind":"completed","checkpoint":7}') == Completed(7)
+    assert decode(b'{"kind":"completed","checkpoint":"7"}') is None
+    assert decode(b'{"kind":"completed","checkpoint":-2}') is None
+    assert decode(b'{"kind":"completed","checkpoint":7,"extra":1}') is None
 
 
 def test_decode_of_hand_written_json() -> None:

@@ -139,6 +139,9 @@ def test_a_worker_skips_a_trigger_far_above_its_checkpoints(tmp_path: Path) -> N
         assert worker._handle(control.Trigger(5, NOW))
         assert not worker._handle(control.Trigger(6 + MAX_ID_JUMP, NOW))
         assert worker._handle(control.Trigger(5 + MAX_ID_JUMP, NOW))
+        # A completion far ahead would let sources write early while a barrier is on its way.
+        assert not worker._handle(control.Completed(6 + 2 * MAX_ID_JUMP))
+        assert worker._handle(control.Completed(5 + 2 * MAX_ID_JUMP))
         ahead = control.Assignment(int((time.time() + 2 * MAX_CLOCK_SKEW_S) * 1000), 1, {})
         assert not worker._handle(ahead)
     finally:
