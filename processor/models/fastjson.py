@@ -45,7 +45,9 @@ _SEQUENCES = frozenset({list, tuple})
 _DICT = frozenset({dict})
 _PLAIN = _LEAVES | _SEQUENCES | _DICT
 _IS_FLOAT = float.__instancecheck__
-_COLUMNS = 16  # sequences up to this length are checked column by column (zip)
+# Many sequences of one length up to _COLUMNS are checked column by column (zip): fewer
+# mixed groups; a few, flat (fewer groups).
+_COLUMNS, _MANY = 16, 8
 _LEVELS = 256  # deeper than orjson encodes (254): the standard library's (a cycle too)
 
 ORJSON_DEPTH = 1024  # the nesting orjson.loads accepts (checked by the tests)
@@ -134,7 +136,7 @@ def _plain(body: Any) -> bool:
             if not flat <= _PLAIN:
                 return False
             lengths = set(map(len, seqs))
-            if len(lengths) == 1 and lengths.pop() <= _COLUMNS:
+            if len(seqs) >= _MANY and len(lengths) == 1 and lengths.pop() <= _COLUMNS:
                 work.extend(zip(zip(*seqs, strict=True), repeat(depth + 1), strict=False))
             else:
                 work.append((list(chain.from_iterable(seqs)), depth + 1))
