@@ -24,9 +24,9 @@ through either decoder. orjson is only asked what it answers the same way:
 
 from __future__ import annotations
 
+import gc
 import json
-from collections.abc import Sequence
-from itertools import chain, repeat
+from itertools import chain
 from math import isfinite
 from typing import Any
 
@@ -42,13 +42,11 @@ _NONE = type(None)
 _SCALARS = frozenset({str, int, bool, _NONE})
 _LEAVES = _SCALARS | {float}
 _SEQUENCES = frozenset({list, tuple})
-_DICT = frozenset({dict})
-_PLAIN = _LEAVES | _SEQUENCES | _DICT
+_PLAIN = _LEAVES | _SEQUENCES | {dict}
 _IS_FLOAT = float.__instancecheck__
-# Many sequences of one length up to _COLUMNS are checked column by column (zip): fewer
-# mixed groups; a few, flat (fewer groups).
-_COLUMNS, _MANY = 16, 8
+_referents = gc.get_referents
 _LEVELS = 256  # deeper than orjson encodes (254): the standard library's (a cycle too)
+_NODES = 1 << 20  # nodes looked into at most (a cycle through two references doubles them)
 
 ORJSON_DEPTH = 1024  # the nesting orjson.loads accepts (checked by the tests)
 _DEPTH = 960  # below what json.loads reaches on a fresh thread (about 990)
@@ -112,40 +110,26 @@ def _unwrap(wrapped: Any) -> Any:
 
 def _plain(body: Any) -> bool:
     """Whether ``body`` holds nothing but exact str, int, bool, None, finite float, list,
-    tuple and dict (keys are orjson's to refuse): C loops over a group of siblings at a
-    time, sequences of one length (pairs, records) column by column."""
-    work: list[tuple[Sequence[Any], int]] = [
-        (list(body.values()) if type(body) is dict else body if type(body) is list else [body], 1)
-    ]
-    while work:
-        group, depth = work.pop()
-        types = set(map(type, group))
+    tuple and dict: C loops over a level of the tree at a time, the next level being what
+    the containers of this one hold (``gc.get_referents``: a list's or tuple's items, a
+    dict's values, and its keys unless all are exact str, which orjson takes as the standard
+    library does; other keys are orjson's to refuse)."""
+    level: Any = body if type(body) is list else [body]
+    seen = 0
+    for _ in range(_LEVELS):
+        types = set(map(type, level))
         if types <= _SCALARS:
-            continue
-        if not types <= _PLAIN or depth > _LEVELS:
+            return True
+        if not types <= _PLAIN:
             return False
-        if float in types and not isfinite(sum(filter(_IS_FLOAT, group))):
+        if float in types and not isfinite(sum(filter(_IS_FLOAT, level))):
             return False  # a sum of finite floats may overflow too: the slow path, still right
         if types <= _LEAVES:
-            continue
-        if types <= _SEQUENCES or types == _DICT:
-            seqs: Sequence[Any] = group if dict not in types else list(map(dict.values, group))
-            flat = set(map(type, chain.from_iterable(seqs)))
-            if flat <= _SCALARS:
-                continue
-            if not flat <= _PLAIN:
-                return False
-            lengths = set(map(len, seqs))
-            if len(seqs) >= _MANY and len(lengths) == 1 and lengths.pop() <= _COLUMNS:
-                work.extend(zip(zip(*seqs, strict=True), repeat(depth + 1), strict=False))
-            else:
-                work.append((list(chain.from_iterable(seqs)), depth + 1))
-            continue
-        below: list[Any] = []
-        if dict in types:
-            dicts = filter(dict.__instancecheck__, group)
-            below.extend(chain.from_iterable(map(dict.values, dicts)))
-        for kind in _SEQUENCES & types:
-            below.extend(chain.from_iterable(filter(kind.__instancecheck__, group)))
-        work.append((below, depth + 1))
-    return True
+            return True
+        if types <= _SEQUENCES and set(map(type, chain.from_iterable(level))) <= _SCALARS:
+            return True  # pairs of scalars (word count's): no list of the next level
+        seen += len(level)
+        if seen > _NODES:
+            return False  # a cycle of more than one reference (or a huge body): the stdlib's
+        level = _referents(*level)
+    return False

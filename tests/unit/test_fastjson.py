@@ -118,6 +118,10 @@ class List(list[Any]):
 Pair = namedtuple("Pair", "a b")
 
 
+class Holder:
+    pass
+
+
 @dataclasses.dataclass
 class Point:
     x: int
@@ -203,7 +207,12 @@ def special_values() -> list[Any]:
     cyclic: list[Any] = []
     cyclic.append(cyclic)
     shared = [1, 2]
+    holder = Holder()  # instance dicts: their own table layout
+    holder.__dict__.update(a=math.nan, b=uuid.UUID(int=3), c=[1, Plain.A])
     return [
+        vars(holder),
+        {"h": vars(holder)},
+        [("k", vars(Holder()))],
         *[nested(d) for d in (1, 2, 253, 254, 255, 256, 257, 300, 900)],
         *[nested(d, kind="dict") for d in (254, 255, 256, 500)],
         nested(255, math.nan),
@@ -253,7 +262,10 @@ def test_orjson_takes_plain_values_only() -> None:
     assert fastjson._plain({"k": [1, 2.5, None, True, {"a": "b"}]})
     cyclic: list[Any] = []
     cyclic.append([cyclic, cyclic])
-    assert not fastjson._plain(cyclic)  # at the depth bound, quickly (depth first)
+    assert not fastjson._plain(cyclic)  # at the bound on containers looked into
+    holder = Holder()
+    holder.__dict__.update(a=1, b=math.inf)
+    assert not fastjson._plain([("k", vars(holder))])
 
 
 FORGED = [
