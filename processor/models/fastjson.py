@@ -3,7 +3,7 @@
 `dumps` and `loads` stand for ``json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 .encode()`` and ``json.loads`` (with `loads_deep` after a RecursionError), as the shuffle
 used them before (issue #44): what either raised, this raises too (the same exception
-family); what either returned, this returns, equal and of the same types after a round trip
+type); what either returned, this returns, equal and of the same types after a round trip
 through either decoder. orjson is only asked what it answers the same way:
 
 - ``dumps``: orjson writes NaN and ±Infinity as ``null`` and encodes UUIDs, enums (plain ones,
@@ -57,7 +57,7 @@ _SHAPE = bytes(
     ord("0") if chr(c).isdigit() and c < 128 else ord("[") if c in b"[{" else ord(" ")
     for c in range(256)
 )
-_BIG_INT = b"0" * 19  # -9223372036854775809 and 18446744073709551616 both have 19 digits
+_BIG_INT = b"0" * 19  # each int orjson reads as a float (< -2**63, > 2**64 - 1) has 19 digits
 
 
 def _refuse(value: Any) -> Any:
