@@ -78,23 +78,33 @@ def dumps(body: Any) -> bytes:
 def loads(raw: bytes) -> Any:
     """``json.loads(raw)`` (`loads_deep` after a RecursionError): the same value or the same
     exception (ValueError, RecursionError)."""
-    shape = raw.translate(_SHAPE)
-    if _BIG_INT not in shape:
-        try:
-            if len(raw) <= 2 * _DEPTH or shape.count(b"[") <= _DEPTH:
-                return orjson.loads(raw)
-            value = _unwrap(orjson.loads(b"".join((_OPEN, raw, _CLOSE))))
-            if value is not _ESCAPED:
-                return value
-        except orjson.JSONDecodeError:
-            pass  # the standard library's answer
+    value = try_loads(raw)
+    if value is not MISSING:
+        return value
     try:
         return json.loads(raw)
     except RecursionError:  # a deep value encoded in a shallower stack than this one
         return loads_deep(raw)
 
 
+MISSING: Any = object()  # `try_loads`: ask the standard library
 _ESCAPED = object()
+
+
+def try_loads(raw: bytes) -> Any:
+    """orjson's reading of ``raw`` where it equals ``json.loads``'s (on a stack with room
+    for `_DEPTH` levels), else `MISSING`: a text orjson refuses, with a run of 19 digits,
+    or deeper than `_DEPTH`."""
+    shape = raw.translate(_SHAPE)
+    if _BIG_INT in shape:
+        return MISSING
+    try:
+        if len(raw) <= 2 * _DEPTH or shape.count(b"[") <= _DEPTH:
+            return orjson.loads(raw)
+        value = _unwrap(orjson.loads(b"".join((_OPEN, raw, _CLOSE))))
+    except orjson.JSONDecodeError:
+        return MISSING
+    return MISSING if value is _ESCAPED else value
 
 
 def _unwrap(wrapped: Any) -> Any:

@@ -22,8 +22,9 @@ import orjson
 import pytest
 
 from processor.models import fastjson
-from processor.models.limits import loads_deep
+from processor.models.limits import MAX_JSON_DEPTH, json_problem, json_problems, loads_deep
 from processor.models.records import decode_shuffle, encode_shuffle
+from processor.serde.codec import RecordError, decode
 
 SEED = 44
 
@@ -241,8 +242,8 @@ def check_encode(v: Any) -> None:
         assert old[1] is new[1], (ascii(v)[:200], old, new)
         return
     expected = old_loads(old[1])
-    for decode in (old_loads, fastjson.loads):
-        assert same(decode(new[1]), expected), (ascii(v)[:200], new[1][:200])
+    for reader in (old_loads, fastjson.loads):
+        assert same(reader(new[1]), expected), (ascii(v)[:200], new[1][:200])
 
 
 def test_encode_raises_exactly_when_the_standard_library_did_and_round_trips_the_same() -> None:
@@ -404,3 +405,76 @@ def test_the_shuffle_codec_round_trips_as_before() -> None:
         channel, decoded = decode_shuffle(encode_shuffle(3, body))
         assert channel == 3
         assert same(decoded, json.loads(old))
+
+
+def old_source_decode(raw: bytes) -> Any:
+    """`processor.serde.codec.decode`'s JSON before orjson (issue #44)."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"not UTF-8: {exc.reason} at byte {exc.start}", "non_utf8") from None
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        error = f"not JSON: nested deeper than {MAX_JSON_DEPTH} levels"
+        raise RecordError(error, "too_deep") from None
+    except ValueError as exc:
+        raise RecordError(f"not JSON: {exc}", "not_json") from None
+    problem = json_problem(raw, value)
+    if problem is not None:
+        reason, error = problem
+        raise RecordError(error, reason)
+    return value
+
+
+def source_outcome(fn: Any, raw: bytes) -> tuple[str, Any]:
+    try:
+        return "ok", fn(raw)
+    except RecordError as exc:
+        return "dead", (exc.reason, str(exc))
+
+
+def source_inputs() -> list[bytes]:
+    rng = random.Random(SEED)
+    raws = [*FORGED, *deep_inputs()]
+    for d in (150, 200, 201, 202, 300, 960):
+        raws.append(b"[" * d + b"]" * d)
+        raws.append(b'{"k":' * (d - 1) + b'"\\ud800"' + b"}" * (d - 1))
+    for _ in range(1500):
+        try:
+            raws.append(old_dumps(value(rng)))
+        except (TypeError, ValueError, RecursionError):
+            continue
+        b = bytearray(raws[-1])
+        i = rng.randrange(len(b) + 1)
+        b[i:i] = rng.choice([b"[", b"]", b"\\ud800", b"0" * 19, b"\xef\xbb\xbf", b"\xff"])
+        raws.append(bytes(b))
+    return raws
+
+
+def test_a_json_source_decodes_as_before_or_makes_the_same_dead_record() -> None:
+    for raw in source_inputs():
+        old = source_outcome(old_source_decode, raw)
+        new = source_outcome(lambda r: decode("json", r), raw)
+        assert old[0] == new[0], (raw[:80], old, new)
+        assert same(old[1], new[1]) if old[0] == "ok" else old[1] == new[1], (raw[:80], old, new)
+
+
+def test_a_json_source_batch_decodes_as_before_or_goes_record_by_record() -> None:
+    """The sources' batch path (`SourceTask._decode`, `source_meta._read_batch`): values as
+    ``json.loads`` read them, or None (then record by record) exactly when it was None."""
+
+    def batch(loads: Any, raws: list[bytes]) -> list[Any] | None:
+        try:
+            values = [loads(r) for r in raws]
+        except (ValueError, RecursionError):
+            return None
+        return None if json_problems(raws, values) else values
+
+    raws = source_inputs()
+    for i in range(0, len(raws), 7):
+        chunk = raws[i : i + 7]
+        old, new = batch(json.loads, chunk), batch(fastjson.loads, chunk)
+        assert (old is None) == (new is None), chunk
+        if old is not None:
+            assert same(old, new)
