@@ -1,10 +1,13 @@
-"""The shuffle's JSON through orjson, with exactly the standard library's semantics.
+"""The shuffle's JSON (and JSON sources') through orjson, with exactly the standard
+library's semantics.
 
 `dumps` and `loads` stand for ``json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 .encode()`` and ``json.loads`` (with `loads_deep` after a RecursionError), as the shuffle
-used them before (issue #44): what either raised, this raises too (the same exception
-type); what either returned, this returns, equal and of the same types after a round trip
-through either decoder. orjson is only asked what it answers the same way:
+used them before (issue #44); `try_loads` is orjson's part of `loads` alone, for a caller
+that has its own way with what orjson leaves to the standard library. What either raised,
+this raises too (the same exception type); what either returned, this returns, equal and of
+the same types after a round trip through either decoder. orjson is only asked what it
+answers the same way:
 
 - ``dumps``: orjson writes NaN and ±Infinity as ``null`` and encodes UUIDs, enums (plain ones,
   which the standard library refuses, and mixed ones by their ``value``) and
