@@ -4,7 +4,8 @@ A shuffle record carries many partial counts at once: the upstream task (the *ch
 2-byte prefix of the value, then a JSON object ``{key: count}`` of keys that all belong to the
 record's partition. One record per partition and flush instead of one per key: the per-record
 costs (produce, the broker's append, consume, the receiving task's Python loop) were most of
-the shuffle's cost, and JSON is encoded and decoded in C. The partition of a key is
+the shuffle's cost, and JSON is encoded and decoded in C (orjson where it answers exactly as
+the standard library does: `processor.models.fastjson`). The partition of a key is
 ``shuffle_partition``: fixed, because a key's state lives in the task of its partition.
 
 Barriers are control records marked by the ``processor.barrier`` header; only internal topics
@@ -13,7 +14,6 @@ are ever read for barriers, so a user record that happens to carry that header i
 
 from __future__ import annotations
 
-import json
 import struct
 import zlib
 from collections.abc import Sequence
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from processor.models.limits import loads_deep
+from processor.models.fastjson import dumps, loads
 
 BARRIER_HEADER = "processor.barrier"
 WATERMARK_HEADER = "processor.watermark"
@@ -104,14 +104,13 @@ def shuffle_partition(key: bytes, partitions: int) -> int:
 
 def encode_counts(channel: int, counts: dict[str, int]) -> bytes:
     """A shuffle record's value: the channel, then the partial counts as a JSON object."""
-    body = json.dumps(counts, ensure_ascii=False, separators=(",", ":"))
-    return _CHANNEL.pack(channel) + body.encode()
+    return _CHANNEL.pack(channel) + dumps(counts)
 
 
 def decode_counts(value: bytes) -> tuple[int, dict[str, int]]:
     """Raise ValueError (or struct.error) for anything ``encode_counts`` did not write."""
     (channel,) = _CHANNEL.unpack_from(value)
-    counts = json.loads(value[2:])
+    counts = loads(value[2:])
     if not isinstance(counts, dict) or not all(type(n) is int for n in counts.values()):
         raise ValueError("not a JSON object of integer counts")
     return channel, counts
@@ -126,8 +125,7 @@ def encode_shuffle(channel: int, body: dict[str, Any] | Sequence[Sequence[Any]])
     by key (a combined shuffle; word count's format) or a list of ``[key, value]`` pairs
     (``[key, value, event time ms]`` in a timed pipeline, ``[key, value, event time ms,
     headers]`` into a stage that takes record metadata)."""
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
-    return _CHANNEL.pack(channel) + text.encode()
+    return _CHANNEL.pack(channel) + dumps(body)
 
 
 _FIRST, _THIRD, _FOURTH = itemgetter(0), itemgetter(2), itemgetter(3)
@@ -155,10 +153,7 @@ def _pairs(body: list[Any]) -> bool:
 def decode_shuffle(value: bytes) -> tuple[int, dict[str, Any] | list[list[Any]]]:
     """Raise ValueError (or struct.error) for anything ``encode_shuffle`` did not write."""
     (channel,) = _CHANNEL.unpack_from(value)
-    try:
-        body = json.loads(value[2:])
-    except RecursionError:  # a deep value encoded in a shallower stack than this one
-        body = loads_deep(value[2:])
+    body = loads(value[2:])  # `loads_deep` after a RecursionError
     if isinstance(body, dict):
         return channel, body
     if isinstance(body, list) and _pairs(body):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from processor.models.fastjson import MISSING, try_loads
 from processor.models.limits import MAX_JSON_DEPTH, json_problem
 from processor.serde.protocol import Serde
 
@@ -51,14 +52,19 @@ def decode(value_format: str | Serde, raw: bytes) -> Any:
         raise RecordError(f"not UTF-8: {exc.reason} at byte {exc.start}", "non_utf8") from None
     if value_format == "text":
         return text
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        error = f"not JSON: nested deeper than {MAX_JSON_DEPTH} levels"
-        raise RecordError(error, "too_deep") from None
-    except ValueError as exc:
-        raise RecordError(f"not JSON: {exc}", "not_json") from None
-    problem = json_problem(raw, value)
+    # orjson where it reads as json.loads does (processor.models.fastjson), except that a
+    # value too deep to take may be one json.loads refuses here (RecursionError): its own error.
+    value = try_loads(raw)
+    problem = None if value is MISSING else json_problem(raw, value)
+    if value is MISSING or (problem is not None and problem[0] == "too_deep"):
+        try:
+            value = json.loads(text)
+        except RecursionError:
+            error = f"not JSON: nested deeper than {MAX_JSON_DEPTH} levels"
+            raise RecordError(error, "too_deep") from None
+        except ValueError as exc:
+            raise RecordError(f"not JSON: {exc}", "not_json") from None
+        problem = json_problem(raw, value)
     if problem is not None:
         reason, error = problem
         raise RecordError(error, reason)

@@ -34,7 +34,7 @@ from processor.engine.epoch import drain
 from processor.engine.time import SourceWatermarks, source_marks
 from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput, open_output
-from processor.models import limits
+from processor.models import fastjson, limits
 from processor.models.records import Barrier, encode_barrier
 from processor.serde import loads_all
 from processor.serde.codec import RecordError, decode
@@ -263,7 +263,7 @@ class SourceTask(Task):
             if self._format == "text":
                 decoded = [v.decode() for v in values]
             elif self._format == "json":
-                decoded = [json.loads(v) for v in values]
+                decoded = [fastjson.loads(v) for v in values]  # as json.loads
                 if limits.json_problems(values, decoded):
                     return None
             elif self._format == "bytes":

@@ -8,7 +8,6 @@ to the DLQ as it came).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +15,7 @@ from confluent_kafka import Message
 
 from processor.api.node import SourceNode
 from processor.engine.meta import Meta, decode_key
+from processor.models import fastjson
 from processor.models.limits import EVENT_TIME_LIMIT, event_time_error, in_range, json_problems
 from processor.serde.codec import RecordError, decode
 
@@ -49,7 +49,7 @@ def _read_batch(data: list[Message], head: SourceNode) -> Read | None:
         if value_format == "text":
             values: list[Any] = [r.decode() for r in raws]
         elif value_format == "json":
-            values = [json.loads(r) for r in raws]
+            values = [fastjson.loads(r) for r in raws]  # as json.loads
             if json_problems(raws, values):
                 return None
         else:
