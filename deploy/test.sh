@@ -15,8 +15,6 @@
 #   its own broker, S3 and PostgreSQL on ports of its own (5 above the previous worker's: the
 #   second worker's broker is on 19097). On the 2-core machine that takes about half the time
 #   of one process, as most of it is waiting on brokers and jobs.
-#   bash deploy/test.sh --prepare   only the installs (.venv, Chromium, PostgreSQL, nexmark)
-#
 #   PROCESSOR_TEST_WORKERS=1 bash deploy/test.sh   one process, the tests in collection order
 #   PROCESSOR_TEST_WORKERS=N bash deploy/test.sh   N workers (at most 10)
 set -euo pipefail
@@ -68,9 +66,6 @@ if ! command -v nexmark >/dev/null && [ ! -x "$HOME/.cargo/bin/nexmark" ]; then
     echo "test: no cargo: the Nexmark tests will be skipped (https://rustup.rs)" >&2
   fi
 fi
-# --prepare: only the installs above (.ci/run starts the compose test once they are done, so
-# that the two never run apt-get at once).
-[ "${1:-}" = "--prepare" ] && exit 0
 ruff check processor tests bench examples
 ruff format --check processor tests bench examples
 mypy processor tests bench
