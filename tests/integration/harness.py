@@ -300,10 +300,16 @@ class JobRun:
     def wait_for_checkpoints(self, more: int, timeout: float = 60) -> None:
         """Until ``more`` further checkpoints completed: the job has committed progress."""
         target = self.completed_checkpoints() + more
+
+        def reached() -> bool:
+            if self.coordinator is not None and self.coordinator.poll() == 0:
+                # It saw the job idle and left (the feed slow to start on a loaded machine,
+                # or paused): checkpoints need one again, as in `drain`.
+                self.start_coordinator()
+            return self.completed_checkpoints() >= target
+
         try:
-            wait_until(
-                lambda: self.completed_checkpoints() >= target, timeout, f"{more} checkpoints"
-            )
+            wait_until(reached, timeout, f"{more} checkpoints")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; logs in {self.workdir}\n{self.log_tails()}") from None
 
