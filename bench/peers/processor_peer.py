@@ -149,13 +149,16 @@ def read_json_topic(
             for msg in consumer.consume(10_000, 0.5):
                 if msg.error() is not None:
                     continue
-                position = max(position, (msg.offset() or 0) + 1)
                 try:
                     body = json.loads(msg.value() or b"")
                 except ValueError:
                     continue
                 if isinstance(body, dict):
                     out.append((msg.timestamp()[1] / 1000, body))
+            # By the consumer's position, not the records' offsets: the control topic holds
+            # the coordinator's lease transactions, whose markers (never returned) can be its
+            # last offsets; ending by offsets waited out the whole timeout then (60 s a read).
+            position = consumer.position([tp])[0].offset
     finally:
         consumer.close()
     return out
