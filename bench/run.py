@@ -111,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         "--latency-seconds", type=float, help="latency phase: seconds measured per run (quick 10)"
     )
     parser.add_argument("--no-latency", action="store_true")
+    parser.add_argument(
+        "--latency-systems",
+        help="latency phase: only these of --systems, comma-separated (CI: processor; the "
+        "phase's code is the same for every system, whose start the other phases run)",
+    )
     parser.add_argument("--no-recovery", action="store_true")
     parser.add_argument("--no-scaling", action="store_true", help="no state-scaling phase")
     parser.add_argument(
@@ -216,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown systems {sorted(unknown)}; known: {list(PEERS)}")
     peers = [PEERS[n]() for n in names]
+    timed = names
+    if args.latency_systems is not None:
+        timed = [n.strip() for n in args.latency_systems.split(",") if n.strip()]
+        if not set(timed) <= set(names):
+            parser.error(f"--latency-systems {timed}: not all of --systems {names}")
     try:
         chosen = steady_row_keys(names, args.rows)
     except ValueError as exc:
@@ -308,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
                     for r in row["runs"]
                 )
             if not args.no_latency:
-                sweep = latency_phase(peers, broker, mode, report, tmp, run_id)
+                chosen_peers = [peer for peer in peers if peer.name in timed]
+                sweep = latency_phase(chosen_peers, broker, mode, report, tmp, run_id)
                 report["latency_by_interval"] = sweep
                 # The fixed rates at the common interval: the headline's and earlier reports'.
                 common = sweep.get(str(INTERVAL_MS), {})
