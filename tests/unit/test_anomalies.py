@@ -27,13 +27,15 @@ def _marker(offset: int, kind: str) -> str:
     )
 
 
-def _txn(txn_id: str, pid: int, status: str, parts: dict[str, list[int]], ms: int) -> str:
+def _txn(
+    txn_id: str, pid: int, status: str, parts: dict[str, list[int]], ms: int, epoch: int = 0
+) -> str:
     key = {"type": "0", "data": {"transactionalId": txn_id}}
     value = {
         "version": "1",
         "data": {
             "producerId": pid,
-            "producerEpoch": 0,
+            "producerEpoch": epoch,
             "transactionStatus": status,
             "transactionPartitions": [{"topic": t, "partitionIds": ps} for t, ps in parts.items()],
             "transactionLastUpdateTimestampMs": ms,
@@ -71,7 +73,7 @@ TXN_LOG = [
     "Dumping /k/data/__transaction_state-3/00000000000000000000.log",
     _txn("job.0-0", 7, "Ongoing", {"out": [0, 1]}, 101),
     _txn("job.0-0", 7, "PrepareCommit", {"out": [0, 1]}, 120),
-    _txn("job.0-0", 7, "CompleteCommit", {}, 121),
+    _txn("job.0-0", 7, "CompleteCommit", {}, 122),
     _txn("job.0-0", 7, "Ongoing", {"out": [0, 1]}, 131),
     _txn("job.0-0", 7, "PrepareAbort", {"out": [0, 1]}, 150),
     _txn("job.0-0", 7, "CompleteAbort", {}, 152),
@@ -192,8 +194,8 @@ def _unmarked_commit(markers_of_out_1: str) -> list[str]:
 UNMARKED_LOG = [
     _txn("job.0-0", 7, "PrepareCommit", {"out": [0, 1]}, 120),
     _txn("job.0-0", 7, "CompleteCommit", {}, 121),
-    _txn("job.0-0", 7, "PrepareAbort", {"out": [0, 1]}, 140),
-    _txn("job.0-0", 7, "CompleteAbort", {}, 141),
+    _txn("job.0-0", 7, "PrepareAbort", {"out": [0, 1]}, 140, epoch=1),
+    _txn("job.0-0", 7, "CompleteAbort", {}, 141, epoch=1),
 ]
 
 
@@ -211,3 +213,77 @@ def test_a_decision_committed_in_one_partition_and_aborted_late_in_another_is_to
     found = find_anomalies(segments, parse_txn_log(UNMARKED_LOG), {}, "job.")
     assert (found.torn, found.unmarked) == (1, 0)
     assert "closed by a later epoch's abort" in found.examples[0]
+
+
+def _fenced_zombie() -> tuple[list[str], list[str]]:
+    """Producer 7's first incarnation (epoch 0) is fenced at 130 by its next one, whose
+    InitProducerId aborts the open transaction with epoch 1 and gets epoch 2; the zombie,
+    still running, made a record at 132 that reached out-0 before the abort's marker (135).
+    The next incarnation aborts its leftovers (an empty record into each partition, decided
+    at 145), then commits twice (160, 180). The zombie's transaction had added out-1 but
+    none of its records got there: out-1 has the abort's marker alone."""
+    segments = [
+        "Dumping /k/data/out-0/00000000000000000000.log",
+        _batch(0, 1, 7, 100),
+        _batch(2, 2, 7, 132),  # made after the coordinator decided the abort
+        _batch(3, 3, 7, 135, control=True, epoch=1),
+        _marker(3, "ABORT"),
+        _batch(4, 4, 7, 140, epoch=2),  # abort_leftovers' empty record
+        _batch(5, 5, 7, 146, control=True, epoch=2),
+        _marker(5, "ABORT"),
+        _batch(6, 7, 7, 150, epoch=2),
+        _batch(8, 8, 7, 161, control=True, epoch=2),
+        _marker(8, "COMMIT"),
+        _batch(9, 9, 7, 170, epoch=2),
+        _batch(10, 10, 7, 181, control=True, epoch=2),
+        _marker(10, "COMMIT"),
+        "Dumping /k/data/out-1/00000000000000000000.log",
+        _batch(0, 0, 7, 136, control=True, epoch=1),
+        _marker(0, "ABORT"),
+        _batch(1, 1, 7, 141, epoch=2),
+        _batch(2, 2, 7, 146, control=True, epoch=2),
+        _marker(2, "ABORT"),
+        _batch(3, 3, 7, 155, epoch=2),
+        _batch(4, 4, 7, 161, control=True, epoch=2),
+        _marker(4, "COMMIT"),
+        _batch(5, 5, 7, 175, epoch=2),
+        _batch(6, 6, 7, 181, control=True, epoch=2),
+        _marker(6, "COMMIT"),
+    ]
+    both = {"out": [0, 1]}
+    log = [
+        _txn("job.0-0", 7, "Ongoing", both, 99),
+        _txn("job.0-0", 7, "PrepareAbort", both, 130, epoch=1),
+        _txn("job.0-0", 7, "CompleteAbort", {}, 131, epoch=1),
+        _txn("job.0-0", 7, "PrepareAbort", both, 145, epoch=2),
+        _txn("job.0-0", 7, "CompleteAbort", {}, 145, epoch=2),
+        _txn("job.0-0", 7, "PrepareCommit", both, 160, epoch=2),
+        _txn("job.0-0", 7, "CompleteCommit", {}, 160, epoch=2),
+        _txn("job.0-0", 7, "PrepareCommit", both, 180, epoch=2),
+        _txn("job.0-0", 7, "CompleteCommit", {}, 180, epoch=2),
+    ]
+    return segments, log
+
+
+def test_a_fenced_zombies_record_made_after_its_abort_is_still_its_transactions() -> None:
+    """Matched by the records' timestamps, out-0's zombie run (newest at 132) skipped its
+    abort (130) and took the leftovers' abort, and every later run of the producer took the
+    decision after its own: the leftovers' run read as "decided COMMIT at 160, marker here
+    ABORT" (test_chaos_short, seed 7, once under load), the last run as matching no
+    decision. Each marker names its decision (its epoch, written after it), and the data
+    before a marker is that decision's."""
+    segments, log = _fenced_zombie()
+    visible = {("out", 0): {6, 7, 9}, ("out", 1): {3, 5}}
+    found = find_anomalies(parse_segments(segments), parse_txn_log(log), visible, "job.")
+    assert found.clean, found.examples
+    assert (found.records, found.transactions, found.unmarked) == (10, 7, 0)
+
+
+def test_a_fenced_transaction_committed_in_a_partition_is_torn() -> None:
+    """The same log with the fence's marker in out-0 a COMMIT: the zombie's run is
+    committed there, aborted in out-1."""
+    segments, log = _fenced_zombie()
+    segments[4] = _marker(3, "COMMIT")
+    found = find_anomalies(parse_segments(segments), parse_txn_log(log), {}, "job.")
+    assert found.torn == 1, found.examples
+    assert "decided ABORT at 130, marker here COMMIT (offset 3)" in found.examples[0]
