@@ -54,7 +54,7 @@ import subprocess
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -70,6 +70,7 @@ DUMP = "org.apache.kafka.tools.DumpLogSegments"
 TXN_LOG = "__transaction_state"
 OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})
 DECISIONS = {"PrepareCommit": "COMMIT", "PrepareAbort": "ABORT"}
+COMPLETE = frozenset({"CompleteCommit", "CompleteAbort"})
 
 _BATCH = re.compile(
     r"^baseOffset: (\d+) lastOffset: (\d+) .*? producerId: (-?\d+) producerEpoch: (-?\d+) "
@@ -101,6 +102,9 @@ class Decision:
     partitions: frozenset[TopicPart]
     at_ms: int
     epoch: int = 0
+    # The time its Complete* record carries (taken as the markers go out: before they are
+    # written, unless the coordinator sent them again after a restart); None: not logged.
+    done_ms: int | None = None
 
 
 @dataclass
@@ -189,6 +193,7 @@ def parse_txn_log(lines: Iterable[str]) -> TxnLog:
     """Decisions per producer id, and each transactional id's last state, from
     ``DumpLogSegments --transaction-log-decoder`` over ``__transaction_state``'s segments."""
     log = TxnLog()
+    deciding: dict[str, int] = {}  # transactional id -> producer, while its decision is open
     for line in lines:
         m = _TXN_RECORD.search(line)
         if m is None:
@@ -203,6 +208,10 @@ def parse_txn_log(lines: Iterable[str]) -> TxnLog:
         except (ValueError, KeyError, TypeError):
             continue  # a tombstone or another record type: no state of a transaction
         log.last_state[txn_id] = status
+        if status in COMPLETE and txn_id in deciding:
+            same = log.decisions[deciding.pop(txn_id)]
+            same[-1] = replace(same[-1], done_ms=at_ms)
+            continue
         outcome = DECISIONS.get(status)
         if outcome is None:
             continue
@@ -215,8 +224,9 @@ def parse_txn_log(lines: Iterable[str]) -> TxnLog:
         decision = Decision(txn_id, producer, outcome, parts, at_ms, epoch)
         same = log.decisions[producer]
         # A coordinator may log a decision twice (reloaded after a restart).
-        if not same or same[-1] != decision:
+        if not same or replace(same[-1], done_ms=None) != decision:
             same.append(decision)
+        deciding[txn_id] = producer
     return log
 
 
@@ -273,18 +283,20 @@ def _closings(batches: list[Batch]) -> tuple[list[_Closing], list[_Run]]:
 
 def _marker_decision(closing: _Closing, decisions: list[Decision], start: int) -> int | None:
     """The index in ``decisions`` (its producer's, naming the partition) of the one that
-    wrote ``closing``'s marker: from ``start`` on, the last of the marker's epoch logged no
-    later than the marker was written, with its outcome; failing that, without it (a marker
-    that contradicts its decision)."""
+    wrote ``closing``'s marker: from ``start`` on, of the marker's epoch, logged no later
+    than the marker was written, with its outcome (failing that, without it: a marker that
+    contradicts its decision); the last of those already complete then (a decision logged in
+    the marker's millisecond after it is not), failing that the last."""
     fits: list[int] = []
     for i in range(max(start, 0), len(decisions)):
         if decisions[i].at_ms > closing.at_ms:
             break  # logged after the marker was written (a producer's decisions in order)
         if decisions[i].epoch == closing.epoch:
             fits.append(i)
-    same = [i for i in fits if decisions[i].outcome == closing.marker]
-    best = same or fits
-    return best[-1] if best else None
+    best = [i for i in fits if decisions[i].outcome == closing.marker] or fits
+    done = [i for i in best if (decisions[i].done_ms or decisions[i].at_ms) <= closing.at_ms]
+    last = done or best
+    return last[-1] if last else None
 
 
 def _owners(run: _Run, window: list[Decision]) -> dict[Decision, list[tuple[int, int, int]]]:

@@ -4,6 +4,7 @@ Kafka 4.4's DumpLogSegments prints them (lines trimmed of fields the parser skip
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -287,3 +288,125 @@ def test_a_fenced_transaction_committed_in_a_partition_is_torn() -> None:
     found = find_anomalies(parse_segments(segments), parse_txn_log(log), {}, "job.")
     assert found.torn == 1, found.examples
     assert "decided ABORT at 130, marker here COMMIT (offset 3)" in found.examples[0]
+
+
+class _Producer:
+    """A model of one transactional producer (job.0-0, id 7) writing into out-0..2, shaped as
+    Kafka 4.4 logs it (version 1 transactions: one epoch until the next incarnation), with
+    what the check must conclude: commits, aborts, fences of a live zombie (its records can
+    follow the abort's decision), commits whose markers Kafka skipped (``abort_leftovers``),
+    and every clock tie the order allows (the records of a transaction at or after the
+    previous decision; markers at or after their decision, before the next)."""
+
+    PARTS = 3
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.ms = 1000
+        self.epoch = 0
+        self.segments: dict[int, list[str]] = {p: [] for p in range(self.PARTS)}
+        self.txn_log: list[str] = []
+        self.visible: dict[tuple[str, int], set[int]] = {("out", p): set() for p in range(3)}
+        self.offsets = [0] * self.PARTS
+        self.marked_ms = 0  # when the last marker was written
+        self.pending: dict[int, list[tuple[int, int]]] = {p: [] for p in range(self.PARTS)}
+        self.outcomes: list[str] = []  # decision number -> COMMIT or ABORT
+        self.transactions = self.unmarked = 0
+
+    def tick(self) -> int:
+        self.ms += self.rng.randint(0, 2)
+        return self.ms
+
+    def offset(self, p: int) -> int:
+        self.offsets[p] += 1
+        return self.offsets[p] - 1
+
+    def write(self, p: int, epoch: int, ms: int, owner: int | None = None) -> None:
+        """A record of the next decision (or of ``owner``, a decision already logged)."""
+        offset = self.offset(p)
+        self.segments[p].append(_batch(offset, offset, 7, ms, epoch=epoch))
+        self.pending[p].append((len(self.outcomes) if owner is None else owner, offset))
+
+    def decide(self, outcome: str, parts: list[int], epoch: int, marked: bool = True) -> None:
+        status = "Commit" if outcome == "COMMIT" else "Abort"
+        named = {"out": sorted(parts)}
+        # Not in the millisecond of the last marker: the producer learnt of the previous
+        # transaction's end, made this one's records and ended it since.
+        self.ms = max(self.tick(), self.marked_ms + 1)
+        self.txn_log.append(_txn("job.0-0", 7, f"Prepare{status}", named, self.ms, epoch))
+        self.outcomes.append(outcome)
+        self.txn_log.append(_txn("job.0-0", 7, f"Complete{status}", {}, self.tick(), epoch))
+        for p in sorted(parts) if marked else []:
+            self.mark(p, outcome, epoch)
+
+    def mark(self, p: int, outcome: str, epoch: int) -> None:
+        offset = self.offset(p)
+        self.marked_ms = self.tick()
+        self.segments[p] += [_batch(offset, offset, 7, self.marked_ms, True, epoch)]
+        self.segments[p] += [_marker(offset, outcome)]
+        owners = {owner for owner, _ in self.pending[p]}
+        self.transactions += len(owners)
+        for owner in owners:
+            assert self.outcomes[owner] == outcome or outcome == "ABORT", "a model of no tear"
+            self.unmarked += self.outcomes[owner] != outcome
+        if outcome == "COMMIT":
+            self.visible["out", p] |= {offset for _, offset in self.pending[p]}
+        self.pending[p] = []
+
+    def transaction(self, kind: str = "") -> None:
+        kind = kind or self.rng.choice(["commit", "commit", "abort", "fence", "skipped"])
+        parts = self.rng.sample(range(self.PARTS), self.rng.randint(1, self.PARTS))
+        for p in parts:
+            for _ in range(self.rng.randint(1, 2)):
+                self.write(p, self.epoch, self.tick())
+        if kind in ("commit", "abort"):
+            self.decide(kind.upper(), parts, self.epoch)
+        elif kind == "fence":  # the next incarnation's InitProducerId aborts it at epoch + 1
+            named = parts + [p for p in range(self.PARTS) if p not in parts][:1]
+            self.decide("ABORT", named, self.epoch + 1, marked=False)
+            for p in sorted(named):
+                if p in parts and self.rng.random() < 0.5:  # the zombie, still producing
+                    self.write(p, self.epoch, self.tick(), owner=len(self.outcomes) - 1)
+                self.mark(p, "ABORT", self.epoch + 1)
+            self.epoch += 2
+            self.leftovers()
+        else:  # a commit whose markers a restarting broker skipped, and a next incarnation
+            self.decide("COMMIT", parts, self.epoch, marked=False)
+            self.epoch += 1
+            self.leftovers()
+
+    def leftovers(self) -> None:
+        """``abort_leftovers``: an empty record into every partition, aborted."""
+        for p in range(self.PARTS):
+            self.write(p, self.epoch, self.tick())
+        self.decide("ABORT", list(range(self.PARTS)), self.epoch)
+
+    def dump(self) -> list[str]:
+        lines = []
+        for p, segment in self.segments.items():
+            lines += [f"Dumping /k/data/out-{p}/00000000000000000000.log", *segment]
+        return lines
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_modelled_histories_are_attributed_exactly(seed: int) -> None:
+    model = _Producer(seed)
+    for _ in range(model.rng.randint(1, 12)):
+        model.transaction()
+    segments, log = parse_segments(model.dump()), parse_txn_log(model.txn_log)
+    found = find_anomalies(segments, log, model.visible, "job.")
+    assert found.clean, found.examples
+    assert (found.transactions, found.unmarked) == (model.transactions, model.unmarked)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_a_modelled_commit_aborted_in_one_partition_is_torn(seed: int) -> None:
+    model = _Producer(seed)
+    for _ in range(model.rng.randint(0, 11)):
+        model.transaction()
+    model.transaction("commit")
+    lines = model.dump()
+    i = model.rng.choice([i for i, line in enumerate(lines) if "endTxnMarker: COMMIT" in line])
+    lines[i] = lines[i].replace("COMMIT", "ABORT")
+    found = find_anomalies(parse_segments(lines), parse_txn_log(model.txn_log), {}, "job.")
+    assert found.torn >= 1, found.to_json()
