@@ -16,10 +16,11 @@ evidence that does not come from the consumer being checked:
 Not an anomaly of the job, but counted (``unmarked``): a transaction whose coordinator
 logged a decision and wrote no marker at all (on a single broker's graceful restart it can
 complete a commit while the partitions have no leader), so that its data stays open until
-the task's next incarnation aborts it (``TransactionalOutput.abort_leftovers``). In the log
-that data is followed by the next producer epoch's data before any marker, and the abort's
-marker closes both. It is torn only if another partition of the same decision shows it
-committed.
+the producer's next marker there closes it: the task's next incarnation's abort
+(``TransactionalOutput.abort_leftovers``; that data is followed by the next epoch's before
+any marker), or the same producer's next transaction, in the same epoch, which may abort
+(the task failing after the restart) and name a partition it got no record into. It is torn
+only if another partition of the same decision shows it committed.
 
 Kafka's own ``kafka-dump-log`` (``DumpLogSegments``, fetched by processor/localkafka/tools.py)
 reads the segment files of each partition's current leader: the batches with their producer
