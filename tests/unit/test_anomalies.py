@@ -334,6 +334,56 @@ def test_an_unmarked_commit_shown_committed_elsewhere_and_aborted_here_is_torn()
     assert "closed by a later transaction's abort" in found.examples[0]
 
 
+def _restart_in_a_commit(next_ends: str) -> tuple[list[str], list[str]]:
+    """shuffle-0 of producer 12 (split-1) in a test_chaos_short run (seed 14, under load),
+    as dumped: the broker restarted as the task committed at ...902545; the coordinator
+    logged the commit complete and wrote no marker anywhere (nor for its offsets). The task
+    went on in epoch 0 (its commit returned): the next transaction's record (...935649)
+    joined the open data, and was fenced (epoch 1) when the task moved. With
+    ``next_ends="abort"``, what the torn report fits: that next transaction instead got no
+    record into this partition and ended in its own abort, epoch 0 (the task failing)."""
+    fenced = next_ends == "fenced"
+    segments = [
+        "Dumping /k/data/job.shuffle-0/00000000000000000000.log",
+        _batch(30, 31, 12, 1796522900295),
+        _batch(35, 35, 12, 1796522900465, control=True),
+        _marker(35, "COMMIT"),
+        _batch(38, 38, 12, 1796522902381),  # committed at ...902545, never marked
+        *([_batch(40, 40, 12, 1796522935649)] if fenced else []),
+        _batch(42, 42, 12, 1796522940127, control=True, epoch=int(fenced)),
+        _marker(42, "ABORT"),
+        _batch(45, 45, 12, 1796522940636, epoch=1 + int(fenced)),  # abort_leftovers
+        _batch(47, 47, 12, 1796522942813, control=True, epoch=1 + int(fenced)),
+        _marker(47, "ABORT"),
+    ]
+    parts = {"job.shuffle": [0]}
+    log = [
+        _txn("job.split-1", 12, "PrepareCommit", parts, 1796522900463),
+        _txn("job.split-1", 12, "CompleteCommit", {}, 1796522900463),
+        _txn("job.split-1", 12, "PrepareCommit", parts, 1796522902545),
+        _txn("job.split-1", 12, "CompleteCommit", {}, 1796522902545),
+        _txn("job.split-1", 12, "PrepareAbort", parts, 1796522938455, int(fenced)),
+        _txn("job.split-1", 12, "CompleteAbort", {}, 1796522938532, int(fenced)),
+        _txn("job.split-1", 12, "PrepareAbort", parts, 1796522942772, 1 + int(fenced)),
+        _txn("job.split-1", 12, "CompleteAbort", {}, 1796522942775, 1 + int(fenced)),
+    ]
+    return segments, log
+
+
+@pytest.mark.parametrize("next_ends", ["fenced", "abort"])
+def test_a_commit_a_broker_restart_left_unmarked_is_unmarked_whatever_closes_it(
+    next_ends: str,
+) -> None:
+    """Matched by timestamps, the dumped log's unmarked commit went unseen (its record ran
+    into the next transaction's, both given to the fence), and in the variant its record
+    took the commit and read "decided COMMIT at 1796522902545, marker here ABORT (offset
+    38)": the torn report's shape, for a commit that shows nowhere."""
+    segments, log = _restart_in_a_commit(next_ends)
+    found = find_anomalies(parse_segments(segments), parse_txn_log(log), {}, "job.")
+    assert found.clean, found.examples
+    assert (found.unmarked, found.transactions) == (1, 3 + (next_ends == "fenced"))
+
+
 class _Producer:
     """A model of one transactional producer (job.0-0, id 7) writing into out-0..2, shaped as
     Kafka 4.4 logs it (version 1 transactions: one epoch until the next incarnation), with
