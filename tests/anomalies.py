@@ -16,20 +16,35 @@ evidence that does not come from the consumer being checked:
 Not an anomaly of the job, but counted (``unmarked``): a transaction whose coordinator
 logged a decision and wrote no marker at all (on a single broker's graceful restart it can
 complete a commit while the partitions have no leader), so that its data stays open until
-the task's next incarnation aborts it (``TransactionalOutput.abort_leftovers``). In the log
-that data is followed by the next producer epoch's data before any marker, and the abort's
-marker closes both. It is torn only if another partition of the same decision shows it
-committed.
+the producer's next marker there closes it: the task's next incarnation's abort
+(``TransactionalOutput.abort_leftovers``; that data is followed by the next epoch's before
+any marker), or the same producer's next transaction, in the same epoch, which may abort
+(the task failing after the restart) and name a partition it got no record into. It is torn
+only if another partition of the same decision shows it committed.
 
 Kafka's own ``kafka-dump-log`` (``DumpLogSegments``, fetched by processor/localkafka/tools.py)
 reads the segment files of each partition's current leader: the batches with their producer
 ids and timestamps, the COMMIT/ABORT markers, and the coordinator's transaction log.
 
-Linking a partition's data to its transaction: a producer's transactions are serial, and
-every record of transaction k is produced after k-1 was decided and before k is (one clock:
-every process runs on this machine). So, in each partition and per producer, each run of
-data batches up to the producer's next marker is the first logged decision of that producer
-that names the partition and comes no earlier than the data's newest timestamp.
+Linking a partition's data to its transaction, from the brokers' facts rather than the
+producers' clocks. The coordinator writes a transaction's markers after it logged the
+decision (PrepareCommit/PrepareAbort) and before the producer's next decision (the next
+transaction cannot add a partition until this one is complete), with the decision's
+producer epoch, stamped by the partition leader's clock (one machine's for a cluster). So a
+marker is the last decision of its producer naming the partition, with the marker's epoch
+and outcome, logged no later than the marker was written (and none before the previous
+marker's). A producer's data before a marker is that decision's, unless decisions naming
+the partition since the previous marker got no marker here (``unmarked``): then a run of an
+older epoch goes to the decisions of its epoch (or to an abort one epoch above: a fenced or
+timed-out transaction is aborted with the bumped epoch), and data of one epoch that several
+decisions could own is split by its timestamps (a transaction its producer decided has all
+its records made before the decision, the next one's after it).
+
+Not the records' timestamps alone: a transaction the coordinator aborts (a fenced zombie's,
+a timed-out one's) can still get records its producer makes after that decision, appended
+before the abort's marker; matched by timestamps, such a run skipped its decision and every
+later run of the producer took the decision after its own (an abort_leftovers run in a
+shuffle read as a commit "decided COMMIT, marker here ABORT", test_chaos_short seed 7).
 """
 
 from __future__ import annotations
@@ -40,7 +55,7 @@ import subprocess
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -56,6 +71,7 @@ DUMP = "org.apache.kafka.tools.DumpLogSegments"
 TXN_LOG = "__transaction_state"
 OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})
 DECISIONS = {"PrepareCommit": "COMMIT", "PrepareAbort": "ABORT"}
+COMPLETE = frozenset({"CompleteCommit", "CompleteAbort"})
 
 _BATCH = re.compile(
     r"^baseOffset: (\d+) lastOffset: (\d+) .*? producerId: (-?\d+) producerEpoch: (-?\d+) "
@@ -86,6 +102,10 @@ class Decision:
     outcome: str  # COMMIT or ABORT
     partitions: frozenset[TopicPart]
     at_ms: int
+    epoch: int = 0
+    # The time its Complete* record carries (taken as the markers go out: before they are
+    # written, unless the coordinator sent them again after a restart); None: not logged.
+    done_ms: int | None = None
 
 
 @dataclass
@@ -174,6 +194,7 @@ def parse_txn_log(lines: Iterable[str]) -> TxnLog:
     """Decisions per producer id, and each transactional id's last state, from
     ``DumpLogSegments --transaction-log-decoder`` over ``__transaction_state``'s segments."""
     log = TxnLog()
+    deciding: dict[str, int] = {}  # transactional id -> producer, while its decision is open
     for line in lines:
         m = _TXN_RECORD.search(line)
         if m is None:
@@ -183,9 +204,15 @@ def parse_txn_log(lines: Iterable[str]) -> TxnLog:
             txn_id = str(key["data"]["transactionalId"])
             data = value["data"]
             status = str(data["transactionStatus"])
+            producer = int(data["producerId"])
+            at_ms = int(data["transactionLastUpdateTimestampMs"])
         except (ValueError, KeyError, TypeError):
             continue  # a tombstone or another record type: no state of a transaction
         log.last_state[txn_id] = status
+        if status in COMPLETE and txn_id in deciding:
+            same = log.decisions[deciding.pop(txn_id)]
+            same[-1] = replace(same[-1], done_ms=at_ms)
+            continue
         outcome = DECISIONS.get(status)
         if outcome is None:
             continue
@@ -194,16 +221,13 @@ def parse_txn_log(lines: Iterable[str]) -> TxnLog:
             for entry in data.get("transactionPartitions") or []
             for p in entry["partitionIds"]
         )
-        decision = Decision(
-            txn_id,
-            int(data["producerId"]),
-            outcome,
-            parts,
-            int(data["transactionLastUpdateTimestampMs"]),
-        )
-        same = log.decisions[decision.producer]
-        if not same or same[-1] != decision:  # a coordinator may log a decision twice
+        epoch = int(data.get("producerEpoch", 0))
+        decision = Decision(txn_id, producer, outcome, parts, at_ms, epoch)
+        same = log.decisions[producer]
+        # A coordinator may log a decision twice (reloaded after a restart).
+        if not same or replace(same[-1], done_ms=None) != decision:
             same.append(decision)
+        deciding[txn_id] = producer
     return log
 
 
@@ -212,43 +236,85 @@ def parse_txn_log(lines: Iterable[str]) -> TxnLog:
 
 @dataclass
 class _Run:
-    """A producer's data batches in one partition up to its next marker."""
+    """A producer's data batches of one epoch in one partition, up to its next marker."""
 
     producer: int
-    ranges: list[tuple[int, int]]
-    max_ms: int
     epoch: int
-    marker: str | None = None
-    late: bool = False  # its own marker is missing: a later epoch's marker closed it
+    batches: list[tuple[int, int, int]] = field(default_factory=list)  # base, last, max_ms
 
     @property
     def records(self) -> int:
-        return sum(last - base + 1 for base, last in self.ranges)
+        return sum(last - base + 1 for base, last, _ in self.batches)
+
+    def offsets(self) -> list[int]:
+        return [o for base, last, _ in self.batches for o in range(base, last + 1)]
 
 
-def _runs(batches: list[Batch]) -> list[_Run]:
+@dataclass
+class _Closing:
+    """A producer's marker in a partition and the runs it closed, the oldest epoch first."""
+
+    producer: int
+    epoch: int
+    marker: str | None  # COMMIT or ABORT
+    at_ms: int  # the partition leader's clock when it wrote the marker
+    offset: int
+    runs: list[_Run]
+
+
+def _closings(batches: list[Batch]) -> tuple[list[_Closing], list[_Run]]:
+    """Every marker of a partition with the data it closed, and the data left open."""
     open_runs: dict[int, list[_Run]] = {}  # producer -> its unmarked runs, one per epoch
-    runs: list[_Run] = []
+    closings: list[_Closing] = []
     for batch in batches:
         if not batch.transactional:
             continue
-        pending = open_runs.get(batch.producer)
         if batch.control:
-            if pending is not None:
-                for run in pending:
-                    run.marker = batch.marker
-                    run.late = run is not pending[-1]
-                del open_runs[batch.producer]
-            continue  # a marker that closes no data here: nothing to attribute
-        if pending is None:
-            pending = open_runs[batch.producer] = []
+            runs = open_runs.pop(batch.producer, [])
+            closings.append(
+                _Closing(batch.producer, batch.epoch, batch.marker, batch.max_ms, batch.base, runs)
+            )
+            continue
+        pending = open_runs.setdefault(batch.producer, [])
         if not pending or batch.epoch != pending[-1].epoch:
-            pending.append(_Run(batch.producer, [], batch.max_ms, batch.epoch))
-            runs.append(pending[-1])
-        run = pending[-1]
-        run.ranges.append((batch.base, batch.last))
-        run.max_ms = max(run.max_ms, batch.max_ms)
-    return runs
+            pending.append(_Run(batch.producer, batch.epoch))
+        pending[-1].batches.append((batch.base, batch.last, batch.max_ms))
+    return closings, [run for runs in open_runs.values() for run in runs]
+
+
+def _marker_decision(closing: _Closing, decisions: list[Decision], start: int) -> int | None:
+    """The index in ``decisions`` (its producer's, naming the partition) of the one that
+    wrote ``closing``'s marker: from ``start`` on, of the marker's epoch, logged no later
+    than the marker was written, with its outcome (failing that, without it: a marker that
+    contradicts its decision); the last of those already complete then (a decision logged in
+    the marker's millisecond after it is not), failing that the last."""
+    fits: list[int] = []
+    for i in range(max(start, 0), len(decisions)):
+        if decisions[i].at_ms > closing.at_ms:
+            break  # logged after the marker was written (a producer's decisions in order)
+        if decisions[i].epoch == closing.epoch:
+            fits.append(i)
+    best = [i for i in fits if decisions[i].outcome == closing.marker] or fits
+    done = [i for i in best if (decisions[i].done_ms or decisions[i].at_ms) <= closing.at_ms]
+    last = done or best
+    return last[-1] if last else None
+
+
+def _owners(run: _Run, window: list[Decision]) -> dict[Decision, list[tuple[int, int, int]]]:
+    """``run``'s batches by the decision each belongs to, among ``window`` (the decisions
+    naming the partition since the previous marker, up to the closing marker's): those of
+    the run's epoch or, for an abort, one above it; several such split it by timestamps."""
+    fit = [
+        d
+        for d in window
+        if d.epoch == run.epoch or (d.outcome == "ABORT" and d.epoch == run.epoch + 1)
+    ]
+    owners: dict[Decision, list[tuple[int, int, int]]] = defaultdict(list)
+    if fit:
+        for batch in run.batches:
+            owner = next((d for d in fit if d.at_ms >= batch[2]), fit[-1])
+            owners[owner].append(batch)
+    return owners
 
 
 def find_anomalies(
@@ -266,43 +332,74 @@ def find_anomalies(
         for txn_id, state in txn_log.last_state.items()
         if txn_id.startswith(txn_prefix) and state in OPEN_STATES
     )
-    late: dict[Decision, list[str]] = defaultdict(list)  # unmarked runs' notes
+    late: dict[Decision, list[str]] = defaultdict(list)  # unmarked decisions' notes
     marked: set[Decision] = set()  # decisions some partition shows as decided
     for tp, batches in sorted(segments.items()):
         seen = visible.get(tp)
-        nexts: dict[int, int] = defaultdict(int)  # producer -> next candidate decision
-        for run in _runs(batches):
-            found.records += run.records
-            offsets = [o for base, last in run.ranges for o in range(base, last + 1)]
-            if seen is not None:
-                shown = sum(1 for o in offsets if o in seen)
-                if run.marker == "COMMIT" and shown < len(offsets):
-                    found.hidden_commits += len(offsets) - shown
-                    found.note(f"{tp}: {len(offsets) - shown} committed records not read")
-                elif run.marker != "COMMIT" and shown:
-                    found.aborted_reads += shown
-                    found.note(f"{tp}: {shown} records read from a {run.marker} transaction")
-            decision = _attribute(run, tp, txn_log.decisions.get(run.producer, []), nexts)
-            if decision is None:
-                if run.marker is not None:  # undecided data is an open transaction's
+        closings, left_open = _closings(batches)
+        for run in left_open:
+            _reads(found, tp, run, None, seen)
+        taken: dict[int, int] = {}  # producer -> index of its last marker's decision here
+        naming: dict[int, list[Decision]] = {}  # producer -> its decisions naming tp
+        for closing in closings:
+            for run in closing.runs:
+                _reads(found, tp, run, closing.marker, seen)
+            mine = naming.get(closing.producer)
+            if mine is None:
+                every = txn_log.decisions.get(closing.producer, [])
+                mine = naming[closing.producer] = [d for d in every if tp in d.partitions]
+            last = taken.get(closing.producer, -1)
+            # A marker closing data is a new decision's; one closing none may be resent.
+            j = _marker_decision(closing, mine, last + 1 if closing.runs else last)
+            if j is None:
+                if closing.runs:  # a marker no decision wrote, closing data
                     found.torn += 1
                     found.note(
-                        f"{tp}: {run.marker} of producer {run.producer} at "
-                        f"{run.ranges[0][0]} matches no logged decision"
+                        f"{tp}: {closing.marker} of producer {closing.producer} at "
+                        f"{closing.offset} matches no logged decision"
                     )
                 continue
-            found.transactions += 1
+            taken[closing.producer] = j
+            decision = mine[j]
             what = (
                 f"{tp}: {decision.txn_id} decided {decision.outcome} at "
-                f"{decision.at_ms}, marker here {run.marker} (offset {run.ranges[0][0]})"
+                f"{decision.at_ms}, marker here {closing.marker} (offset {closing.offset})"
             )
-            if run.marker == decision.outcome:
+            if decision.outcome == closing.marker:
                 marked.add(decision)
-            elif run.late and run.marker == "ABORT":
-                late[decision].append(f"{what}, closed by a later epoch's abort")
-            else:
+            else:  # the coordinator's own marker contradicts its decision
                 found.torn += 1
                 found.note(what)
+            window = mine[last + 1 : j + 1] if j > last else [decision]
+            first_ms = min((b[2] for run in closing.runs for b in run.batches), default=0)
+            # Decisions before this data's first record own none of it (older segments gone).
+            window = [d for d in window[:-1] if d.at_ms >= first_ms] + [decision]
+            for run in closing.runs:
+                owners = _owners(run, window)
+                if not owners:
+                    found.torn += 1
+                    found.note(
+                        f"{tp}: data of producer {run.producer} epoch {run.epoch} at "
+                        f"{run.batches[0][0]} matches no logged decision"
+                    )
+                for owner, owned in owners.items():
+                    found.transactions += 1
+                    if owner is decision:
+                        continue  # judged with its marker above
+                    if owner.outcome == closing.marker:  # unmarked here, closed alike
+                        marked.add(owner)
+                        continue
+                    what = (
+                        f"{tp}: {owner.txn_id} decided {owner.outcome} at {owner.at_ms}, no "
+                        f"marker here, its data (offset {owned[0][0]}) closed by a later "
+                        f"{'epoch' if closing.epoch != run.epoch else 'transaction'}'s "
+                        f"{str(closing.marker).lower()}"
+                    )
+                    if closing.marker == "ABORT":
+                        late[owner].append(what)
+                    else:  # an aborted transaction's data committed by a later one
+                        found.torn += 1
+                        found.note(what)
     for decision, notes in late.items():
         if decision in marked:  # committed elsewhere, aborted here: visible in part
             found.torn += len(notes)
@@ -313,19 +410,21 @@ def find_anomalies(
     return found
 
 
-def _attribute(
-    run: _Run, tp: TopicPart, decisions: list[Decision], nexts: dict[int, int]
-) -> Decision | None:
-    """The first decision of the run's producer naming ``tp``, no earlier than its data
-    and after the one the previous run here took."""
-    i = nexts[run.producer]
-    while i < len(decisions):
-        decision = decisions[i]
-        i += 1
-        if tp in decision.partitions and decision.at_ms >= run.max_ms:
-            nexts[run.producer] = i
-            return decision
-    return None
+def _reads(
+    found: Anomalies, tp: TopicPart, run: _Run, marker: str | None, seen: set[int] | None
+) -> None:
+    """Count ``run``'s records and check what a read_committed reader saw of them."""
+    found.records += run.records
+    if seen is None:
+        return
+    offsets = run.offsets()
+    shown = sum(1 for o in offsets if o in seen)
+    if marker == "COMMIT" and shown < len(offsets):
+        found.hidden_commits += len(offsets) - shown
+        found.note(f"{tp}: {len(offsets) - shown} committed records not read")
+    elif marker != "COMMIT" and shown:
+        found.aborted_reads += shown
+        found.note(f"{tp}: {shown} records read from a {marker} transaction")
 
 
 # --------------------------------------------------------------------- reading

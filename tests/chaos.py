@@ -80,7 +80,10 @@ task committed again.
 
 PROCESSOR_TEST_CHAOS_PORT and PROCESSOR_TEST_CHAOS_S3_PORT move the ports
 (the broker's controller takes the next one; a cluster's brokers P..P+2, controllers
-P+100..P+102).
+P+100..P+102). PROCESSOR_TEST_CHAOS_KEEP=<dir>: a run that fails (raises, or its summary is
+not exact) is copied there whole, the brokers' log dirs with it, for kafka-dump-log
+(pytest keeps only its last three sessions' tmp_path, and every session on the machine
+counts).
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -123,6 +127,7 @@ from tests.workers import worker_port
 PORT = worker_port(int(os.environ.get("PROCESSOR_TEST_CHAOS_PORT", "19292")))
 S3_PORT = worker_port(int(os.environ.get("PROCESSOR_TEST_CHAOS_S3_PORT", "19392")))
 S3_BUCKET = "chaos"
+KEEP_ENV = "PROCESSOR_TEST_CHAOS_KEEP"  # a directory to copy each failed run into
 WORKERS = 3
 CLICKS_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "clicks.py"
 CHAINED_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "promotions.py"
@@ -273,6 +278,7 @@ def run_chaos(
             if network is not None:
                 kinds += list(network_faults.FAULTS)
         cluster_plan = broker_faults.plan(rng, faults, kinds, known=CLUSTER_FAULTS)
+    failed = True  # until the run is done and exact
     try:
         run.start_coordinator()
         for i in range(WORKERS):
@@ -352,6 +358,7 @@ def run_chaos(
                 summary.moved_s.setdefault(record.kind, []).append(record.moved_s)
                 summary.unconfirmed += record.confirmed is False
             summary.recovery_by_kind = broker_faults.recovery(messages, cluster_faults.records)
+        failed = not summary.exact
     finally:
         run.stop()
         broker.stop()
@@ -359,7 +366,23 @@ def run_chaos(
             s3_server.stop()
         if pg is not None:
             pg.stop()
+        if failed:
+            _keep(workdir, seed)
     return summary
+
+
+def _keep(workdir: Path, seed: int) -> None:
+    """A failed run's directory copied under $PROCESSOR_TEST_CHAOS_KEEP, if set."""
+    keep = os.environ.get(KEEP_ENV)
+    if not keep:
+        return
+    target = Path(keep) / f"chaos-seed{seed}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    try:
+        shutil.copytree(workdir, target, symlinks=True)
+    except OSError as exc:  # never hide the run's own failure
+        print(f"chaos run not kept in {target}: {exc}", file=sys.stderr)
+    else:
+        print(f"chaos run kept in {target}", file=sys.stderr)
 
 
 def _anomalies(

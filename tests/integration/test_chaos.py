@@ -2,7 +2,9 @@
 
 PROCESSOR_TEST_CHAOS_PORT (default 19292) and PROCESSOR_TEST_CHAOS_S3_PORT (19392) move the
 ports of the broker and the S3 server each test starts; PROCESSOR_TEST_CHAOS_CLUSTER_PORT
-(19892) the 3-node cluster's (brokers P..P+2, controllers P+100..P+102)."""
+(19892) the 3-node cluster's (brokers P..P+2, controllers P+100..P+102).
+PROCESSOR_TEST_CHAOS_KEEP=<dir> keeps a copy of each failed run there, the brokers' log dirs
+with it (tests/chaos.py)."""
 
 from __future__ import annotations
 
