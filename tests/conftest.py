@@ -28,6 +28,7 @@ from processor.localkafka.broker import LocalBroker
 from processor.state.s3 import S3Storage
 from tests import postgres_server
 from tests.s3server import S3Server
+from tests.timing import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401
 from tests.workers import longest_first, worker_port
 
 # Away from the default 9092 so a developer's own broker (and its topics) stay untouched,
