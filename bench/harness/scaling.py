@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from bench.harness.measure import ProcessSampler, RateProducer, create_topic, produce_all
 from bench.peers.base import Job
@@ -29,8 +29,13 @@ from bench.peers.processor_peer import (
     checkpoint_summary,
     completed_checkpoints,
 )
+from processor.kafka.clients import retried
 
 KEYS_PER_LINE = 20
+
+
+# How long a read of the job's topics is tried again after a transient error.
+READ_RETRY_S = 60.0
 
 
 def key_lines(keys: int, per_line: int = KEYS_PER_LINE) -> list[bytes]:
@@ -50,22 +55,20 @@ def trickle_lines(keys: int, words: int, seed: int = 3) -> list[str]:
     ]
 
 
-def _ends(bootstrap: str, topic: str, partitions: int, tries: int = 6) -> dict[int, int]:
-    """The topic's end offsets; a failed read is tried again (`_wait_covered`)."""
-    for attempt in range(tries):
+def _ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """The topic's end offsets, read again after a transient error (`_wait_covered`)."""
+
+    def read() -> dict[int, int]:
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.bench-ends"})
         try:
             return {
                 p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
                 for p in range(partitions)
             }
-        except KafkaException:
-            if attempt == tries - 1:
-                raise
-            time.sleep(5.0)
         finally:
             consumer.close()
-    raise AssertionError("unreachable")
+
+    return retried(read, READ_RETRY_S, pause=1.0)
 
 
 def _covers(record: dict[str, Any], ends: dict[int, int]) -> bool:
@@ -81,17 +84,14 @@ def _covers(record: dict[str, Any], ends: dict[int, int]) -> bool:
 def _wait_covered(
     bootstrap: str, job: str, ends: dict[int, int], timeout: float, alive: Any
 ) -> dict[str, Any]:
-    """The first completed checkpoint that covers ``ends``. A failed read of the checkpoints
-    is tried again until the deadline: on a machine overloaded by other work (CI's 2 cores
-    while a test starts a 3-broker cluster) the broker's own KRaft controller can fence it
-    for a few seconds ("controller event queue overloaded"), and the job recovers from that
-    by itself."""
+    """The first completed checkpoint that covers ``ends``. A read that fails with a
+    transient error is tried again (`clients.retried`): on a machine overloaded by other
+    work (CI's 2 cores while a test starts a 3-broker cluster) the broker's own KRaft
+    controller can fence it for a few seconds ("controller event queue overloaded"), and the
+    job recovers from that by itself."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            records = completed_checkpoints(bootstrap, job)
-        except KafkaException:
-            records = []
+        records = retried(lambda: completed_checkpoints(bootstrap, job), READ_RETRY_S, pause=1.0)
         for record in records:
             if _covers(record, ends):
                 return record
