@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
+import signal
 import sys
 
 
@@ -36,3 +38,15 @@ def configure_logging(level: str, name: str, fmt: str = "text") -> None:
             logging.Formatter(f"%(asctime)s %(levelname)s {name} %(name)s: %(message)s")
         )
     logging.basicConfig(level=level.upper(), handlers=[handler])
+    dump_stacks_on_signal()
+
+
+def dump_stacks_on_signal() -> None:
+    """``kill -USR1 <pid>`` writes every thread's stack to stderr (the log), as ``jstack``
+    does for a JVM: what a hung process is doing, without stopping it. A crash in native code
+    (librdkafka, RocksDB) writes the stacks too, before the process dies."""
+    try:
+        faulthandler.enable(sys.stderr, all_threads=True)
+        faulthandler.register(signal.SIGUSR1, sys.stderr, all_threads=True, chain=False)
+    except (AttributeError, ValueError, OSError):  # stderr without a file (a test's capture)
+        pass

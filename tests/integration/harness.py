@@ -313,6 +313,15 @@ class JobRun:
         except AssertionError as exc:
             raise AssertionError(f"{exc}; logs in {self.workdir}\n{self.log_tails()}") from None
 
+    def stacks_and_tail(self, name: str, proc: subprocess.Popen[bytes], lines: int = 60) -> str:
+        """Process ``name``'s threads' stacks (written to its log on SIGUSR1, see
+        `processor.logs`), then the last ``lines`` lines of that log: what a process that hung
+        on CI was doing."""
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+        return f"--- {name}.log\n" + "\n".join(self.log(name).splitlines()[-lines:])
+
     def log_tails(self, lines: int = 12) -> str:
         """The last ``lines`` lines of the coordinator's and each worker's log: what a test
         that timed out on CI shows of the job (its directory is gone with the machine)."""

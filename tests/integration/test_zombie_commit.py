@@ -39,6 +39,10 @@ IN_FLIGHT = [
 # How the zombie's task ends (processor.worker.service): its commit fenced, or stopped first.
 _ENDS = ("failed", "stopped")
 
+# The longest the zombie may take to end its task: its commit's own bound (60 s, plus the 5 s
+# grace of `processor.kafka.serial`), then closing the task's clients; usually 1 s.
+ZOMBIE_END_S = 120
+
 
 def _state(pid: int) -> str:
     """The one-letter state of process ``pid`` (T: stopped)."""
@@ -65,11 +69,14 @@ def test_a_zombie_frozen_before_its_commit_is_fenced(
         run.start_worker(1)
         run.wait_for_checkpoints(2, timeout=180)
         zombie.send_signal(signal.SIGCONT)
-        wait_until(
-            lambda: any(f"task {task} {end}" in run.log("worker-0") for end in _ENDS),
-            60,
-            f"the zombie's {task} to fail at its commit or stop",
-        )
+        try:
+            wait_until(
+                lambda: any(f"task {task} {end}" in run.log("worker-0") for end in _ENDS),
+                ZOMBIE_END_S,
+                f"the zombie's {task} to fail at its commit or stop",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{run.stacks_and_tail('worker-0', zombie)}") from None
         run.wait_for_checkpoints(2, timeout=180)
 
         # Whatever the zombie did to checkpoint storage: every task restores from it.
