@@ -42,6 +42,9 @@ class Driver:
         self.acked_per_partition: dict[int, int] = {}
         self.errors: list[str] = []
         self._stop = threading.Event()
+        # Records from this index on wait for `release` (`hold_tail`).
+        self._hold_from = total
+        self._released = threading.Event()
         self._thread = threading.Thread(target=self._run, name="eos-driver", daemon=True)
         self._producer = Producer(
             {
@@ -59,6 +62,14 @@ class Driver:
     def stop(self) -> None:
         """Stop early (the records written so far stay the input)."""
         self._stop.set()
+
+    def hold_tail(self, records: int) -> None:
+        """The last ``records`` wait for `release`: faults scheduled while the input is
+        written still are on a machine slow to recover from the ones before."""
+        self._hold_from = max(0, self.total - records)
+
+    def release(self) -> None:
+        self._released.set()
 
     def join(self, timeout: float | None = None) -> None:
         """Until every record is written and acknowledged; raises if any was not."""
@@ -85,7 +96,12 @@ class Driver:
         started = time.monotonic()
         batch = max(1, int(self.rate / 50))  # 50 sends a second: smooth, little overhead
         while self.sent < self.total and not self._stop.is_set():
-            for _ in range(min(batch, self.total - self.sent)):
+            if self.sent >= self._hold_from and not self._released.is_set():
+                paused = time.monotonic()
+                self._released.wait(0.1)
+                started += time.monotonic() - paused  # the rate counts from the release on
+                continue
+            for _ in range(min(batch, self.total - self.sent, self._room())):
                 key = str(self.random.randrange(self.keys)).encode()
                 value = str(self.random.randrange(MAX_VALUE)).encode()
                 self._produce(key, value)
@@ -98,6 +114,10 @@ class Driver:
         left = self._producer.flush(300)
         if left:
             self.errors.append(f"{left} records unsent after 300 s")
+
+    def _room(self) -> int:
+        """Records it may send before the held tail (all of them once released)."""
+        return self.total if self._released.is_set() else max(1, self._hold_from - self.sent)
 
     def _produce(self, key: bytes, value: bytes) -> None:
         while True:

@@ -103,6 +103,8 @@ class EosRun:
             for i in range(self.plan.workers):
                 self.job.start_worker(i)
             self.job.wait_for_checkpoints(1, timeout=300)
+            # The last tenth of the input waits for the faults: each lands while it is written.
+            self.driver.hold_tail(self.plan.records // 10 if self.plan.faults() else 0)
             self.driver.start()
             fed = time.monotonic()
             schedule = self.plan.faults()
@@ -118,6 +120,7 @@ class EosRun:
                         flush=True,
                     )
                 self._fault(kind, worker)
+            self.driver.release()
             self.driver.join(feed_s * 3 + 600)
             wait_until(self._drained, 900, "every input record committed")
             # A checkpoint completed after that has every task's output of it committed.

@@ -280,8 +280,23 @@ class JobRun:
         try:
             code = self.coordinator.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"job not idle after {timeout}s; logs in {self.workdir}") from None
+            raise AssertionError(
+                f"job not idle after {timeout}s; logs in {self.workdir}\n{self.stacks()}"
+            ) from None
         assert code == 0, f"coordinator exited with {code}; logs in {self.workdir}"
+
+    def stacks(self) -> str:
+        """The coordinator's threads' stacks and log tail, and each live worker's log tail:
+        what a job that hung on CI was doing (its directory is gone with the machine)."""
+        parts = []
+        if self.coordinator is not None:
+            parts.append(self.stacks_and_tail("coordinator", self.coordinator, lines=80))
+        for i, proc in sorted(self.workers.items()):
+            if proc.poll() is None:
+                parts.append(
+                    f"--- worker-{i}.log\n" + "\n".join(self.log(f"worker-{i}").splitlines()[-15:])
+                )
+        return "\n".join(parts)
 
     def stop(self) -> None:
         procs = [p for p in [self.coordinator, *self.workers.values()] if p is not None]
