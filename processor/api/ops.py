@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from processor.api.node import AggregateNode, AggregationNode, CountNode, ReduceNode, SumNode
+from processor.models import fastjson
 from processor.models.limits import (
     EVENT_TIME_LIMIT,
     event_time_error,
-    loads_deep,
 )
 from processor.serde.codec import (
     RecordError,
@@ -52,7 +52,12 @@ def key_text(key: Any) -> str:
 
 def key_of(text: str) -> Any:
     """The key whose ``key_text`` is ``text``."""
-    return json.loads(text[1:]) if text.startswith(_TAGGED) else text
+    if not text.startswith(_TAGGED):
+        return text
+    body = text[1:]
+    if body.isascii() and body.isdigit() and (body[0] != "0" or body == "0"):
+        return int(body)  # what json.loads reads of it (an int key, the common case), 10x faster
+    return json.loads(body)
 
 
 def sink_key(key: Any) -> bytes:
@@ -75,10 +80,7 @@ def load_value(raw: bytes) -> Any:
     try:
         return int(raw)  # what sink_value wrote for an int; anything else is not an int
     except ValueError:
-        try:
-            return json.loads(raw)
-        except RecursionError:  # stored from a shallower stack than this one
-            return loads_deep(raw)
+        return fastjson.loads(raw)  # json.loads's value, through orjson where it is the same
 
 
 def folder(node: AggregationNode) -> Callable[[Any, Any], Any]:

@@ -10,7 +10,6 @@ keyed state is to the current key): a handle per record cost more than the user'
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,7 +18,7 @@ from processor.api.streams import Node
 from processor.engine.expiry import Expiry, checked_ttl
 from processor.engine.meta import Headers
 from processor.engine.timers import ProcessTimers, Timers
-from processor.serde.codec import RecordError
+from processor.serde.codec import RecordError, sink_value
 
 DELETED = object()  # a key ``state.delete()`` removed this epoch
 Fn = Callable[[Any, "KeyState"], Iterable[Any]]  # process's function: (value, state) -> outputs
@@ -86,7 +85,7 @@ class KeyState:
 
         >>> state.set({"first_seen": state.timestamp}, ttl_ms=86_400_000)  # doctest: +SKIP
         """
-        json.dumps(value)  # refuse what cannot be stored, on the record that tried
+        sink_value(value)  # refuse what cannot be stored, on the record that tried
         if ttl_ms is not None:
             ttl_ms = checked_ttl(ttl_ms)
         self._cache[self._text] = value

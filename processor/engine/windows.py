@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import heapq
-import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,7 +28,7 @@ from processor.api.node import AggregationNode, JoinNode, PerKeyNode, ProcessNod
 from processor.api.ops import UNSET, folder, key_of, key_text, merger, sink_key_of
 from processor.api.streams import Node
 from processor.engine.time import NO_WATERMARK
-from processor.serde.codec import RecordError
+from processor.serde.codec import RecordError, sink_value
 
 # A timed keyed item: ((key text, event time ms), value).
 Item = tuple[tuple[str, int], Any]
@@ -288,7 +287,7 @@ class _WindowState:
                 "state.set(ttl_ms=...) in a process on windows: a window's state is deleted "
                 "when the window closes"
             )
-        json.dumps(value)  # refuse what cannot be stored, on the record that tried
+        sink_value(value)  # refuse what cannot be stored, on the record that tried
         self._state[self._slot] = value
 
     def delete(self) -> None:

@@ -244,6 +244,34 @@ def test_process_state_get_set_delete() -> None:
     ]
 
 
+def test_a_state_value_the_store_refuses_is_dead_at_set_on_its_record() -> None:
+    """``state.set`` checks a value as the store encodes it (`codec.sink_value`): a lone
+    surrogate, which ``json.dumps`` escapes but UTF-8 cannot carry, is refused there, so the
+    record that tried is the dead one and the key keeps its state."""
+    p = Pipeline()
+
+    def keep(value: str, state: Any) -> list[list[str]]:
+        before = state.get()
+        state.set(value)
+        return [[before, value]]
+
+    p.source("w").key_by(lambda w: w[0]).process(keep).sink("t")
+    compiled = plan(p)
+    stage = compiled.stages[1]
+    state = DictBackend()
+    chain = StageChain(compiled, stage, 0, state, {stage.name: 1})
+    chain.shuffled([["a", "ant"], ["a", "a\ud800"], ["b", "bee"]])
+    chain.flush()
+    assert chain.take_sinks()["t"] == [(b"a", b'[null,"ant"]'), (b"b", b'[null,"bee"]')]
+    dead = chain.take_dead()
+    assert [(d.operator, "not JSON-encodable" in d.error) for d in dead] == [
+        ("w.key_by.process", True)
+    ]
+    chain2 = StageChain(compiled, stage, 0, state, {stage.name: 1})
+    chain2.shuffled([["a", "axe"]])
+    assert chain2.take_sinks()["t"] == [(b"a", b'["ant","axe"]')]
+
+
 def test_large_flushes_are_split_below_the_record_limit() -> None:
     p = Pipeline()
     p.source("w").key_by(lambda w: w).count().sink("c")

@@ -1,0 +1,141 @@
+"""Engine CPU per Nexmark event in one process: the queries of examples/nexmark through the
+test driver (`processor.testing.Driver`), no broker, so only the engine's own work is timed
+(decoding, the user's functions, state, shuffles encoded and decoded, sinks encoded).
+
+    python bench/experiments/nexmark_driver.py --queries q4,q5,q6 --rounds 5 \
+        --checkout /path/to/other/checkout      # A/B: runs alternate between the two
+    python bench/experiments/nexmark_driver.py --queries q4 --profile 25   # cProfile's top 25
+
+Events: ``--events`` (200,000) of the ``nexmark`` crate (``nexmark --format json``, the binary
+bench/nexmark.py uses), then a closing event 60 s of event time later, as the bench loads them.
+Each run is a child process (``--checkout``: with that checkout's engine first on the path)
+timed on its own CPU clock over ``send_all`` and ``finish``; its output is hashed, so an A/B
+also shows whether both engines gave the same rows in the same order. Prints per query and
+engine the median µs of CPU per event with its range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import runpy
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CLOSING_GAP_MS = 60_000
+
+
+def _run_one(query: str, events_file: str, profile: int) -> None:
+    """In the child: one query over the events; prints a JSON line."""
+    from processor.testing import Driver  # the engine of the checkout first on the path
+
+    build = runpy.run_path(str(ROOT / "examples" / "nexmark" / f"{query}.py"))["build"]
+    events = [json.loads(line) for line in Path(events_file).read_text().splitlines()]
+    times = [next(iter(e.values()))["date_time"] for e in events]
+    last = max(times) + CLOSING_GAP_MS
+    closing = {
+        "Person": {
+            "id": 0,
+            "name": "",
+            "email_address": "",
+            "credit_card": "",
+            "city": "",
+            "state": "",
+            "date_time": last,
+            "extra": "",
+        }
+    }
+    inputs = [(None, e, t) for e, t in zip(events, times, strict=True)] + [(None, closing, last)]
+    driver = Driver(build(), 4, 4, 20_000)
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    started = time.process_time()
+    driver.send_all({"nexmark": inputs})
+    driver.finish()
+    cpu_s = time.process_time() - started
+    if profiler is not None:
+        import pstats
+
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(profile)
+    outputs = driver.outputs()
+    digest = hashlib.sha256(repr(sorted(outputs.items())).encode()).hexdigest()[:16]
+    rows = sum(len(v) for v in outputs.values())
+    print(json.dumps({"us_per_event": cpu_s / len(inputs) * 1e6, "rows": rows, "digest": digest}))
+
+
+def _child(checkout: Path, query: str, events_file: str, profile: int) -> dict[str, object]:
+    env_path = f"{checkout}:{ROOT}"
+    done = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            query,
+            "--events-file",
+            events_file,
+            "--profile",
+            str(profile),
+        ],
+        env={**os.environ, "PYTHONPATH": env_path},
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=checkout,
+    )
+    if profile:
+        print(done.stderr, file=sys.stderr)
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--queries", default="q4,q5,q6")
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--checkout", type=Path, help="alternate with this checkout's engine")
+    parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--events-file", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _run_one(args.child, args.events_file, args.profile)
+        return
+    binary = shutil.which("nexmark") or str(Path.home() / ".cargo" / "bin" / "nexmark")
+    engines = {"this": ROOT, **({"other": args.checkout.resolve()} if args.checkout else {})}
+    results: dict[tuple[str, str], list[dict[str, object]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        events_file = str(Path(tmp) / "events.jsonl")
+        with open(events_file, "w") as out:
+            subprocess.run(
+                [binary, "-n", str(args.events), "--format", "json"], stdout=out, check=True
+            )
+        for _ in range(args.rounds):
+            for query in args.queries.split(","):
+                for name, checkout in engines.items():
+                    got = _child(checkout, query, events_file, args.profile)
+                    results.setdefault((query, name), []).append(got)
+    for (query, name), runs in sorted(results.items()):
+        us = [float(str(r["us_per_event"])) for r in runs]
+        digests = sorted({str(r["digest"]) for r in runs})
+        print(
+            f"{query} {name}: {statistics.median(us):.1f} us/event ({min(us):.1f}-{max(us):.1f}),"
+            f" {runs[0]['rows']} rows, output {','.join(digests)}"
+        )
+
+
+if __name__ == "__main__":
+    main()
