@@ -96,12 +96,13 @@ class Driver:
         started = time.monotonic()
         batch = max(1, int(self.rate / 50))  # 50 sends a second: smooth, little overhead
         while self.sent < self.total and not self._stop.is_set():
-            if self.sent >= self._hold_from and not self._released.is_set():
+            end = self.total if self._released.is_set() else self._hold_from
+            if self.sent >= end:  # the held tail
                 paused = time.monotonic()
                 self._released.wait(0.1)
                 started += time.monotonic() - paused  # the rate counts from the release on
                 continue
-            for _ in range(min(batch, self.total - self.sent, self._room())):
+            for _ in range(min(batch, end - self.sent)):
                 key = str(self.random.randrange(self.keys)).encode()
                 value = str(self.random.randrange(MAX_VALUE)).encode()
                 self._produce(key, value)
@@ -114,10 +115,6 @@ class Driver:
         left = self._producer.flush(300)
         if left:
             self.errors.append(f"{left} records unsent after 300 s")
-
-    def _room(self) -> int:
-        """Records it may send before the held tail (all of them once released)."""
-        return self.total if self._released.is_set() else max(1, self._hold_from - self.sent)
 
     def _produce(self, key: bytes, value: bytes) -> None:
         while True:

@@ -103,11 +103,11 @@ class EosRun:
             for i in range(self.plan.workers):
                 self.job.start_worker(i)
             self.job.wait_for_checkpoints(1, timeout=300)
+            schedule = self.plan.faults()
             # The last tenth of the input waits for the faults: each lands while it is written.
-            self.driver.hold_tail(self.plan.records // 10 if self.plan.faults() else 0)
+            self.driver.hold_tail(self.plan.records // 10 if schedule else 0)
             self.driver.start()
             fed = time.monotonic()
-            schedule = self.plan.faults()
             feed_s = self.plan.records / self.plan.rate
             for i, (kind, worker) in enumerate(schedule):
                 at = fed + feed_s * (i + 1) / (len(schedule) + 1)

@@ -31,6 +31,9 @@ from processor.worker.task import committed_after_fencing
 
 T = TypeVar("T")
 
+# Of a stack dump in a test's failure: enough for every thread of a worker.
+_MAX_DUMP_LINES = 600
+
 
 class JobRun:
     def __init__(
@@ -281,22 +284,10 @@ class JobRun:
             code = self.coordinator.wait(timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError(
-                f"job not idle after {timeout}s; logs in {self.workdir}\n{self.stacks()}"
+                f"job not idle after {timeout}s; logs in {self.workdir}\n"
+                f"{self.stacks('coordinator', self.coordinator)}\n{self.log_tails()}"
             ) from None
         assert code == 0, f"coordinator exited with {code}; logs in {self.workdir}"
-
-    def stacks(self) -> str:
-        """The coordinator's threads' stacks and log tail, and each live worker's log tail:
-        what a job that hung on CI was doing (its directory is gone with the machine)."""
-        parts = []
-        if self.coordinator is not None:
-            parts.append(self.stacks_and_tail("coordinator", self.coordinator, lines=80))
-        for i, proc in sorted(self.workers.items()):
-            if proc.poll() is None:
-                parts.append(
-                    f"--- worker-{i}.log\n" + "\n".join(self.log(f"worker-{i}").splitlines()[-15:])
-                )
-        return "\n".join(parts)
 
     def stop(self) -> None:
         procs = [p for p in [self.coordinator, *self.workers.values()] if p is not None]
@@ -328,14 +319,17 @@ class JobRun:
         except AssertionError as exc:
             raise AssertionError(f"{exc}; logs in {self.workdir}\n{self.log_tails()}") from None
 
-    def stacks_and_tail(self, name: str, proc: subprocess.Popen[bytes], lines: int = 60) -> str:
-        """Process ``name``'s threads' stacks (written to its log on SIGUSR1, see
-        `processor.logs`), then the last ``lines`` lines of that log: what a process that hung
-        on CI was doing."""
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGUSR1)
-            time.sleep(1)
-        return f"--- {name}.log\n" + "\n".join(self.log(name).splitlines()[-lines:])
+    def stacks(self, name: str, proc: subprocess.Popen[bytes], before: int = 20) -> str:
+        """Process ``name``'s threads' stacks, dumped into its log now (SIGUSR1, see
+        `processor.logs`), after the ``before`` log lines that preceded the dump: what a
+        process that hung on CI was doing (its directory is gone with the machine)."""
+        if proc.poll() is not None:
+            return f"--- {name} exited with {proc.returncode}"
+        start = len(self.log(name).splitlines())
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        lines = self.log(name).splitlines()[max(0, start - before) :]
+        return f"--- {name}.log, then its stacks\n" + "\n".join(lines[:_MAX_DUMP_LINES])
 
     def log_tails(self, lines: int = 12) -> str:
         """The last ``lines`` lines of the coordinator's and each worker's log: what a test

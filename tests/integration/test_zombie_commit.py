@@ -76,7 +76,7 @@ def test_a_zombie_frozen_before_its_commit_is_fenced(
                 f"the zombie's {task} to fail at its commit or stop",
             )
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{run.stacks_and_tail('worker-0', zombie)}") from None
+            raise AssertionError(f"{exc}\n{run.stacks('worker-0', zombie)}") from None
         run.wait_for_checkpoints(2, timeout=180)
 
         # Whatever the zombie did to checkpoint storage: every task restores from it.

@@ -216,6 +216,13 @@ def test_quiet_records_update_state_without_output() -> None:
     assert chain.take_sinks() == {"c": [(b"b", b"2")]}
 
 
+def _keyed_chain(p: Pipeline, state: DictBackend) -> StageChain:
+    """A task of ``p``'s keyed stage (its only partition) over ``state``."""
+    compiled = plan(p)
+    stage = compiled.stages[1]
+    return StageChain(compiled, stage, 0, state, {stage.name: 1})
+
+
 def test_process_state_get_set_delete() -> None:
     p = Pipeline()
 
@@ -227,13 +234,11 @@ def test_process_state_get_set_delete() -> None:
         return [f"off:{value}"]
 
     p.source("w").key_by(lambda w: w[0]).process(toggle).sink("t")
-    compiled = plan(p)
-    stage = compiled.stages[1]
     state = DictBackend()
-    chain = StageChain(compiled, stage, 0, state, {stage.name: 1})
+    chain = _keyed_chain(p, state)
     chain.shuffled([["a", "ant"], ["a", "axe"], ["b", "bee"]])
     chain.flush()
-    chain2 = StageChain(compiled, stage, 0, state, {stage.name: 1})
+    chain2 = _keyed_chain(p, state)
     chain2.shuffled([["a", "ape"], ["b", "bat"]])
     assert chain.take_sinks()["t"] + chain2.take_sinks()["t"] == [
         (b"a", b'"on:ant"'),
@@ -256,10 +261,8 @@ def test_a_state_value_the_store_refuses_is_dead_at_set_on_its_record() -> None:
         return [[before, value]]
 
     p.source("w").key_by(lambda w: w[0]).process(keep).sink("t")
-    compiled = plan(p)
-    stage = compiled.stages[1]
     state = DictBackend()
-    chain = StageChain(compiled, stage, 0, state, {stage.name: 1})
+    chain = _keyed_chain(p, state)
     chain.shuffled([["a", "ant"], ["a", "a\ud800"], ["b", "bee"]])
     chain.flush()
     assert chain.take_sinks()["t"] == [(b"a", b'[null,"ant"]'), (b"b", b'[null,"bee"]')]
@@ -267,7 +270,7 @@ def test_a_state_value_the_store_refuses_is_dead_at_set_on_its_record() -> None:
     assert [(d.operator, "not JSON-encodable" in d.error) for d in dead] == [
         ("w.key_by.process", True)
     ]
-    chain2 = StageChain(compiled, stage, 0, state, {stage.name: 1})
+    chain2 = _keyed_chain(p, state)
     chain2.shuffled([["a", "axe"]])
     assert chain2.take_sinks()["t"] == [(b"a", b'["ant","axe"]')]
 
