@@ -32,10 +32,11 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from processor.threads import DaemonExecutor
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ class HttpServer:
     def __init__(self, host: str, port: int, handler: Handler, slow: tuple[str, ...] = ()) -> None:
         self._handler = handler
         self._slow = slow  # path prefixes answered on the pool
-        self._pool = ThreadPoolExecutor(SLOW_THREADS, "http-slow") if slow else None
+        self._pool = DaemonExecutor(SLOW_THREADS, "http-slow") if slow else None
         self._slow_pending = 0
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.create_server((host, port), family=family, backlog=128)

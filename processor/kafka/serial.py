@@ -15,9 +15,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
+
+from processor.threads import DaemonExecutor
 
 
 class CallStuck(RuntimeError):
@@ -42,7 +44,8 @@ class SerialCalls:
         self.grace = grace
         self.stuck = False
         self.waited_s = 0.0  # time callers spent in settle() waiting for queued calls
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
+        # A daemon thread: a call stuck past its deadline never holds up the process's exit.
+        self._executor = DaemonExecutor(1, name)
         self._queue: deque[_Call] = deque()
         self._failed = False  # written by the worker thread only
 

@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
         "metrics",
         "worker_hosts",
         "redact",
+        "threads",
     },
     {"models"},
     {"serde"},
