@@ -532,5 +532,5 @@ def join_sittings(sittings: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 # CI's smoke run: two short steps, only to show that the ladder and the check work.
 QUICK = CapacityMode(
-    start=20_000, factor=2.0, bisections=0, warmup_s=3.0, settle_s=2.0, window_s=10.0, max_steps=2
+    start=20_000, factor=2.0, bisections=0, warmup_s=3.0, settle_s=2.0, window_s=5.0, max_steps=2
 )
