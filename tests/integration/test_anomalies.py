@@ -84,9 +84,9 @@ def _fence_a_live_zombie(bootstrap: str, topic: str, txn_id: str) -> None:
         while not fenced.is_set():
             try:
                 zombie.produce(topic, b"zombie", partition=i % 2)
+                zombie.poll(0)  # raises the fatal error too, once a delivery finds it fenced
             except (KafkaException, BufferError):
                 return  # fenced
-            zombie.poll(0)
             i += 1
             time.sleep(0.0005)
 
