@@ -45,6 +45,27 @@ def test_the_executor_it_replaces_would_hold_it_up() -> None:
         _exit_s("concurrent.futures", "ThreadPoolExecutor", timeout=5)
 
 
+# The same through the queue that runs a transaction's round trips (kafka/serial.py), which
+# is where a stuck librdkafka call held up a stopped worker's exit.
+_STUCK_SERIAL = """
+import threading, time
+from processor.kafka.serial import SerialCalls
+calls = SerialCalls("txn-stuck")
+started = threading.Event()
+calls.submit("commit_transaction", 1, lambda: (started.set(), time.sleep(60)))
+started.wait(10)
+calls.shutdown()
+print("exiting", flush=True)
+"""
+
+
+def test_a_stuck_transactional_call_does_not_hold_up_a_workers_exit() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _STUCK_SERIAL], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0 and "exiting" in done.stdout, done.stderr
+
+
 def test_calls_run_in_order_and_results_and_errors_come_back() -> None:
     pool = DaemonExecutor(1, "order")
     seen: list[int] = []
