@@ -18,7 +18,7 @@ from processor.api.streams import Node
 from processor.engine.expiry import Expiry, checked_ttl
 from processor.engine.meta import Headers
 from processor.engine.timers import ProcessTimers, Timers
-from processor.serde.codec import RecordError, sink_value
+from processor.serde.codec import RecordError, check_storable
 
 DELETED = object()  # a key ``state.delete()`` removed this epoch
 Fn = Callable[[Any, "KeyState"], Iterable[Any]]  # process's function: (value, state) -> outputs
@@ -85,7 +85,7 @@ class KeyState:
 
         >>> state.set({"first_seen": state.timestamp}, ttl_ms=86_400_000)  # doctest: +SKIP
         """
-        sink_value(value)  # refuse what cannot be stored, on the record that tried
+        check_storable(value)  # refuse what cannot be stored, on the record that tried
         if ttl_ms is not None:
             ttl_ms = checked_ttl(ttl_ms)
         self._cache[self._text] = value

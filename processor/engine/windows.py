@@ -28,7 +28,7 @@ from processor.api.node import AggregationNode, JoinNode, PerKeyNode, ProcessNod
 from processor.api.ops import UNSET, folder, key_of, key_text, merger, sink_key_of
 from processor.api.streams import Node
 from processor.engine.time import NO_WATERMARK
-from processor.serde.codec import RecordError, sink_value
+from processor.serde.codec import RecordError, check_storable
 
 # A timed keyed item: ((key text, event time ms), value).
 Item = tuple[tuple[str, int], Any]
@@ -287,7 +287,7 @@ class _WindowState:
                 "state.set(ttl_ms=...) in a process on windows: a window's state is deleted "
                 "when the window closes"
             )
-        sink_value(value)  # refuse what cannot be stored, on the record that tried
+        check_storable(value)  # refuse what cannot be stored, on the record that tried
         self._state[self._slot] = value
 
     def delete(self) -> None:
