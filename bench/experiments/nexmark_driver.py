@@ -8,7 +8,8 @@ test driver (`processor.testing.Driver`), no broker, so only the engine's own wo
 
 Events: ``--events`` (200,000) of the ``nexmark`` crate (``nexmark --format json``, the binary
 bench/nexmark.py uses), then a closing event 60 s of event time later, as the bench loads them.
-Each run is a child process (``--checkout``: with that checkout's engine first on the path)
+Each run is a child process (``--checkout``: with that checkout's engine first on the path),
+with the GC thresholds and frozen start-up heap of a worker process (``--python-gc``: Python's),
 timed on its own CPU clock over ``send_all`` and ``finish``; its output is hashed, so an A/B
 also shows whether both engines gave the same rows in the same order. Prints per query and
 engine the median µs of CPU per event with its range.
@@ -17,6 +18,7 @@ engine the median µs of CPU per event with its range.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -33,9 +35,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CLOSING_GAP_MS = 60_000
 
 
-def _run_one(query: str, events_file: str, profile: int) -> None:
+def _run_one(query: str, events_file: str, profile: int, python_gc: bool) -> None:
     """In the child: one query over the events; prints a JSON line."""
     from processor.testing import Driver  # the engine of the checkout first on the path
+    from processor.worker.service import GC_THRESHOLDS
 
     build = runpy.run_path(str(ROOT / "examples" / "nexmark" / f"{query}.py"))["build"]
     events = [json.loads(line) for line in Path(events_file).read_text().splitlines()]
@@ -55,6 +58,10 @@ def _run_one(query: str, events_file: str, profile: int) -> None:
     }
     inputs = [(None, e, t) for e, t in zip(events, times, strict=True)] + [(None, closing, last)]
     driver = Driver(build(), 4, 4, 20_000)
+    if not python_gc:  # as a worker process sets it (processor/worker/service.py)
+        gc.set_threshold(*GC_THRESHOLDS)
+        gc.collect()
+        gc.freeze()
     profiler = None
     if profile:
         import cProfile
@@ -76,7 +83,9 @@ def _run_one(query: str, events_file: str, profile: int) -> None:
     print(json.dumps({"us_per_event": cpu_s / len(inputs) * 1e6, "rows": rows, "digest": digest}))
 
 
-def _child(checkout: Path, query: str, events_file: str, profile: int) -> dict[str, object]:
+def _child(
+    checkout: Path, query: str, events_file: str, profile: int, python_gc: bool
+) -> dict[str, object]:
     env_path = f"{checkout}:{ROOT}"
     done = subprocess.run(
         [
@@ -88,6 +97,7 @@ def _child(checkout: Path, query: str, events_file: str, profile: int) -> dict[s
             events_file,
             "--profile",
             str(profile),
+            *(["--python-gc"] if python_gc else []),
         ],
         env={**os.environ, "PYTHONPATH": env_path},
         capture_output=True,
@@ -108,11 +118,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--checkout", type=Path, help="alternate with this checkout's engine")
     parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N")
+    parser.add_argument(
+        "--python-gc", action="store_true", help="Python's GC thresholds, not the workers'"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--events-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        _run_one(args.child, args.events_file, args.profile)
+        _run_one(args.child, args.events_file, args.profile, args.python_gc)
         return
     binary = shutil.which("nexmark") or str(Path.home() / ".cargo" / "bin" / "nexmark")
     engines = {"this": ROOT, **({"other": args.checkout.resolve()} if args.checkout else {})}
@@ -126,7 +139,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for query in args.queries.split(","):
                 for name, checkout in engines.items():
-                    got = _child(checkout, query, events_file, args.profile)
+                    got = _child(checkout, query, events_file, args.profile, args.python_gc)
                     results.setdefault((query, name), []).append(got)
     for (query, name), runs in sorted(results.items()):
         us = [float(str(r["us_per_event"])) for r in runs]
