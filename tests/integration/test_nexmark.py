@@ -37,6 +37,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from processor.commands import nexmark as generate
+from processor.config import Settings
 from processor.kafka import clients
 from tests import nexmark_data as nexmark
 from tests.integration.harness import wait_until
@@ -185,6 +186,22 @@ def test_generate_loads_every_line_of_the_crate_once(
     for part in parts:
         times = [generate.event_time(line) for line in part]
         assert times == sorted(times)
+
+
+def test_load_waits_while_the_producers_queue_is_full(binary: Path, kafka_bootstrap: str) -> None:
+    """A producer queue of one record: the load waits for room, the closing events too (they
+    come right after the last event, which is still in the queue; they raised BufferError)."""
+    topic = f"nexmark-{uuid.uuid4().hex[:8]}"
+    settings = Settings(
+        bootstrap_servers=kafka_bootstrap,
+        job_name=f"nexmark-load-{uuid.uuid4().hex[:8]}",
+        kafka_config={"queue.buffering.max.messages": "1"},
+    )
+    loaded = generate.load(settings, binary, 60, topic, 2, closing=True)
+    assert loaded.events == 60
+    parts = read_committed(kafka_bootstrap, topic).values()
+    assert sum(map(len, parts)) == 62
+    assert [json.loads(part[-1][1] or b"")["Person"]["id"] for part in parts] == [0, 0]
 
 
 def _from_zero(lines: list[bytes]) -> list[str]:
