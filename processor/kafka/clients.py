@@ -168,14 +168,17 @@ def task_consumer(settings: Settings, **overrides: Any) -> Consumer:
 
 
 def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
+    """The engine's batching, which the user's ``PROCESSOR_KAFKA_CONFIG`` overrides (a codec
+    or a linger of their own), and then what the caller needs (``overrides``: a control
+    producer's ``linger.ms`` of 0), which it does not."""
     return {
-        **common_config(settings),
         "linger.ms": 5,
         "batch.size": 1_000_000,
         "compression.type": "lz4",
         "queue.buffering.max.messages": 1_000_000,
         "queue.buffering.max.kbytes": 1_048_576,
         "partitioner": "murmur2_random",  # the same key -> partition mapping as Java clients
+        **common_config(settings),
         **overrides,
     }
 

@@ -1,4 +1,5 @@
-"""Security settings reach every client; secrets never show in a repr, a dump or an error."""
+"""Security settings reach every client (and the user's producer settings win over the
+engine's batching); secrets never show in a repr, a dump or an error."""
 
 from __future__ import annotations
 
@@ -43,3 +44,17 @@ def test_an_invalid_setting_does_not_echo_secrets(monkeypatch: pytest.MonkeyPatc
         load_settings()
     assert "12345" not in str(err.value)
     assert "PROCESSOR_KAFKA_CONFIG" in str(err.value)
+
+
+def test_the_users_producer_settings_override_the_engines_batching(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PROCESSOR_KAFKA_CONFIG's codec and linger win over the engine's defaults (they did
+    not: a user's compression.type was silently lz4); what a caller passes wins over both."""
+    mine = {"compression.type": "zstd", "linger.ms": "20", "queue.buffering.max.messages": "1"}
+    monkeypatch.setenv("PROCESSOR_KAFKA_CONFIG", json.dumps(mine))
+    s = load_settings()
+    assert {k: clients.producer_config(s)[k] for k in mine} == mine
+    control = clients.producer_config(s, **{"linger.ms": 0, "compression.type": "none"})
+    assert (control["linger.ms"], control["compression.type"]) == (0, "none")
+    assert clients.producer_config(s)["batch.size"] == 1_000_000  # the engine's, not given
