@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from rocksdict import AccessType, Options, Rdict
+from rocksdict import AccessType, Rdict
 
-from processor.state.rocksdb.store import RocksDBStore
+from processor.state.rocksdb.store import RocksDBStore, store_options
 
 GateState = Literal["restoring", "serving", "closed"]
 # A key's value in the running epoch's memory: (True, value or None if deleted), or
@@ -179,8 +179,8 @@ class TaskGate:
             if fresh:
                 return read(self._live)
             if self._view is not None and self._opened is None:
-                options = Options(raw_mode=True)
-                self._opened = Rdict(str(self._view), options, access_type=AccessType.read_only())
+                read_only = AccessType.read_only()
+                self._opened = Rdict(str(self._view), store_options(), access_type=read_only)
             return read(self._opened)
         finally:
             self._lock.release()
