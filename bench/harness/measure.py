@@ -32,6 +32,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from processor.kafka.clients import produce_waiting
+
 _WORD = re.compile(r"\w+")
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -83,21 +85,12 @@ def _producer(bootstrap: str, linger_ms: int) -> Producer:
     )
 
 
-def _send(producer: Producer, topic: str, value: bytes, partition: int) -> None:
-    while True:
-        try:
-            producer.produce(topic, value, partition=partition)
-            return
-        except BufferError:
-            producer.poll(0.05)
-
-
 def produce_all(bootstrap: str, topic: str, lines: Sequence[bytes], partitions: int) -> None:
     """The whole corpus, line i into partition i % partitions: every system gets the same
     partitions in the same order."""
     producer = _producer(bootstrap, linger_ms=20)
     for i, line in enumerate(lines):
-        _send(producer, topic, line, i % partitions)
+        produce_waiting(producer, topic, line, i % partitions)
     left = producer.flush(120)
     if left:
         raise RuntimeError(f"{left} records to {topic} not acknowledged")
@@ -201,7 +194,7 @@ def _produce_at_rate(
             elif now - due > behind:
                 behind = now - due
             sent.append(now)
-            _send(producer, topic, value, i % partitions)
+            produce_waiting(producer, topic, value, i % partitions)
             if i % 64 == 0:
                 producer.poll(0)
             words += counts[i]

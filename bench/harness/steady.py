@@ -47,7 +47,6 @@ from bench.harness.common import own_cpu_s as _own_cpu_s
 from bench.harness.measure import (
     ProcessSampler,
     _producer,
-    _send,
     create_topic,
     machine_busy_s,
     process_cpu_s,
@@ -64,6 +63,7 @@ from bench.harness.window import (
 )
 from bench.peers.base import Job, Peer
 from processor.commands import corpus
+from processor.kafka.clients import produce_waiting
 from processor.localkafka.broker import LocalBroker
 from processor.localkafka.tools import tools_libs
 
@@ -152,7 +152,7 @@ def produce_input(
             break
         k = rng.randrange(len(pool))
         p = i % partitions
-        _send(producer, INPUT_TOPIC, pool[k], p)
+        produce_waiting(producer, INPUT_TOPIC, pool[k], p)
         cum = out.cumulative[p]
         cum.append(cum[-1] + sizes[k])
         produced += sizes[k]

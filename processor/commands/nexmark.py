@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-
 from processor.commands.produce import written_before
 from processor.config import Settings
 from processor.kafka import clients
@@ -202,7 +200,7 @@ def load(
     for index, block in enumerate(blocks(binary, events)):
         partition = index % count
         for line in block:
-            _produce(producer, topic, line, partition)
+            clients.produce_waiting(producer, topic, line, partition)
         sent += len(block)
         if block:
             last = max(last, event_time(block[-1]))
@@ -211,22 +209,12 @@ def load(
             time.sleep(ahead)
     if closing and sent:
         for partition in range(count):
-            _produce(producer, topic, closing_event(last + CLOSING_MS), partition)
+            # Waiting too: right after the last block the queue may be full.
+            clients.produce_waiting(producer, topic, closing_event(last + CLOSING_MS), partition)
     left = producer.flush(120)
     if left:
         raise NexmarkError(f"{left} records to {topic} were not acknowledged by the broker")
     return Rate(sent, time.perf_counter() - start)
-
-
-def _produce(producer: Producer, topic: str, line: bytes, partition: int) -> None:
-    """One record, waiting while the producer's queue is full (the closing events too: they
-    come right after the last block, when the queue may be full)."""
-    while True:
-        try:
-            producer.produce(topic, line, partition=partition)
-            return
-        except BufferError:
-            producer.poll(0.05)
 
 
 def event_time(line: bytes) -> int:

@@ -50,12 +50,7 @@ def produce_lines(
         with path.open("rb") as handle:
             for raw in handle:
                 line = raw.rstrip(b"\r\n")
-                while True:
-                    try:
-                        producer.produce(topic, line)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+                clients.produce_waiting(producer, topic, line)
                 sent += 1
                 done_bytes += len(raw)
                 if progress and sent % 10_000 == 0 and time.monotonic() - last_draw > 0.2:

@@ -187,6 +187,22 @@ def producer(settings: Settings, **overrides: Any) -> Producer:
     return Producer(producer_config(settings, **overrides))
 
 
+def produce_waiting(
+    producer: Producer, topic: str, value: bytes, partition: int | None = None
+) -> None:
+    """``producer.produce``, waiting while its local queue is full (BufferError: librdkafka
+    sends meanwhile), for a loader that may get ahead of the broker."""
+    while True:
+        try:
+            if partition is None:
+                producer.produce(topic, value)
+            else:
+                producer.produce(topic, value, partition=partition)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def record_limit(settings: Settings) -> int:
     """The largest record (key, value and headers) a task may hand its producer: librdkafka
     refuses larger ones (MSG_SIZE_TOO_LARGE), so the tasks make them dead records instead."""

@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
+from pydantic import SecretStr
 
 from processor.commands import nexmark as generate
 from processor.config import Settings
@@ -195,7 +196,7 @@ def test_load_waits_while_the_producers_queue_is_full(binary: Path, kafka_bootst
     settings = Settings(
         bootstrap_servers=kafka_bootstrap,
         job_name=f"nexmark-load-{uuid.uuid4().hex[:8]}",
-        kafka_config={"queue.buffering.max.messages": "1"},
+        kafka_config={"queue.buffering.max.messages": SecretStr("1")},
     )
     loaded = generate.load(settings, binary, 60, topic, 2, closing=True)
     assert loaded.events == 60
