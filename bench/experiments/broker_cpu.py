@@ -87,7 +87,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--words", type=int, default=2_000_000)
-    parser.add_argument("--pipeline", choices=("emit_record", "no_combiner"), default="emit_record")
+    parser.add_argument(
+        "--pipeline", choices=("emit_record", "no_combiner", "wordcount"), default="emit_record"
+    )
     parser.add_argument("--variant", action="append", default=[], help='NAME={"ENV": "value"}')
     parser.add_argument("--jfr", type=int, default=0, help="seconds of JFR in the last run")
     parser.add_argument("--port", type=int, default=27192)
@@ -111,8 +113,10 @@ def main() -> None:
             env = variants[name]
             if args.pipeline == "emit_record":
                 peer = ProcessorPeer(pipeline=EMIT_RECORD, env=env)
-            else:
+            elif args.pipeline == "no_combiner":
                 peer = ProcessorPeer(env={"PROCESSOR_COMBINE": "false", **env})
+            else:
+                peer = ProcessorPeer(env=env)
 
             def record(running: Running, last: bool = i == len(runs) - 1) -> None:
                 del running

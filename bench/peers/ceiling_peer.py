@@ -68,7 +68,7 @@ class CeilingPeer(Peer):
             out["forward"] = (
                 "every word produced to a 4-partition topic (key = word, value = b'1'), "
                 "non-transactionally, with this project's producer settings "
-                "(processor.kafka.clients.producer_config: lz4, linger.ms=5, batch.size=1e6); "
+                "(processor.kafka.clients.producer_config: lz4, linger.ms=20, batch.size=1e6); "
                 "flushed before each offset commit"
             )
         return out
