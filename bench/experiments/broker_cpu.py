@@ -1,17 +1,19 @@
 """What an uncombined job costs the broker, per M words, and where the broker spends it.
 
-    python bench/experiments/broker_cpu.py --rounds 3 --words 2000000 \
-        --variant 'none={"PROCESSOR_KAFKA_CONFIG": "{\\"compression.type\\": \\"none\\"}"}'
+    python bench/experiments/broker_cpu.py --rounds 3 --words 4000000 --flink \
+        --variant 'linger20={"PROCESSOR_KAFKA_CONFIG": "{\\"linger.ms\\": \\"20\\"}"}'
     python bench/experiments/broker_cpu.py --rounds 1 --jfr 10    # + Java Flight Recorder
 
 One broker for the whole sitting (the bench's throughput phase, `bench.harness.phases`, on a
-backlog of ``--words`` of the bench's corpus): per round, the job as it is (``base``) and then
-each ``--variant`` (a name and the JSON of more environment for the job's processes), each
-with fresh topics (the last ones deleted), so that the broker's JIT is equally warm for both
-sides of a pair after the first round. Prints per run the words/s, the job's and the
-broker's CPU s per M words, and the records each topic got. ``--jfr SECONDS``: a Java Flight
-Recorder of the broker during the last run (8 s after its start), summed by frame: the share
-of the broker's samples in each of its hottest methods, the callers included.
+backlog of ``--words`` of the bench's corpus): per round, the job as it is (``base``; of
+``--pipeline``: ``emit="record"`` word count unless told), then each ``--variant`` (a name and
+the JSON of more environment for the job's processes), then with ``--flink`` the bench's Flink
+DataStream peer (a record per word, as ``emit="record"``), each on fresh topics (the last ones
+deleted), so that the broker's JIT is equally warm for every side after the first round.
+Prints per run the words/s, the job's and the broker's CPU s per M words, and the records
+each topic got. ``--jfr SECONDS``: a Java Flight Recorder of the broker during the last run
+(8 s after its start), summed by frame: the share of the broker's samples in each of its
+hottest methods, the callers included.
 """
 
 from __future__ import annotations
@@ -38,11 +40,21 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 from bench.harness.measure import exact_counts  # noqa: E402
 from bench.harness.phases import throughput  # noqa: E402
 from bench.peers.base import Running  # noqa: E402
+from bench.peers.flink_peer import FlinkPeer  # noqa: E402
 from bench.peers.processor_peer import ProcessorPeer  # noqa: E402
 from processor.commands import corpus  # noqa: E402
 from processor.localkafka.broker import LocalBroker  # noqa: E402
 
 EMIT_RECORD = f"{ROOT}/bench/pipelines/wordcount_emit_record.py:pipeline"
+FLINK = "flink"  # --flink: the bench's Flink DataStream peer (a record per word), each round
+
+
+def _processor(pipeline: str, env: dict[str, str]) -> ProcessorPeer:
+    if pipeline == "emit_record":
+        return ProcessorPeer(pipeline=EMIT_RECORD, env=env)
+    if pipeline == "no_combiner":
+        return ProcessorPeer(env={"PROCESSOR_COMBINE": "false", **env})
+    return ProcessorPeer(env=env)
 
 
 def _records_and_clear(bootstrap: str) -> dict[str, int]:
@@ -93,11 +105,15 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], help='NAME={"ENV": "value"}')
     parser.add_argument("--jfr", type=int, default=0, help="seconds of JFR in the last run")
     parser.add_argument("--port", type=int, default=27192)
+    parser.add_argument("--flink", action="store_true", help="Flink DataStream's word count too")
     args = parser.parse_args()
     variants: dict[str, dict[str, str]] = {"base": {}}
     for given in args.variant:
         name, _, env = given.partition("=")
         variants[name] = json.loads(env)
+    if args.flink:
+        FlinkPeer().prepare()  # its jar, built once
+        variants[FLINK] = {}
     text = list(corpus.lines(args.words, seed=1))
     expected = dict(exact_counts(text))
     lines = [line.encode() for line in text]
@@ -110,13 +126,7 @@ def main() -> None:
         pid = int(broker.pid_file.read_text().strip())
         runs = [(r, name) for r in range(args.rounds) for name in variants]
         for i, (r, name) in enumerate(runs):
-            env = variants[name]
-            if args.pipeline == "emit_record":
-                peer = ProcessorPeer(pipeline=EMIT_RECORD, env=env)
-            elif args.pipeline == "no_combiner":
-                peer = ProcessorPeer(env={"PROCESSOR_COMBINE": "false", **env})
-            else:
-                peer = ProcessorPeer(env=env)
+            peer = FlinkPeer() if name == FLINK else _processor(args.pipeline, variants[name])
 
             def record(running: Running, last: bool = i == len(runs) - 1) -> None:
                 del running
