@@ -81,8 +81,8 @@ def dumps(body: Any) -> bytes:
 
 def encodes(value: Any) -> bool:
     """True only if `dumps` encodes ``value``; False when not known (ask `dumps`). A check
-    for a hot path that needs no bytes (a state's ``set``), three to ten times cheaper than
-    `dumps` on small values: orjson writes the value and reads it back, equal.
+    for a hot path that needs no bytes (a state's ``set``): orjson writes the value and reads it
+    back, equal (a 40-byte state 0.4 µs against `dumps`' 1.3, a 670-byte one 4.0 against 5.1).
 
     Of what orjson writes natively, only the plain types read back equal: UUIDs, enums (by
     their value) and ``orjson.Fragment`` compare equal to their own type alone, NaN and
