@@ -11,6 +11,7 @@ watermark go to the job's late topic (`late`).
 from __future__ import annotations
 
 from functools import partial
+from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -21,7 +22,7 @@ from processor.api.sinks import encode as encode_sink
 from processor.api.streams import Node
 from processor.engine.context import StageContext
 from processor.engine.windows import Item
-from processor.serde.codec import RecordError, sink_value
+from processor.serde.codec import RecordError, sink_value, sink_values
 
 _KEY, _VALUE = itemgetter(0), itemgetter(1)
 
@@ -33,16 +34,11 @@ def sink(ctx: StageContext, node: SinkNode, batch: list[Any], keyed: bool) -> No
     limit = ctx.max_record
     try:
         if keyed:
-            # A plain string key's text is itself; an int's JSON its digits.
-            records.extend(
-                (
-                    t.encode() if t[:1] != TAGGED else sink_key_of(t),
-                    b"%d" % v if type(v) is int else sink_value(v),
-                )
-                for t, v in batch
-            )
+            # A plain string key's text is itself.
+            keys = [t.encode() if t[:1] != TAGGED else sink_key_of(t) for t, _ in batch]
+            records.extend(zip(keys, sink_values(list(map(_VALUE, batch))), strict=True))
         else:
-            records.extend((None, sink_value(v)) for v in batch)
+            records.extend(zip(repeat(None), sink_values(batch)))
         if _fit(records, start, keyed, limit):
             return
     except (RecordError, ValueError, RecursionError):

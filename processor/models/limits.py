@@ -71,12 +71,14 @@ def json_problem(raw: bytes, value: Any) -> tuple[str, str] | None:
     return None
 
 
-def json_problems(raws: list[bytes], values: list[Any]) -> bool:
+def json_problems(raws: list[bytes], values: list[Any], joined: bytes | None = None) -> bool:
     """Whether any ``values[i]`` (decoded from ``raws[i]``) has a `json_problem`: C loops
-    over the whole batch first, one record at a time only where one may have."""
+    over the whole batch first, one record at a time only where one may have. ``joined``:
+    ``b"\\n".join(raws)``, if the caller has it."""
     if not raws:
         return False
-    joined = b"\n".join(raws)
+    if joined is None:
+        joined = b"\n".join(raws)
     if b"\\" in joined and (
         # An escaped backslash may make text look like an escape: then record by record.
         _LONE_SURROGATE.search(joined) is not None

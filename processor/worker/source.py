@@ -263,9 +263,10 @@ class SourceTask(Task):
             if self._format == "text":
                 decoded = [v.decode() for v in values]
             elif self._format == "json":
-                decoded = [fastjson.loads(v) for v in values]  # as json.loads
-                if limits.json_problems(values, decoded):
+                json_values = fastjson.loads_batch(values)  # as json.loads
+                if json_values is None:
                     return None
+                decoded = json_values
             elif self._format == "bytes":
                 decoded = list(values)
             else:  # a serde (processor.serde): None if one fails, then record by record

@@ -16,7 +16,7 @@ from confluent_kafka import Message
 from processor.api.node import SourceNode
 from processor.engine.meta import Meta, decode_key
 from processor.models import fastjson
-from processor.models.limits import EVENT_TIME_LIMIT, event_time_error, in_range, json_problems
+from processor.models.limits import EVENT_TIME_LIMIT, event_time_error, in_range
 from processor.serde.codec import RecordError, decode
 
 
@@ -49,9 +49,10 @@ def _read_batch(data: list[Message], head: SourceNode) -> Read | None:
         if value_format == "text":
             values: list[Any] = [r.decode() for r in raws]
         elif value_format == "json":
-            values = [fastjson.loads(r) for r in raws]  # as json.loads
-            if json_problems(raws, values):
+            json_values = fastjson.loads_batch(raws)  # as json.loads
+            if json_values is None:
                 return None
+            values = json_values
         else:
             values = raws
         keys = [m.key() for m in data]

@@ -24,7 +24,7 @@ import pytest
 from processor.models import fastjson
 from processor.models.limits import MAX_JSON_DEPTH, json_problem, json_problems, loads_deep
 from processor.models.records import decode_shuffle, encode_shuffle
-from processor.serde.codec import RecordError, decode
+from processor.serde.codec import RecordError, decode, sink_value, sink_values
 
 SEED = 44
 
@@ -272,6 +272,40 @@ def test_encodes_says_yes_only_to_what_the_standard_library_encodes() -> None:
     assert not any(map(fastjson.encodes, [*exotic, math.nan, (1,), Str("s"), Point(1), "\ud800"]))
 
 
+def sink_outcome(v: Any) -> tuple[str, Any]:
+    try:
+        return "ok", sink_value(v)
+    except RecordError as exc:
+        return "raised", exc
+
+
+def test_a_batch_encodes_as_its_values_one_by_one() -> None:
+    """`fastjson.dumps_each` and `codec.sink_values` (a sink's batch): the bytes `dumps`
+    and `sink_value` give each value, or (one value having none) no answer and the first
+    value's `RecordError`; one exotic value in a batch sends the whole batch the slow way."""
+    rng = random.Random(SEED)
+    values = [*special_values(), *EXOTIC, *TEXTS, *INTS, *FLOATS]
+    values += [value(rng) for _ in range(4000)]
+    batches = [values[i : i + size] for size in (1, 7, 50) for i in range(0, len(values), size)]
+    batches += [[1, 2, 3], [], [b"x"], [1, {"a": 2**70}], [True, 1]]
+    answered = 0
+    for batch in batches:
+        each = [outcome(fastjson.dumps, v) for v in batch]
+        fast = fastjson.dumps_each(batch)
+        if fast is not None:
+            answered += 1
+            assert [("ok", raw) for raw in fast] == each, ascii(batch)[:200]
+        sinks = [sink_outcome(v) for v in batch]
+        failed = [out for out in sinks if out[0] == "raised"]
+        if failed:
+            with pytest.raises(RecordError) as caught:
+                sink_values(batch)
+            assert str(caught.value) == str(failed[0][1]), ascii(batch)[:200]
+        else:
+            assert [("ok", raw) for raw in sink_values(batch)] == sinks, ascii(batch)[:200]
+    assert answered > len(batches) // 4, answered  # the exotic values are many
+
+
 def test_orjson_takes_plain_values_only() -> None:
     """The guard itself: what orjson would encode differently never reaches it."""
     for v in [math.nan, [1, -math.inf], uuid.UUID(int=1), [Plain.A], {"a": (Odd.A,)}, Str("s")]:
@@ -490,9 +524,14 @@ def test_a_json_source_batch_decodes_as_before_or_goes_record_by_record() -> Non
         return None if json_problems(raws, values) else values
 
     raws = source_inputs()
-    for i in range(0, len(raws), 7):
-        chunk = raws[i : i + 7]
-        old, new = batch(json.loads, chunk), batch(fastjson.loads, chunk)
+    chunks = [raws[i : i + size] for size in (1, 7, 40) for i in range(0, len(raws), size)]
+    plain = [r for r in raws if len(r) < 300 and b"\\" not in r]  # the usual batch
+    chunks += [plain[i : i + 40] for i in range(0, len(plain), 40)] + [[]]
+    whole = 0
+    for chunk in chunks:
+        old, new = batch(json.loads, chunk), fastjson.loads_batch(chunk)
         assert (old is None) == (new is None), chunk
         if old is not None:
+            whole += 1
             assert same(old, new)
+    assert whole > len(chunks) // 4, whole
