@@ -114,7 +114,7 @@ class CoordinatorService:
         consumer = clients.consumer(s, **{"group.id": f"{s.job_name}.coordinator"})
         try:
             _, high = clients.watermark_offsets(consumer, TopicPartition(s.checkpoints_topic, 0))
-            consumer.assign([TopicPartition(s.checkpoints_topic, 0, OFFSET_BEGINNING)])
+            clients.assign(consumer, [TopicPartition(s.checkpoints_topic, 0, OFFSET_BEGINNING)])
             records: dict[bytes, dict[str, Any]] = {}
             position = 0
             deadline = time.monotonic() + 30
@@ -238,7 +238,7 @@ class CoordinatorService:
         control_consumer = clients.consumer(
             s, **{"group.id": f"{s.job_name}.coordinator", "fetch.wait.max.ms": 10}
         )
-        control_consumer.assign([TopicPartition(s.control_topic, 0, OFFSET_END)])
+        clients.assign(control_consumer, [TopicPartition(s.control_topic, 0, OFFSET_END)])
         log.info(
             "coordinator for job %s: %d tasks, checkpoint every %d ms, last completed %d",
             s.job_name,

@@ -177,7 +177,7 @@ class Worker:
         self._wait_for_control_topic(stop)
         if stop.is_set():
             return
-        self._control.assign([TopicPartition(s.control_topic, 0, OFFSET_END)])
+        clients.assign(self._control, [TopicPartition(s.control_topic, 0, OFFSET_END)])
         log.info("worker %s (incarnation %s) started", self.worker_id, self.incarnation)
         next_heartbeat = 0.0
         try:

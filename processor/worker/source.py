@@ -203,7 +203,7 @@ class SourceTask(Task):
             self.postgres.recover(self.last_checkpoint)
             if not self.last_checkpoint:  # and those of the job it started from
                 after_savepoint(self.settings, self.ctx.graph, self.ctx.task_id, self.postgres)
-        consumer.assign(start)
+        clients.assign(consumer, start)
         log.info(
             "%s: resuming %s at %s (checkpoint %d)",
             self.ctx.task_id,

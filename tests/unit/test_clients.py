@@ -77,3 +77,35 @@ def test_retried_raises_a_transient_error_after_its_timeout() -> None:
     with pytest.raises(KafkaException):
         clients.retried(group.committed, 0, pause=0)
     assert group.calls == 1
+
+
+class _Assigned:
+    """A consumer that records its calls; ``list_topics`` of ``refused`` fails."""
+
+    def __init__(self, refused: str = "") -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.refused = refused
+
+    def list_topics(self, topic: str, timeout: float) -> None:
+        self.calls.append(("list_topics", topic))
+        if topic == self.refused:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.calls.append(("assign", [(tp.topic, tp.partition) for tp in partitions]))
+
+
+@pytest.mark.parametrize("refused", ["", "a"])
+def test_assign_looks_up_each_topic_first_and_assigns_whatever_the_lookup_says(
+    refused: str,
+) -> None:
+    """`clients.assign`: the leaders known before a logical offset is to be resolved (see its
+    docstring), once per topic; a lookup that fails does not keep the partitions unassigned."""
+    consumer = _Assigned(refused)
+    partitions = [TopicPartition("b", 0), TopicPartition("a", 1), TopicPartition("b", 2)]
+    clients.assign(consumer, partitions)  # type: ignore[arg-type]
+    assert consumer.calls == [
+        ("list_topics", "a"),
+        ("list_topics", "b"),
+        ("assign", [("b", 0), ("a", 1), ("b", 2)]),
+    ]
