@@ -269,6 +269,22 @@ def assign(consumer: Consumer, partitions: list[TopicPartition], timeout: float 
     consumer.assign(partitions)
 
 
+def behind(consumer: Consumer, tp: TopicPartition, assigned: int) -> int:
+    """Records of ``tp`` the consumer has yet to read: its high watermark less its position.
+    Until its first fetch is answered the consumer knows neither (both -1001, read before as
+    nothing to read: a task just started looked done to the coordinator's idle count), so the
+    high watermark is then asked of the broker, and the position is where the partition was
+    assigned (``assigned``). After a fetch the position moves past markers and aborted records
+    by itself."""
+    _, high = consumer.get_watermark_offsets(tp, timeout=1, cached=True)
+    if high < 0:
+        _, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+    position = consumer.position([tp])[0].offset
+    if position < 0:
+        position = assigned
+    return max(0, high - position) if high >= 0 else 0
+
+
 def cluster_id(
     client: AdminClient | Consumer, topic: str | None = None, timeout: float = 10
 ) -> str | None:

@@ -174,6 +174,7 @@ class KeyedTask(Task):
             self._fed,
             self.postgres,
             consumer,
+            self._aligner.resume_offsets()[self._input.partition],
         )
         if not self._replay_to:  # else the replay's end is the committed state
             self._checkpoints.serve_committed(self.last_checkpoint)

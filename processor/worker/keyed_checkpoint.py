@@ -37,6 +37,7 @@ from processor import faults, metrics
 from processor.engine.chain import StageChain
 from processor.engine.live_state import epoch_value
 from processor.engine.time import NO_WATERMARK, Mark
+from processor.kafka import clients
 from processor.kafka.output import TransactionalOutput
 from processor.models.control import Decline
 from processor.state.format import STATE_FORMAT
@@ -102,6 +103,7 @@ class KeyedCheckpoints:
         fed: FeedbackInput | None,
         postgres: PostgresSinks | None,
         consumer: Consumer,
+        start: int,
     ) -> None:
         self.ctx = ctx
         self.labels = {"job_name": ctx.settings.job_name, "task": ctx.task_id}
@@ -112,6 +114,7 @@ class KeyedCheckpoints:
         self._time = time
         self._fed = fed
         self._consumer = consumer  # the task's, of its shuffle partition
+        self._start = start  # where it was assigned
         self._postgres = postgres
         self.pending: _Pending | None = None
         self._failures = 0  # snapshots failed in a row
@@ -345,10 +348,7 @@ class KeyedCheckpoints:
         """Records of the task's input not read yet (and, for a loop, fed back and not
         processed yet)."""
         tp = TopicPartition(self._shuffle.topic, self._shuffle.partition)
-        consumer = self._consumer
-        _, high = consumer.get_watermark_offsets(tp, timeout=1, cached=True)
-        position = consumer.position([tp])[0].offset
-        lag = max(0, high - position) if high >= 0 and position >= 0 else 0
+        lag = clients.behind(self._consumer, tp, self._start)
         partition = str(tp.partition)
         metrics.consumer_lag.labels(**self.labels, partition=partition).set(lag)
         if self._fed is not None:  # a job whose loop still feeds records back is not idle

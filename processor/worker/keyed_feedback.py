@@ -174,10 +174,8 @@ class FeedbackInput:
     def lag(self) -> int:
         """Fed-back records not processed yet: read ahead, or not read yet (those of the open
         transaction too: the loop has not settled while it feeds records back)."""
-        _, high = self.consumer.get_watermark_offsets(self.tp, timeout=1, cached=True)
-        position = self.consumer.position([self.tp])[0].offset
-        behind = max(0, high - position) if high >= 0 and position >= 0 else 0
-        return behind + len(self._buffer)
+        # Before its first record `_read_to` is where it was assigned.
+        return clients.behind(self.consumer, self.tp, self._read_to) + len(self._buffer)
 
     def snapshot_meta(self) -> dict[str, Any]:
         return {SNAPSHOT_KEY: self.position}

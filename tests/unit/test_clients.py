@@ -109,3 +109,42 @@ def test_assign_looks_up_each_topic_first_and_assigns_whatever_the_lookup_says(
         ("list_topics", "b"),
         ("assign", [("b", 0), ("a", 1), ("b", 2)]),
     ]
+
+
+class _Positions:
+    """A consumer whose cached watermark and position are ``high`` and ``position`` (-1001:
+    not known before a fetch), and whose broker answers ``broker_high``."""
+
+    def __init__(self, high: int, position: int, broker_high: int = 50) -> None:
+        self.high, self.position_at, self.broker_high = high, position, broker_high
+        self.asked_broker = 0
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float, cached: bool) -> Any:
+        if cached:
+            return -1001 if self.high < 0 else 0, self.high
+        self.asked_broker += 1
+        return 0, self.broker_high
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.position_at) for tp in partitions]
+
+
+@pytest.mark.parametrize(
+    ("high", "position", "behind", "asked"),
+    [
+        (40, 30, 10, 0),  # both known: the cached answer
+        (40, 40, 0, 0),  # caught up
+        (-1001, 30, 20, 1),  # no fetch answered yet: the broker's high watermark
+        (40, -1001, 20, 0),  # nothing read since the assign (at 20): from there
+        (-1001, -1001, 30, 1),  # a task just started: not "nothing to read"
+    ],
+)
+def test_behind_counts_from_the_assigned_offset_until_the_consumer_knows(
+    high: int, position: int, behind: int, asked: int
+) -> None:
+    """`clients.behind`, a task's lag for the coordinator's idle count: unknown (-1001) was
+    read as 0 before, so a task that had not fetched yet looked done."""
+    consumer = _Positions(high, position)
+    tp = TopicPartition("t", 0)
+    assert clients.behind(consumer, tp, assigned=20) == behind  # type: ignore[arg-type]
+    assert consumer.asked_broker == asked
