@@ -13,6 +13,11 @@ evidence that does not come from the consumer being checked:
 - **open transaction**: a transactional id of the job whose last logged state is
   Ongoing, PrepareCommit or PrepareAbort once the job is done.
 
+The chaos runs check their sinks (reads and transactions), their shuffles and
+``__consumer_offsets`` (transactions): a task's offset commit is part of its transaction, so
+an epoch whose output committed while its input positions were aborted (the task would then
+replay it: duplicates) is torn there.
+
 Not an anomaly of the job, but counted (``unmarked``): a transaction whose coordinator
 logged a decision and wrote no marker at all (on a single broker's graceful restart it can
 complete a commit while the partitions have no leader), so that its data stays open until
@@ -69,6 +74,7 @@ from processor.localkafka.tools import tools_libs
 TopicPart = tuple[str, int]
 DUMP = "org.apache.kafka.tools.DumpLogSegments"
 TXN_LOG = "__transaction_state"
+OFFSETS_LOG = "__consumer_offsets"  # a transaction's offset commits: checked as its data
 OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})
 DECISIONS = {"PrepareCommit": "COMMIT", "PrepareAbort": "ABORT"}
 COMPLETE = frozenset({"CompleteCommit", "CompleteAbort"})

@@ -359,6 +359,10 @@ def run_chaos(
                 summary.unconfirmed += record.confirmed is False
             summary.recovery_by_kind = broker_faults.recovery(messages, cluster_faults.records)
         failed = not summary.exact
+    except AssertionError:
+        if feed is None:  # what the brokers' logs say of the failed run's transactions
+            _print_anomalies(run, broker, graph)
+        raise
     finally:
         run.stop()
         broker.stop()
@@ -399,9 +403,25 @@ def _anomalies(
     topics = clients.admin(run.settings).list_topics(timeout=30).topics
     shuffles = [t for t in topics if t.startswith(f"{job}.") and t not in internal]
     nodes = broker.brokers() if isinstance(broker, LocalCluster) else [broker]
+    # The group's offset commits are part of every task's transactions: an epoch whose output
+    # committed while its offsets were aborted (or the reverse) is torn there.
+    others = [*shuffles, anomalies.OFFSETS_LOG]
     return anomalies.check(
-        broker.bootstrap, anomalies.log_dirs(nodes), sinks, f"{job}.", other_topics=shuffles
+        broker.bootstrap, anomalies.log_dirs(nodes), sinks, f"{job}.", other_topics=others
     )
+
+
+def _print_anomalies(
+    run: JobRun, broker: LocalBroker | LocalCluster, graph: Pipeline | None
+) -> None:
+    """A failed verification's transaction anomalies on stderr (a CI log keeps no run)."""
+    try:
+        found = _anomalies(run, broker, graph)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis; the failure is raised anyway
+        found_text = f"could not be read: {exc!r}"
+    else:
+        found_text = json.dumps(found.to_json() | {"examples": found.examples})
+    print(f"chaos: the failed run's transaction anomalies: {found_text}", file=sys.stderr)
 
 
 def _inject(
@@ -421,12 +441,16 @@ def _inject(
         if run.workers[i].poll() is None:
             kills.append((time.time(), f"worker-{i}"))
             run.kill_worker(i)
-            time.sleep(rng.uniform(1, 5) if long_pauses else rng.uniform(0, 3))
+            down = rng.uniform(1, 5) if long_pauses else rng.uniform(0, 3)
+            _say(f"worker SIGKILL: worker-{i}, restarted after {down:.1f} s")
+            time.sleep(down)
         run.start_worker(i)
         summary.faults["worker SIGKILL"] += 1
     elif kind == "coordinator":
         run.kill_coordinator()
-        time.sleep(rng.uniform(0, 2))
+        down = rng.uniform(0, 2)
+        _say(f"coordinator SIGKILL, restarted after {down:.1f} s")
+        time.sleep(down)
         run.start_coordinator()
         summary.faults["coordinator SIGKILL"] += 1
     else:
@@ -435,9 +459,16 @@ def _inject(
             return
         run.kill_worker(i, signal.SIGSTOP)
         # Past the heartbeat timeout: its tasks move and fence it.
-        time.sleep(rng.uniform(3, 6) if long_pauses else stop_s)
+        stopped = rng.uniform(3, 6) if long_pauses else stop_s
+        _say(f"worker SIGSTOP: worker-{i}, SIGCONT after {stopped:.1f} s")
+        time.sleep(stopped)
         run.kill_worker(i, signal.SIGCONT)
         summary.faults["worker SIGSTOP (zombie)"] += 1
+
+
+def _say(text: str) -> None:
+    """A process fault on stderr, timed as the cluster's faults are (a CI log keeps these)."""
+    print(f"chaos: {time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
 def _fall_back(run: JobRun, rng: random.Random) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 
@@ -10,6 +11,8 @@ from confluent_kafka import TopicPartition
 
 from processor.config import Settings
 from processor.kafka import clients
+
+log = logging.getLogger(__name__)
 
 
 def topic_exists(settings: Settings, topic: str) -> bool:
@@ -41,9 +44,12 @@ def read_records(
     settings: Settings, topic: str, timeout: float = 60
 ) -> list[tuple[bytes | None, bytes]]:
     """Every committed record of ``topic`` (read_committed, up to its end): (key, value), each
-    partition in log order. TimeoutError if a partition does not reach its end in time."""
+    partition in log order, each offset once (a consumer that fetches an offset again after a
+    leader change does not make it twice). TimeoutError if a partition does not reach its end
+    in time."""
     consumer = clients.consumer(settings, **{"group.id": f"{settings.job_name}.reader"})
     records: list[tuple[bytes | None, bytes]] = []
+    read_to: dict[int, int] = {}  # the next offset not read yet, per partition
     try:
         partitions = clients.topic_partitions(consumer, topic) or 0
         ends: dict[int, int] = {}
@@ -59,6 +65,11 @@ def read_records(
                 value = msg.value()
                 if msg.error() is not None or value is None:
                     continue
+                partition, offset = msg.partition() or 0, msg.offset() or 0
+                if offset < read_to.get(partition, 0):
+                    log.warning("%s[%d]@%d read again: kept once", topic, partition, offset)
+                    continue
+                read_to[partition] = offset + 1
                 records.append((msg.key(), value))
             # read_committed stops at the last stable offset: compare positions with the ends.
             for tp in consumer.position([TopicPartition(topic, p) for p in list(ends)]):

@@ -275,14 +275,18 @@ def behind(consumer: Consumer, tp: TopicPartition, assigned: int) -> int:
     nothing to read: a task just started looked done to the coordinator's idle count), so the
     high watermark is then asked of the broker, and the position is where the partition was
     assigned (``assigned``). After a fetch the position moves past markers and aborted records
-    by itself."""
+    by itself. A broker that does not answer (a partition's leader away) leaves it unknown:
+    1, not caught up, rather than an error in the task's checkpoint."""
     _, high = consumer.get_watermark_offsets(tp, timeout=1, cached=True)
     if high < 0:
-        _, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+        try:
+            _, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+        except KafkaException:
+            return 1
     position = consumer.position([tp])[0].offset
     if position < 0:
         position = assigned
-    return max(0, high - position) if high >= 0 else 0
+    return max(0, high - position) if high >= 0 else 1
 
 
 def cluster_id(

@@ -361,10 +361,12 @@ class JobRun:
         assert not unknown, f"words nobody wrote: {sorted(unknown)[:5]}"
         missing = self.expected.keys() - final.keys()
         assert not missing, f"words without output: {sorted(missing)[:5]}"
+        bad = [w for w, v in updates.items() if any(a >= b for a, b in itertools.pairwise(v))]
+        assert not bad, f"{len(bad)} of {len(updates)} words: " + " | ".join(
+            f"{_not_increasing(w, updates[w])}, final {updates[w][-1]}, exact {self.expected[w]}"
+            for w in bad[:3]
+        )
         for word, values in updates.items():
-            assert all(a < b for a, b in itertools.pairwise(values)), (
-                f"{word}: values not strictly increasing: {values[:20]}"
-            )
             assert values[-1] == self.expected[word], (
                 f"{word}: final {values[-1]} != exact {self.expected[word]}"
             )
@@ -456,3 +458,15 @@ class SuccessorRun(JobRun):
 
     def _expected(self) -> collections.Counter[str]:
         return self.first.expected
+
+
+def _not_increasing(word: str, values: list[int]) -> str:
+    """Where a word's updates stop increasing: each break with the values around it, and how
+    many there are (a duplicate update repeats a value; a replay from too early goes back)."""
+    breaks = [i for i in range(1, len(values)) if values[i] <= values[i - 1]]
+    shown = "; ".join(
+        f"at update {i} of {len(values)}: {values[max(0, i - 3) : i + 3]}" for i in breaks[:5]
+    )
+    repeats = sum(values[i] == values[i - 1] for i in breaks)
+    head = f"{word}: values not strictly increasing, {len(breaks)} breaks ({repeats} repeats)"
+    return f"{head}: {shown}"

@@ -115,7 +115,7 @@ class _Positions:
     """A consumer whose cached watermark and position are ``high`` and ``position`` (-1001:
     not known before a fetch), and whose broker answers ``broker_high``."""
 
-    def __init__(self, high: int, position: int, broker_high: int = 50) -> None:
+    def __init__(self, high: int, position: int, broker_high: int | None = 50) -> None:
         self.high, self.position_at, self.broker_high = high, position, broker_high
         self.asked_broker = 0
 
@@ -123,6 +123,8 @@ class _Positions:
         if cached:
             return -1001 if self.high < 0 else 0, self.high
         self.asked_broker += 1
+        if self.broker_high is None:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
         return 0, self.broker_high
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
@@ -148,3 +150,12 @@ def test_behind_counts_from_the_assigned_offset_until_the_consumer_knows(
     tp = TopicPartition("t", 0)
     assert clients.behind(consumer, tp, assigned=20) == behind  # type: ignore[arg-type]
     assert consumer.asked_broker == asked
+
+
+def test_behind_is_not_caught_up_when_the_broker_does_not_answer() -> None:
+    """No fetch answered and the broker's watermark not either (its leader away): the task is
+    not counted caught up, and its checkpoint does not fail on the error."""
+    consumer = _Positions(-1001, -1001)
+    consumer.broker_high = None
+    tp = TopicPartition("t", 0)
+    assert clients.behind(consumer, tp, assigned=20) == 1  # type: ignore[arg-type]
