@@ -94,6 +94,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -362,6 +363,7 @@ def run_chaos(
     except AssertionError:
         if feed is None:  # what the brokers' logs say of the failed run's transactions
             _print_anomalies(run, broker, graph)
+        _print_recoveries(workdir)
         raise
     finally:
         run.stop()
@@ -422,6 +424,31 @@ def _print_anomalies(
     else:
         found_text = json.dumps(found.to_json() | {"examples": found.examples})
     print(f"chaos: the failed run's transaction anomalies: {found_text}", file=sys.stderr)
+
+
+# The lines of the processes' logs that say where each task resumed, and why it stopped.
+_RECOVERY = re.compile(
+    r"resuming|restored|falling back|declined|failed|fenced|assignment \d+|missed|"
+    r"complete in|last completed"
+)
+_CHECKPOINT_FAILED = re.compile(r"checkpoints? (\d+ )?failed|more checkpoints failed")
+
+
+def _print_recoveries(workdir: Path, most: int = 300) -> None:
+    """A failed run's recoveries on stderr, in time order: each task's restores and resume
+    positions, its failures, the assignments (a CI log keeps no run directory)."""
+    lines: list[str] = []
+    for path in sorted(workdir.glob("*.log")):
+        with path.open(errors="replace") as log:
+            lines += [
+                line.rstrip()[:240]
+                for line in log
+                if _RECOVERY.search(line) and not _CHECKPOINT_FAILED.search(line)
+            ]
+    lines.sort()  # each starts with its time
+    if len(lines) > most:
+        lines = [*lines[: most // 2], "...", *lines[-most // 2 :]]
+    print("chaos: the failed run's recoveries:\n" + "\n".join(lines), file=sys.stderr)
 
 
 def _inject(
