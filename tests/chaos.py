@@ -83,7 +83,7 @@ PROCESSOR_TEST_CHAOS_PORT and PROCESSOR_TEST_CHAOS_S3_PORT move the ports
 P+100..P+102). PROCESSOR_TEST_CHAOS_KEEP=<dir>: a run that fails (raises, or its summary is
 not exact) is copied there whole, the brokers' log dirs with it, for kafka-dump-log
 (pytest keeps only its last three sessions' tmp_path, and every session on the machine
-counts).
+counts); ``python -m tests.postmortem <dir>`` reads a kept word-count run offline.
 """
 
 from __future__ import annotations
