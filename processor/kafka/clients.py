@@ -6,7 +6,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from confluent_kafka import (
@@ -326,13 +326,22 @@ def ensure_topic(
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
+    # Usable once every partition has a leader: a producer whose first metadata has a
+    # partition without one puts no keyless record there until its next metadata refresh,
+    # 5 minutes later (a test's source partition stayed empty that long).
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        count = topic_partitions(client, topic)
-        if count is not None:
-            return count
+        info = client.list_topics(topic, timeout=timeout).topics.get(topic)
+        if info is not None and info.error is None and _led(info.partitions.values()):
+            return len(info.partitions)
         time.sleep(0.1)
-    raise TimeoutError(f"topic {topic} was created but is not visible after {timeout}s")
+    raise TimeoutError(f"topic {topic} was created but has no leader everywhere after {timeout}s")
+
+
+def _led(partitions: Iterable[Any]) -> bool:
+    """Whether every partition (``PartitionMetadata``) has a leader."""
+    leaders = [p.leader for p in partitions]
+    return bool(leaders) and min(leaders) >= 0
 
 
 def watermark_offsets(

@@ -3,6 +3,8 @@ move or load, or a new topic answers is retried, anything else is raised at once
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -159,3 +161,30 @@ def test_behind_is_not_caught_up_when_the_broker_does_not_answer() -> None:
     consumer.broker_high = None
     tp = TopicPartition("t", 0)
     assert clients.behind(consumer, tp, assigned=20) == 1  # type: ignore[arg-type]
+
+
+class _Creating:
+    """An admin client whose new topic's partition 1 gets its leader at the third look."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        self.looks += 1
+        leader = 1 if self.looks >= 4 else -1  # the first look is ensure_topic's "missing?"
+        partitions = {0: SimpleNamespace(leader=1), 1: SimpleNamespace(leader=leader)}
+        info = SimpleNamespace(error=None, partitions=partitions)
+        return SimpleNamespace(topics={} if self.looks == 1 else {topic: info})
+
+    def create_topics(self, topics: list[Any]) -> dict[str, Any]:
+        done: Future[None] = Future()
+        done.set_result(None)
+        return {t.topic: done for t in topics}
+
+
+def test_a_new_topic_is_usable_once_every_partition_has_a_leader() -> None:
+    """A keyless producer puts nothing into a partition its first metadata shows without a
+    leader until its next refresh (5 minutes): `ensure_topic` returns once all have one."""
+    admin = _Creating()
+    assert clients.ensure_topic(admin, "t", 2, timeout=5) == 2  # type: ignore[arg-type]
+    assert admin.looks == 4
