@@ -26,7 +26,8 @@ def _marker(offset: int, kind: str) -> str:
 
 def test_only_committed_updates_count_and_a_repeat_is_a_break() -> None:
     """Producer 1 commits 3, producer 2's 4 is aborted, producer 1's next epoch commits 3
-    again (a replayed epoch) and then 5: the updates are 3, 3, 5 with a break at the repeat."""
+    again (a replayed epoch) and then 5: the updates are 3, 3, 5 with a break at the repeat;
+    producer 2's next commit does not bring its aborted record back."""
     lines = [
         _batch(1, 0),
         _record(0, "w", 3),
@@ -43,7 +44,12 @@ def test_only_committed_updates_count_and_a_repeat_is_a_break() -> None:
         _marker(6, "COMMIT"),
         _batch(1, 1),
         _record(7, "w", 9),  # left open: not committed
+        _batch(2, 0),
+        _record(8, "v", 1),  # producer 2's next transaction commits: not its aborted 4
+        _batch(2, 0, control=True),
+        _marker(9, "COMMIT"),
     ]
     updates = committed_updates(lines)
     assert [(u.value, u.offset, u.epoch) for u in updates["w"]] == [(3, 0, 0), (3, 4, 1), (5, 5, 1)]
     assert breaks(updates["w"]) == [1]
+    assert [(u.value, u.offset) for u in updates["v"]] == [(1, 8)]
