@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from processor.config import Settings
 from processor.kafka import clients
 
 
@@ -188,3 +189,13 @@ def test_a_new_topic_is_usable_once_every_partition_has_a_leader() -> None:
     admin = _Creating()
     assert clients.ensure_topic(admin, "t", 2, timeout=5) == 2  # type: ignore[arg-type]
     assert admin.looks == 4
+
+
+def test_a_consumer_fetches_again_soon_after_its_queue_was_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """librdkafka's 1 s pause after a full queue would idle a task that drains it sooner;
+    the user's PROCESSOR_KAFKA_CONFIG still decides."""
+    assert clients.consumer_config(Settings())["fetch.queue.backoff.ms"] == 10
+    monkeypatch.setenv("PROCESSOR_KAFKA_CONFIG", '{"fetch.queue.backoff.ms": "250"}')
+    assert clients.consumer_config(Settings())["fetch.queue.backoff.ms"] == "250"
