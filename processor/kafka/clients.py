@@ -142,7 +142,7 @@ def common_config(settings: Settings) -> dict[str, Any]:
 # (100,000) or `queued.max.messages.kbytes`, then waits this long before it looks again (1 s by
 # default): a task that drains 100,000 records in less than that sits idle for the rest (Java's
 # consumer fetches as soon as its buffer drains). Nexmark q2 on a 10 M event backlog: 399,000
-# -> 530,000 events/s with 10 ms (bench/README). The user's PROCESSOR_KAFKA_CONFIG may say.
+# -> 530,000 events/s with 10 ms (bench/experiments/README.md). PROCESSOR_KAFKA_CONFIG may say.
 FETCH_QUEUE_BACKOFF_MS = 10
 
 
