@@ -80,7 +80,7 @@ def load_value(raw: bytes) -> Any:
     try:
         return int(raw)  # what sink_value wrote for an int; anything else is not an int
     except ValueError:
-        return fastjson.loads(raw)  # json.loads's value, through orjson where it is the same
+        return fastjson.loads(raw)  # json.loads's value, through msgspec where it is the same
 
 
 def folder(node: AggregationNode) -> Callable[[Any, Any], Any]:

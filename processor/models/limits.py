@@ -25,6 +25,7 @@ import json
 import re
 import threading
 from collections.abc import Sequence
+from itertools import compress
 from typing import Any
 
 MAX_JSON_DEPTH = 200
@@ -71,14 +72,12 @@ def json_problem(raw: bytes, value: Any) -> tuple[str, str] | None:
     return None
 
 
-def json_problems(raws: list[bytes], values: list[Any], joined: bytes | None = None) -> bool:
+def json_problems(raws: list[bytes], values: list[Any]) -> bool:
     """Whether any ``values[i]`` (decoded from ``raws[i]``) has a `json_problem`: C loops
-    over the whole batch first, one record at a time only where one may have. ``joined``:
-    ``b"\\n".join(raws)``, if the caller has it."""
+    over the whole batch first, one record at a time only where one may have."""
     if not raws:
         return False
-    if joined is None:
-        joined = b"\n".join(raws)
+    joined = b"\n".join(raws)
     if b"\\" in joined and (
         # An escaped backslash may make text look like an escape: then record by record.
         _LONE_SURROGATE.search(joined) is not None
@@ -86,12 +85,13 @@ def json_problems(raws: list[bytes], values: list[Any], joined: bytes | None = N
         else _SURROGATE_ESCAPE.search(joined) is not None
     ):
         return any(json_problem(r, v) is not None for r, v in zip(raws, values, strict=True))
-    if max(map(len, raws)) <= 2 * MAX_JSON_DEPTH:
+    # Each level takes two bytes and a bracket: only a long record with many brackets may be
+    # too deep. Counting the brackets of all long ones at once is a few C loops.
+    lengths = list(map(len, raws))
+    if max(lengths) <= 2 * MAX_JSON_DEPTH:
         return False
-    # Each level takes two bytes and a bracket; counting the brackets is a C loop.
-    limit = MAX_JSON_DEPTH
-    brackets = [r.count(b"[") + r.count(b"{") if len(r) > 2 * limit else 0 for r in raws]
-    if max(brackets) <= limit:
+    long = b"".join(compress(raws, map((2 * MAX_JSON_DEPTH).__lt__, lengths)))
+    if long.count(b"[") + long.count(b"{") <= MAX_JSON_DEPTH:
         return False
     return any(_too_deep(raw, value) for raw, value in zip(raws, values, strict=True))
 

@@ -53,7 +53,7 @@ def decode(value_format: str | Serde, raw: bytes) -> Any:
         raise RecordError(f"not UTF-8: {exc.reason} at byte {exc.start}", "non_utf8") from None
     if value_format == "text":
         return text
-    # orjson where it reads as json.loads does (processor.models.fastjson), except that a
+    # msgspec where it reads as json.loads does (processor.models.fastjson), except that a
     # value too deep to take may be one json.loads refuses here (RecursionError): its own error.
     value = try_loads(raw)
     problem = None if value is MISSING else json_problem(raw, value)

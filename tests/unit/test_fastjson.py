@@ -14,6 +14,7 @@ import json
 import math
 import random
 import struct
+import sys
 import uuid
 from collections import namedtuple
 from typing import Any
@@ -333,6 +334,12 @@ FORGED = [
     b"-9223372036854775808",
     b"-9223372036854775809",
     b'{"a":1,"a":2}',
+    b'{"a":1,"b":2,"a":3}',
+    b"1" * 4300,
+    b"-" + b"1" * 4301,
+    b"1" * 400 + b".0",
+    b"1e-400",
+    b"2.4703282292062328e-324",
     b'"\\ud800"',
     b'"\\udc00\\ud800"',
     b'"\\ud83d\\ude00"',
@@ -375,14 +382,14 @@ def deep_inputs() -> list[bytes]:
     for d in (900, 959, 960, 961, 962, 990, 992, 993, 1000, 1023, 1024, 1025, 1100, 3000):
         out.append(b"[" * d + b"]" * d)
         out.append(b'{"k":' * (d - 1) + b"1" + b"}" * (d - 1))
-    # Long enough to be read inside the wrapping brackets, and trying to close them.
+    # Long and deep, with text that closed the brackets orjson was once read inside of.
     pad = b"[" * 961 + b"]" * 961
     for text in (b"1],[2", b"1]]", b"[1],[2]", b"1]", b"", b" ", b"1,2", b"]" * 64 + b"[" * 64):
         out.append(pad[:961] + text + pad[961:])
         out.append(b"[" + pad + b"," + text + b"]")
         out.append(text + b"," + pad)
     out.append(b"[" + b"[1]," * 1000 + b"2]")  # many brackets, shallow
-    # Shallow, so that orjson reads them inside the brackets: each leaves a level of two.
+    # Shallow, long, many brackets.
     out.append(b"[1]," * 1000 + b"[1]")
     out.append(b"[" + b"[1]," * 1000 + b"1],[2]")
     out.append(b"[1]," * 1000)
@@ -398,10 +405,29 @@ def check_decode(raw: bytes) -> None:
         assert same(old[1], new[1]), raw[:80]
 
 
-def test_orjson_depth_limit_is_the_one_the_wrapping_counts_on() -> None:
-    orjson.loads(b"[" * fastjson.ORJSON_DEPTH + b"]" * fastjson.ORJSON_DEPTH)
-    with pytest.raises(orjson.JSONDecodeError):
-        orjson.loads(b"[" * (fastjson.ORJSON_DEPTH + 1) + b"]" * (fastjson.ORJSON_DEPTH + 1))
+def test_msgspec_reads_what_orjson_misreads_and_refuses_what_the_stdlib_reads_otherwise() -> None:
+    """Why the decoder is msgspec: an int beyond 64 bits is exact (orjson's is a float); and
+    what it refuses the standard library reads (or refuses) as before."""
+    assert orjson.loads(b"18446744073709551616") == 2.0**64
+    assert fastjson.try_loads(b"18446744073709551616") == 2**64
+    for raw in (b"NaN", b"1e400", b"1" * 4301, b'"\\ud800"', b"\xef\xbb\xbf1", b"[" * 5000):
+        assert fastjson.try_loads(raw) is fastjson.MISSING, raw[:20]
+        check_decode(raw)
+
+
+def test_a_deep_value_decodes_as_before_on_a_deep_stack() -> None:
+    """msgspec's depth is the interpreter's recursion limit less the stack in use, as
+    ``json.loads``' is: called with little room left, both refuse or `loads_deep` reads."""
+
+    def at_depth(n: int, raw: bytes) -> None:
+        if n:
+            at_depth(n - 1, raw)
+        else:
+            check_decode(raw)
+
+    for room in (100, 500, 900):
+        for d in (50, 200, 600, 950):
+            at_depth(sys.getrecursionlimit() - room, b"[" * d + b"]" * d)
 
 
 def test_forged_bytes_decode_as_json_loads_decodes_them_or_are_refused_the_same() -> None:
