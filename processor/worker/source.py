@@ -45,12 +45,14 @@ from processor.worker.postgres_orphans import after_savepoint
 from processor.worker.priority import KEYED_SYNC
 from processor.worker.task import (
     ClosedEpoch,
+    Scanned,
     Task,
     TaskContext,
     check,
     commit_metadata,
     committed_after_fencing,
     output_partitions,
+    scan,
 )
 
 log = logging.getLogger(__name__)
@@ -213,22 +215,10 @@ class SourceTask(Task):
         )
 
     def _process(self, msgs: list[Message], out: TransactionalOutput) -> None:
-        values: list[bytes] = []
-        positions = self._positions
-        times: list[int] | None = [] if self._kafka_times else None
-        for msg in msgs:
-            if not check(msg):
-                continue
-            positions[msg.partition()] = msg.offset() + 1  # type: ignore[index,operator]
-            value = msg.value()
-            if value:
-                values.append(value)
-                if times is not None:
-                    times.append(msg.timestamp()[1])
-            elif value is None:
-                self._m_null.inc()
-            else:
-                self._m_empty.inc()
+        scanned = scan(msgs, self._kafka_times, self._positions)
+        if scanned is None:  # an event, an error or a record with no value in it
+            scanned = self._scan_each(msgs)
+        values, times, partitions = scanned
         self._records_in += len(msgs)
         self._m_in.inc(len(msgs))
         # The messages the decoded values came from (None: not worked out yet).
@@ -247,13 +237,34 @@ class SourceTask(Task):
                 decoded, kept = self._decode_each(msgs, out, times)
             newest = self.chain.values(decoded, times=times)
         if newest is not None:
-            for p in {m.partition() for m in msgs}:
+            for p in partitions:
                 # One partition per task: the batch's newest event time is the partition's.
                 self._watermarks.observe(p or 0, newest)
         if self.chain.has_dead:
             if kept is None:
                 kept = [m for m in msgs if m.error() is None and m.value()]
             self._dead_letter(out, kept)
+
+    def _scan_each(self, msgs: list[Message]) -> Scanned:
+        """`scan`'s answer a message at a time: raises on a real error, skips events, and
+        counts the records with no value."""
+        values: list[bytes] = []
+        positions = self._positions
+        times: list[int] | None = [] if self._kafka_times else None
+        for msg in msgs:
+            if not check(msg):
+                continue
+            positions[msg.partition()] = msg.offset() + 1  # type: ignore[index,operator]
+            value = msg.value()
+            if value:
+                values.append(value)
+                if times is not None:
+                    times.append(msg.timestamp()[1])
+            elif value is None:
+                self._m_null.inc()
+            else:
+                self._m_empty.inc()
+        return values, times, {m.partition() for m in msgs}  # type: ignore[misc]
 
     def _decode(self, values: list[bytes], times: list[int] | None) -> list[object] | None:
         """The batch's values for the pipeline; None if one of them is not (see

@@ -11,8 +11,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import (
     Consumer,
@@ -210,6 +211,32 @@ def check(msg: Message) -> bool:
     if err.code() == _PARTITION_EOF:
         return False
     raise KafkaException(err)
+
+
+# A batch's values, their Kafka timestamps (if asked for) and the partitions they came from.
+Scanned = tuple[list[bytes], list[int] | None, set[int]]
+_SECOND = itemgetter(1)
+
+
+def scan(msgs: list[Message], kafka_times: bool, positions: dict[int, int]) -> Scanned | None:
+    """A batch of data messages, each with a value, in C loops over the batch: its values,
+    their Kafka timestamps if ``kafka_times``, and its partitions, each partition's next
+    offset put into ``positions``; None if a message is an event, an error or has no value
+    (then `check` each). A source's batch, 500 to 10,000 messages, comes this way."""
+    if any(map(Message.error, msgs)):  # (not a count of None: KafkaError == None fails)
+        return None
+    values = list(map(Message.value, msgs))
+    if not all(values):
+        return None
+    partitions = set(map(Message.partition, msgs))
+    if len(partitions) == 1:
+        (partition,) = partitions
+        positions[partition] = msgs[-1].offset() + 1  # type: ignore[index,operator]
+    else:  # the last offset of each partition
+        last = dict(zip(map(Message.partition, msgs), map(Message.offset, msgs), strict=True))
+        positions.update((p, o + 1) for p, o in last.items())  # type: ignore[operator,misc]
+    times = list(map(_SECOND, map(Message.timestamp, msgs))) if kafka_times else None
+    return cast(list[bytes], values), times, cast(set[int], partitions)
 
 
 def committed_after_fencing(
