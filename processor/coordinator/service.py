@@ -236,7 +236,11 @@ class CoordinatorService:
         s = self.settings
         machine = self._machine(last_id)
         control_consumer = clients.consumer(
-            s, **{"group.id": f"{s.job_name}.coordinator", "fetch.wait.max.ms": 10}
+            s,
+            **{
+                "group.id": f"{s.job_name}.coordinator",
+                "fetch.wait.max.ms": clients.CONTROL_FETCH_WAIT_MS,
+            },
         )
         clients.assign(control_consumer, [TopicPartition(s.control_topic, 0, OFFSET_END)])
         log.info(

@@ -121,7 +121,11 @@ class Worker:
         self.health = LoopHealth(settings.health_timeout_ms / 1000)
         self._producer = clients.producer(settings, **{"linger.ms": 0, "compression.type": "none"})
         self._control = clients.consumer(
-            settings, **{"group.id": f"{settings.job_name}.workers", "fetch.wait.max.ms": 10}
+            settings,
+            **{
+                "group.id": f"{settings.job_name}.workers",
+                "fetch.wait.max.ms": clients.CONTROL_FETCH_WAIT_MS,
+            },
         )
         self._skipped_control = internal.SkippedRecords(settings.job_name, settings.control_topic)
         self._runners: dict[str, TaskRunner] = {}
