@@ -60,6 +60,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from operator import itemgetter
 from typing import Any
 
 from processor.api.ops import load_value
@@ -197,7 +198,7 @@ class StageChain:
                 assert times is not None, "a timed source needs the records' timestamps"
                 items = list(zip(times, values, strict=True))
             self._push(head, items, quiet)
-            return max(t for t, _ in items) if items else None
+            return max(map(itemgetter(0), items)) if items else None
         finally:
             ctx.source_batch(None)
 

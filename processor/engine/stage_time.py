@@ -26,6 +26,7 @@ from processor.engine.time import NO_WATERMARK
 from processor.engine.timers import ProcessTimers, timers_prefix
 from processor.engine.ttl import Expirations
 from processor.engine.windows import JoinOperator, WindowOperator
+from processor.models.limits import in_range
 from processor.plan.stages import Stage
 
 # What keeps timers in state, rebuilt after a restore (`StageChain.timed_operators`).
@@ -163,7 +164,24 @@ def windows_before(node: Node, stage: Stage) -> list[Node | None] | None:
 
 
 def stamped(ctx: StageContext, head: SourceNode, values: list[Any]) -> list[tuple[int, Any]]:
-    """(event time, value) by the source's timestamp function; a failure is dead."""
+    """(event time, value) by the source's timestamp function; a failure is dead.
+
+    The whole batch in C loops first (the function mapped, the times checked as a batch);
+    should the function raise or a time not be an int in range, the batch again a record at
+    a time (`stamped_each`), as the stateless operators do."""
+    fn = head.timestamp_fn
+    assert fn is not None
+    try:
+        times = list(map(fn, values))
+    except Exception:  # noqa: BLE001 - find the failing records one by one
+        return stamped_each(ctx, head, values)
+    if times and (set(map(type, times)) != {int} or not in_range(times)):
+        return stamped_each(ctx, head, values)
+    return list(zip(times, values, strict=True))
+
+
+def stamped_each(ctx: StageContext, head: SourceNode, values: list[Any]) -> list[tuple[int, Any]]:
+    """`stamped` a record at a time: each failure a dead record."""
     fn = head.timestamp_fn
     assert fn is not None
     items = []

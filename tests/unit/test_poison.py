@@ -260,6 +260,28 @@ def test_event_times_outside_the_valid_range_are_dead_at_the_timestamp_step() ->
     assert sorted(item[2] for item in _shipped(chain)) == sorted(int(v["ts"]) for v in good)  # type: ignore[index]
 
 
+@pytest.mark.parametrize(
+    ("values", "dead"),
+    [
+        ([{"ts": 3}, {"ts": 1}, {"ts": 2}], []),  # the batch path: ints in range
+        ([{"ts": 3.0}, {"ts": 1.5}, {"ts": 2.0}], []),  # floats: one at a time, made ints
+        ([{"ts": 3}, {}, {"ts": 2}], [("e", "function_error", 1)]),  # the function raises
+        ([{"ts": 3}, {"ts": 1 << 53}, {"ts": 2}], [("e", "bad_event_time", 1)]),
+        ([{"ts": 3}, {"ts": True}, {"ts": 2}], [("e", "function_error", 1)]),  # no time
+    ],
+)
+def test_a_batch_of_times_is_stamped_as_a_record_at_a_time_would_be(
+    values: list[dict[str, Any]], dead: list[Any]
+) -> None:
+    p = Pipeline()
+    source = p.source("e", value="json", timestamp=lambda v: v["ts"])
+    source.key_by(str).window(size_ms=1000).count().sink("o")
+    chain = _source(plan(p))
+    newest = chain.values(values)
+    assert newest == 3 and type(newest) is int
+    assert _dead(chain) == dead
+
+
 def test_kafka_timestamps_in_range() -> None:
     assert limits.in_range([0, -1, limits.EVENT_TIME_LIMIT - 1])
     assert not limits.in_range([0, limits.EVENT_TIME_LIMIT])
