@@ -11,13 +11,11 @@ from urllib.parse import urlsplit
 
 from pydantic import (
     Field,
-    GetCoreSchemaHandler,
     SecretStr,
     ValidationError,
     ValidationInfo,
     field_validator,
 )
-from pydantic_core import CoreSchema, core_schema
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,61 +24,10 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from processor.errors import SettingsError as SettingsError
+from processor.storage_location import S3Location as S3Location
 from processor.topics import CHECKPOINTS, CONTROL, DLQ, job_topic, shuffle_topic
 from processor.worker_hosts import DEFAULT_WORKER_HOSTS, WorkerHosts
-
-# S3's rules for new bucket names (no dots-only or IP-like checks: the server has the last word).
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-
-
-class S3Location:
-    """``s3://bucket/prefix``: where checkpoints go in an S3 (API) bucket."""
-
-    __slots__ = ("bucket", "prefix")
-
-    def __init__(self, bucket: str, prefix: str = "") -> None:
-        self.bucket = bucket
-        self.prefix = prefix  # without leading or trailing '/'; "" = the bucket's top
-
-    @classmethod
-    def __get_pydantic_core_schema__(
-        cls, source: type[Any], handler: GetCoreSchemaHandler
-    ) -> CoreSchema:
-        # Instances only: strings are parsed by Settings' validator. (Not a dataclass either:
-        # pydantic-settings would JSON-decode the variable into a location nobody checked.)
-        return core_schema.is_instance_schema(cls)
-
-    @classmethod
-    def parse(cls, text: str) -> S3Location:
-        # The value is never echoed: a URL pasted with credentials in it must not be logged.
-        rest = text.removeprefix("s3://")
-        bucket, _, prefix = rest.partition("/")
-        if not _BUCKET.match(bucket):
-            raise ValueError(
-                "the bucket of an s3:// location must be 3-63 lowercase letters, digits, '.' "
-                "or '-' (s3://bucket/prefix)"
-            )
-        prefix = prefix.rstrip("/")
-        if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
-            raise ValueError(
-                "the prefix of an s3:// location may not have empty, '.' or '..' parts"
-            )
-        return cls(bucket, prefix)
-
-    def __str__(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
-
-    def __repr__(self) -> str:
-        return f"S3Location({self.bucket!r}, {self.prefix!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, S3Location):
-            return NotImplemented
-        return (self.bucket, self.prefix) == (other.bucket, other.prefix)
-
-    def __hash__(self) -> int:
-        return hash((self.bucket, self.prefix))
-
 
 # A directory of files named after the variables (PROCESSOR_API_TOKEN, PROCESSOR_KAFKA_CONFIG,
 # PROCESSOR_S3_SECRET_ACCESS_KEY...), each holding that setting's value: a Kubernetes Secret
@@ -351,10 +298,6 @@ class Settings(BaseSettings):
     @property
     def group_id(self) -> str:
         return self.job_name
-
-
-class SettingsError(Exception):
-    """An invalid setting, described in one line that names it."""
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -20,3 +20,7 @@ class PermanentTaskFailure(Exception):
 class OutsideFailure(Exception):
     """A failure of something outside the job an operator fixes (a server's setting): the
     task fails and retries, and its message, one line, says it all (no traceback)."""
+
+
+class SettingsError(Exception):
+    """An invalid setting, described in one line that names it."""

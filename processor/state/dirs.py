@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from processor.config import SettingsError
+from processor.errors import SettingsError
 
 
 def private_dir(path: Path, setting: str) -> Path:

@@ -30,6 +30,7 @@ LAYERS: list[set[str]] = [
         "worker_hosts",
         "redact",
         "threads",
+        "storage_location",
     },
     {"models"},
     {"serde"},
