@@ -23,14 +23,14 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from processor.api.ops import UNSET, load_value
+from processor.api.ops import UNSET, key_of, load_value
 from processor.api.postgres import Rows
 from processor.api.sinks import Headed
 from processor.api.streams import Node
 from processor.engine.dead import DeadRecord, dead_record
 from processor.engine.shuffle_out import ShuffleOut
 from processor.engine.state_keys import state_key
-from processor.serde.codec import RecordError, sink_value
+from processor.serde.codec import RecordError, shown, sink_value
 
 SinkRecords = dict[str, list[tuple[bytes | None, bytes]]]  # topic -> (key, value) records
 
@@ -102,12 +102,14 @@ class StageContext:
         if not isinstance(self.reader, ExpiredFilter):  # no filter until a key expires
             self.reader = self.filtered()
 
-    def encode(self, node: Node, value: Any) -> bytes | None:
-        """A state value's bytes; None (and a dead record) if it cannot be stored."""
+    def encode(self, node: Node, text: str, value: Any) -> bytes | None:
+        """Key ``text``'s state value as bytes; None (and a dead record, the value, its error
+        naming the key) if it cannot be stored."""
         try:
             return sink_value(value)
         except RecordError as exc:
-            self.fail(node, exc, value)
+            error = RecordError(f"state of key {_key_shown(text)} not stored: {exc}", exc.reason)
+            self.fail(node, error, value)
             return None
 
     # -- dead records -----------------------------------------------------------------------
@@ -156,3 +158,11 @@ class StageContext:
             + sum(map(len, self.headed.values()))
             + len(self.dead)
         )
+
+
+def _key_shown(text: str) -> str:
+    """A key, as a dead record's error shows it."""
+    try:
+        return shown(key_of(text))
+    except Exception:  # noqa: BLE001 - a key's text that does not decode: as it is
+        return shown(text)

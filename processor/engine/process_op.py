@@ -18,7 +18,7 @@ from processor.api.streams import Node
 from processor.engine.expiry import Expiry, checked_ttl
 from processor.engine.meta import Headers
 from processor.engine.timers import ProcessTimers, Timers
-from processor.serde.codec import RecordError, check_storable
+from processor.serde.codec import RecordError
 
 DELETED = object()  # a key ``state.delete()`` removed this epoch
 Fn = Callable[[Any, "KeyState"], Iterable[Any]]  # process's function: (value, state) -> outputs
@@ -83,9 +83,13 @@ class KeyState:
         """This key's value. ``ttl_ms``: deleted once not set for that long (None: the
         operator's ``ttl_ms``, if any); it then starts again from nothing.
 
+        The value is stored as JSON at the epoch's end, not encoded here (a value of a list
+        set again per record would cost its whole size each time): one that JSON cannot
+        carry is a dead record then, naming the key, which keeps its state of the last
+        checkpoint (`processor.engine.context.StageContext.encode`).
+
         >>> state.set({"first_seen": state.timestamp}, ttl_ms=86_400_000)  # doctest: +SKIP
         """
-        check_storable(value)  # refuse what cannot be stored, on the record that tried
         if ttl_ms is not None:
             ttl_ms = checked_ttl(ttl_ms)
         self._cache[self._text] = value

@@ -28,7 +28,7 @@ from processor.api.node import AggregationNode, CountNode, JoinNode, PerKeyNode,
 from processor.api.ops import UNSET, folder, key_of, key_text, merger, sink_key_of
 from processor.api.streams import Node
 from processor.engine.time import NO_WATERMARK
-from processor.serde.codec import RecordError, check_storable
+from processor.serde.codec import RecordError
 
 # A timed keyed item: ((key text, event time ms), value).
 Item = tuple[tuple[str, int], Any]
@@ -330,8 +330,7 @@ class _WindowState:
                 "state.set(ttl_ms=...) in a process on windows: a window's state is deleted "
                 "when the window closes"
             )
-        check_storable(value)  # refuse what cannot be stored, on the record that tried
-        self._state[self._slot] = value
+        self._state[self._slot] = value  # encoded at the epoch's end (see KeyState.set)
 
     def delete(self) -> None:
         self._state[self._slot] = None

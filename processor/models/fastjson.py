@@ -44,7 +44,6 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 # Dataclasses and datetimes to `_refuse` (so to the standard library), not encoded: a second
 # fence, as `_plain` keeps every type but the plain ones from orjson.
 _OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-_CHECK = _OPTIONS | orjson.OPT_PASSTHROUGH_SUBCLASS  # `encodes`: subclasses refused too
 _NONE = type(None)
 _SCALARS = frozenset({str, int, bool, _NONE})
 _LEAVES = _SCALARS | {float}
@@ -91,28 +90,6 @@ def dumps_each(bodies: list[Any]) -> list[bytes] | None:
         return [orjson.dumps(body, default=_refuse, option=_OPTIONS) for body in bodies]
     except orjson.JSONEncodeError:
         return None
-
-
-def encodes(value: Any) -> bool:
-    """True only if `dumps` encodes ``value``; False when not known (ask `dumps`). A check
-    for a hot path that needs no bytes (a state's ``set``): orjson writes the value and reads it
-    back, equal (a 40-byte state 0.4 µs against `dumps`' 1.3, a 670-byte one 4.0 against 5.1).
-
-    Of what orjson writes natively, only the plain types read back equal: UUIDs, enums (by
-    their value) and ``orjson.Fragment`` compare equal to their own type alone, NaN and
-    ±Infinity read back as None, tuples as lists, and subclasses, dataclasses and datetimes are
-    refused here (`_CHECK`). So an equal round trip holds nothing but the standard library's
-    plain types. The one way around it is an enum class of the user's whose ``__eq__`` says it
-    equals its value: then the caller's later `dumps` refuses it (a state's flush: a dead
-    record then, not at ``set``).
-
-    >>> encodes({"a": [1, "b", None]}), encodes({"a": (1,)}), encodes(float("nan"))
-    (True, False, False)
-    """
-    try:
-        return bool(orjson.loads(orjson.dumps(value, default=_refuse, option=_CHECK)) == value)
-    except Exception:  # noqa: BLE001 - orjson's refusal, or an odd __eq__: not known
-        return False
 
 
 def loads(raw: bytes) -> Any:

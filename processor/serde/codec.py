@@ -7,7 +7,7 @@ import contextlib
 import json
 from typing import Any
 
-from processor.models.fastjson import MISSING, dumps, dumps_each, encodes, try_loads
+from processor.models.fastjson import MISSING, dumps, dumps_each, try_loads
 from processor.models.limits import MAX_JSON_DEPTH, json_problem
 from processor.serde.protocol import Serde
 
@@ -104,14 +104,6 @@ def serde_dumps(serde: Serde, value: Any) -> bytes:
 
 def _name(serde: object) -> str:
     return type(serde).__name__
-
-
-def check_storable(value: Any) -> None:
-    """Raise what `sink_value` would for ``value``, if anything: a state's ``set`` refuses
-    what cannot be stored, on the record that tried. Plain values are checked without their
-    bytes (`fastjson.encodes`), the others by `sink_value` itself."""
-    if type(value) is not int and not encodes(value):
-        sink_value(value)
 
 
 def sink_values(values: list[Any]) -> list[bytes]:

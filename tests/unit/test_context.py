@@ -7,6 +7,7 @@ from typing import Any
 
 from processor import Pipeline
 from processor.api.node import MapNode, Node
+from processor.api.ops import key_text
 from processor.engine.chain import StageChain
 from processor.engine.context import ExpiredFilter, StageContext
 from processor.engine.operators import Operator
@@ -46,11 +47,14 @@ def test_expired_keys_read_as_missing_until_the_flush() -> None:
     assert shared.get_many([b"op\0a"]) == [b"1"]
 
 
-def test_a_value_that_cannot_be_stored_is_dead() -> None:
+def test_a_value_that_cannot_be_stored_is_dead_naming_its_key() -> None:
     ctx = StageContext(MemoryState(), False, "", 1000)
-    assert ctx.encode(_node("agg"), {"n": 1}) == b'{"n":1}'
-    assert ctx.encode(_node("agg"), {1, 2}) is None
-    assert [d.operator for d in ctx.dead] == ["agg"] and ctx.output_buffered == 1
+    assert ctx.encode(_node("agg"), "k", {"n": 1}) == b'{"n":1}'
+    assert ctx.encode(_node("agg"), key_text(7), {1, 2}) is None
+    assert ctx.encode(_node("agg"), "\x00{", {3}) is None  # a key text that does not decode
+    assert [d.operator for d in ctx.dead] == ["agg", "agg"] and ctx.output_buffered == 2
+    assert ctx.dead[0].error.startswith("state of key 7 not stored: value {1, 2}")
+    assert "state of key '\\x00{' not stored" in ctx.dead[1].error
 
 
 def test_no_operator_holds_its_chain() -> None:

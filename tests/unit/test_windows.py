@@ -256,6 +256,31 @@ def test_process_per_window_state_is_deleted_when_the_window_closes() -> None:
     assert not h.backend.data
 
 
+def test_a_window_state_the_store_refuses_is_dead_at_the_epochs_end_naming_its_key() -> None:
+    """A windowed ``process``'s ``state.set`` keeps the value in memory: the epoch's end
+    stores the key's windows, so a value that is no JSON (a set) is a dead record naming the
+    key, whose windows keep their state of the last checkpoint."""
+
+    def keep(value: Any, state: Any) -> list[Any]:
+        seen = state.get([])
+        state.set(set(seen) if value["id"] == 0 else [*seen, value["id"]])
+        return [[sorted(seen), value["id"]]]
+
+    compiled, stage = _keyed_plan(lambda s: s.window(size_ms=1000).process(keep))
+    h = Harness(compiled, stage)
+    h.records([("a", {"id": 1}, 100)])
+    h.restart()
+    h.records([("a", {"id": 2}, 200), ("a", {"id": 0}, 300)])
+    h.flush()
+    dead = h.chain.take_dead()
+    h.restart()
+    h.records([("a", {"id": 3}, 400)])
+    h.flush()
+    assert [json.loads(v) for _, v in h.out] == [[[], 1], [[1], 2], [[1, 2], 0], [[1], 3]]
+    assert [d.operator for d in dead] == ["in.key_by.window.process"]
+    assert "state of key 'a' not stored" in dead[0].error, dead[0].error
+
+
 def test_quiet_firing_deletes_without_emitting() -> None:
     compiled, stage = _keyed_plan(lambda s: s.window(size_ms=1000).count())
     h = Harness(compiled, stage)

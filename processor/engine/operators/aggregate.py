@@ -151,7 +151,7 @@ class Aggregate(Operator):
         kept = []
         prefix, node, encode = self.prefix, self.node, self.ctx.encode
         for text, value in items:
-            raw = encode(node, value)
+            raw = encode(node, text, value)
             if raw is not None:
                 writes[prefix + text.encode()] = raw
                 kept.append((text, value))
@@ -177,7 +177,7 @@ class Aggregate(Operator):
                     writes[prefix + raw] = encoded
                     append((raw, encoded))
                     continue
-            stored = ctx.encode(node, value)
+            stored = ctx.encode(node, text, value)
             if stored is not None:  # else dead: neither stored nor emitted
                 writes[prefix + text.encode()] = stored
                 rest.append((text, value))
@@ -239,7 +239,7 @@ class PerRecordAggregate(Operator):
         """The keys' latest values into ``writes`` (emitted already: state only)."""
         prefix, node, encode = state_prefix(self.node), self.node, self.ctx.encode
         for text, value in self.latest.take():
-            raw = encode(node, value)
+            raw = encode(node, text, value)
             if raw is not None:
                 writes[prefix + text.encode()] = raw
 

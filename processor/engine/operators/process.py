@@ -105,7 +105,7 @@ class Process(Operator):
             if value is DELETED:
                 writes[prefix + text.encode()] = None
             elif value is not UNSET:
-                raw = encode(node, value)
+                raw = encode(node, text, value)
                 if raw is not None:
                     writes[prefix + text.encode()] = raw
         self.cache.clear()

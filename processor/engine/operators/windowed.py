@@ -33,7 +33,7 @@ def _flush_timed(ctx: StageContext, op: WindowOperator | JoinOperator, writes: W
         if state is DELETED:
             writes[key] = None
         else:
-            raw = ctx.encode(node, state)
+            raw = ctx.encode(node, text, state)
             if raw is not None:
                 writes[key] = raw
 
