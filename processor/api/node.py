@@ -125,12 +125,17 @@ class KeyByNode(FunctionNode):
     """``key_by``: each value keyed by ``fn``, into the shuffle of the stage it heads
     (``topic``, if the pipeline names it: the built-in word count's ``<job>.shuffle``; else
     ``<job>.<stage>``); or, with ``feeds``, a loop's feedback: its records go round into
-    that loop (`processor.api.loops`)."""
+    that loop (`processor.api.loops`).
+
+    ``prune``, the engine's, not the user's: given the values of one key that a task ships
+    together, those that can matter downstream (`processor.api.windowing.top_results`' bound:
+    of a window's results, only those a top-n may keep), in their order; None ships all."""
 
     kind = "key_by"
 
     topic: str = ""
     feeds: LoopNode | None = None
+    prune: Callable[[list[Any]], list[Any]] | None = None
 
 
 @dataclass(eq=False, repr=False, kw_only=True)

@@ -104,7 +104,9 @@ def top_results(graph: Graph, results: Node, n: Any, by: Any, ties: Any, name: s
     which closes once the watermark passes ``end``. That is when the windows that made them
     closed (held back while they may still emit, so none of them is late here): the top of a
     window comes with the watermark that closed it. Its rows keep the results' event time,
-    ``end - 1``, and are keyed ``"<start>@<end - 1>"``.
+    ``end - 1``, and are keyed ``"<start>@<end - 1>"``. Each task ships only the results
+    that may rank (`_Top.bound`: those below the n-th best of what it ships together cannot),
+    so the shuffle carries a few results per window and task, not one per key.
 
     >>> p = Pipeline()
     >>> per_page = p.source("views").key_by(str).window(size_ms=10, slide_ms=5, bounds=True)
@@ -127,6 +129,7 @@ def top_results(graph: Graph, results: Node, n: Any, by: Any, ties: Any, name: s
         )
     top = _Top(n, by, ties, "top")
     key_by = graph.add(KeyByNode(_name(graph, results, "top", name), results, True, fn=_start))
+    key_by.prune = top.bound  # each task ships only the results that may rank
     gather = aggregations.window(graph, key_by, 1, None, None, 0, None, bounds=False)
     kept = aggregations.aggregate(graph, gather, [], top.keep, top.merge, None, "checkpoint", None)
     return graph.add(FlatMapNode(graph.named(kept, FlatMapNode, None), kept, True, fn=_rows))
@@ -170,6 +173,24 @@ class _Top:
                 del scored[n:]
         return [row for _, _, row in scored]
 
+    def bound(self, rows: list[Any]) -> list[Any]:
+        """Of ``rows`` (results of one window), those the top may keep, in their order:
+        all but the ones whose ``by`` is below the n-th largest here, which rank below n
+        others over all rows too. All of them when the scores are not plain numbers, or
+        all plain strings (no total order to rely on), or ``by`` raises (the top's own
+        ranking makes that row dead)."""
+        if len(rows) <= self.n:
+            return rows
+        try:
+            scores = list(map(self.by, rows))
+        except Exception:  # noqa: BLE001 - a user function's failure: the top's to report
+            return rows
+        kinds = set(map(type, scores))
+        if not (kinds <= _NUMBERS or kinds == _TEXT) or any(s != s for s in scores):
+            return rows  # a NaN, a bool, anything of its own order: the top ranks them all
+        cut = sorted(scores, reverse=True)[self.n - 1]
+        return [row for row, score in zip(rows, scores, strict=True) if not score < cut]
+
     def keep(self, best: list[Any], row: Any) -> list[Any]:
         """``best`` with ``row`` one more: unchanged at once if ``row`` ranks below the n-th
         (most rows, once a window has n)."""
@@ -179,6 +200,10 @@ class _Top:
 
     def merge(self, best: list[Any], other: list[Any]) -> list[Any]:
         return self.rank([*best, *other])
+
+
+_NUMBERS = frozenset({int, float})
+_TEXT = {str}
 
 
 def _text(row: Any) -> str:

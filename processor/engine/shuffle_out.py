@@ -51,6 +51,7 @@ class ShuffleOut:
         self.partitions = partitions
         self.oversized = 0  # keys too long to ship (counted, skipped)
         self._key_fn = head.fn
+        self._prune = head.prune  # of one key's values taken together, those to ship
         # Half a record at most: a key's sink record (key, digits) always fits.
         self._max_key_bytes = min(max_key_bytes, max_record_bytes // 2)
         self._max_record = max_record_bytes
@@ -175,6 +176,8 @@ class ShuffleOut:
             for p, body in enumerate(parts):
                 out.extend((p, v) for v in self._encode(channel, body))
         if self._pairs:
+            if self._prune is not None:
+                self._pairs = _pruned(self._pairs, self._prune)
             lists = self._by_partition(self._pairs)
             for p, pairs in enumerate(lists):
                 out.extend((p, v) for v in self._encode(channel, pairs))
@@ -292,6 +295,21 @@ def _texts(keys: list[Any]) -> list[str]:
         k if type(k) is str and k[:1] != tag else (f"{tag}{k}" if type(k) is int else key_text(k))
         for k in keys
     ]
+
+
+def _pruned(pairs: list[Any], prune: Callable[[list[Any]], list[Any]]) -> list[Any]:
+    """Uncombined records (tuples, the key text first, the value second) with each key's
+    values cut to what ``prune`` keeps of them, in their order."""
+    by_key: dict[str, list[Any]] = {}
+    for pair in pairs:
+        by_key.setdefault(pair[0], []).append(pair)
+    kept: set[int] = set()  # the pairs kept, by identity (each is its own tuple in ``pairs``)
+    for group in by_key.values():
+        values = {id(v) for v in prune([pair[1] for pair in group])}
+        kept.update(id(pair) for pair in group if id(pair[1]) in values)
+    if len(kept) == len(pairs):
+        return pairs
+    return [pair for pair in pairs if id(pair) in kept]
 
 
 def _not_utf8(text: str) -> RecordError:

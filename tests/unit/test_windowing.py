@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 
 from processor import Pipeline, PipelineError, Stream
+from processor.engine.shuffle_out import ShuffleOut
+from processor.models.records import decode_shuffle
+from processor.plan.stages import plan
 from processor.testing import Driver
 
 # (tasks per keyed stage, source partitions, records between checkpoints)
@@ -222,6 +225,76 @@ def test_top_results_per_window_over_all_keys(
         assert got[start, start + size] == _best(rows, n, lambda w: w["value"], ties)
     if n == 1 and ties:
         assert any(len(rows) > 1 for rows in got.values())  # the seeds give ties
+
+
+def _scores(rng: random.Random, kind: str) -> list[Any]:
+    """Scores with many ties: of one kind, or of the kinds a bound must not cut by."""
+    if kind == "int":
+        return [rng.randrange(5) for _ in range(rng.randrange(1, 30))]
+    if kind == "float":
+        return [rng.randrange(5) / 2 for _ in range(rng.randrange(1, 30))]
+    if kind == "str":
+        return [rng.choice("abc") for _ in range(rng.randrange(1, 30))]
+    odd = [float("nan"), True, None, [1], "x", 2.5, 3]
+    return [rng.choice([*odd, rng.randrange(5)]) for _ in range(rng.randrange(1, 30))]
+
+
+@pytest.mark.parametrize("kind", ["int", "float", "str", "odd"])
+@pytest.mark.parametrize(("n", "ties"), [(1, True), (1, False), (2, True), (3, False)])
+def test_a_tasks_bound_keeps_every_result_the_top_may_rank(kind: str, n: int, ties: bool) -> None:
+    """`top_results` ships, of each window's results a task takes together, only those
+    `_Top.bound` keeps: whatever pieces the results come in, ranking what is kept ranks them
+    all. Scores of no total order (a NaN, a bool, mixed kinds) are all kept."""
+    from processor.api.windowing import _Top
+
+    rng = random.Random(f"{kind}{n}{ties}")
+    top = _Top(n, lambda row: row["s"], ties, "top")
+    pruned = 0
+    for _ in range(300):
+        rows = [{"s": s, "i": i} for i, s in enumerate(_scores(rng, kind))]
+        cuts = sorted(rng.sample(range(1, len(rows) + 1), rng.randrange(min(3, len(rows)))))
+        pieces = [rows[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)], strict=True)]
+        kept = [row for piece in pieces for row in top.bound(piece)]
+        assert all(k in piece for piece in pieces for k in top.bound(piece))
+        pruned += len(rows) - len(kept)
+        if kind == "odd":  # a piece is cut only if its scores are plain numbers
+            for piece in pieces:
+                plain = all(type(r["s"]) in (int, float) and r["s"] == r["s"] for r in piece)
+                assert plain or top.bound(piece) == piece
+        else:
+            assert top.rank(kept) == top.rank(rows)
+    assert pruned > 0
+
+
+def test_top_results_ship_only_what_may_rank_and_a_failing_by_is_still_dead() -> None:
+    """Through the shuffle to the top go only the results a task's bound keeps; a ``by``
+    that raises leaves its window's results all shipped, and the top makes that one dead."""
+    records = [{"k": f"k{i % 7}", "v": 0, "ts": i} for i in range(70)]
+    p = Pipeline()
+    counts = _source(p).key_by(lambda r: r["k"]).window(size_ms=100, bounds=True).count()
+    counts.top(1, by=lambda w: w["value"] + (w["key"] == "k0")).sink("out")
+    assert _values(_drive(p, records, (1, 1, 1000))) == [
+        {"key": "k0", "start": 0, "end": 100, "value": 10}
+    ]
+    compiled = plan(p)
+    node = next(n for stage in compiled.stages for n in stage.shuffles if n.prune is not None)
+    out = ShuffleOut(node, compiled.target(node), 1, 32768, lambda n, e, v: None)
+    results = [{"key": f"k{i}", "start": 0, "end": 100, "value": 10 + (i == 0)} for i in range(7)]
+    out.add([0] * 7, results, times=[99] * 7)
+    [(_, shuffled)] = out.take(0)
+    assert [item[1] for item in decode_shuffle(shuffled)[1]] == results[:1]
+
+    p = Pipeline()
+    counts = _source(p).key_by(lambda r: r["k"]).window(size_ms=100, bounds=True).count()
+    counts.top(1, by=lambda w: 1 // (w["key"] != "k3")).sink("out")
+    driver = Driver(p)
+    for record in records:
+        driver.send("in", json.dumps(record).encode())
+    driver.finish()
+    assert [d.operator for d in driver.dead_records()] == [
+        "in.key_by.window.count.top.window.aggregate"
+    ]
+    assert len(_values(driver)) == 6  # the six others, all tied at 10
 
 
 def test_top_results_come_at_the_end_of_their_window_and_late_records_change_nothing() -> None:
