@@ -77,10 +77,15 @@ def sink_key_of(text: str) -> bytes:
 
 def load_value(raw: bytes) -> Any:
     """A value stored by ``sink_value`` (state uses the same encoding)."""
-    try:
-        return int(raw)  # what sink_value wrote for an int; anything else is not an int
-    except ValueError:
-        return fastjson.loads(raw)  # json.loads's value, through msgspec where it is the same
+    if raw[:1] in _INT_START:  # not a dict's or a list's: no exception raised to find that
+        try:
+            return int(raw)  # what sink_value wrote for an int; anything else is not an int
+        except ValueError:
+            pass
+    return fastjson.loads(raw)  # json.loads's value, through msgspec where it is the same
+
+
+_INT_START = b"-0123456789"
 
 
 def folder(node: AggregationNode) -> Callable[[Any, Any], Any]:

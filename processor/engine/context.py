@@ -30,7 +30,7 @@ from processor.api.streams import Node
 from processor.engine.dead import DeadRecord, dead_record
 from processor.engine.shuffle_out import ShuffleOut
 from processor.engine.state_keys import state_key
-from processor.serde.codec import RecordError, shown, sink_value
+from processor.serde.codec import RecordError, shown, sink_value, sink_values
 
 SinkRecords = dict[str, list[tuple[bytes | None, bytes]]]  # topic -> (key, value) records
 
@@ -111,6 +111,15 @@ class StageContext:
             error = RecordError(f"state of key {_key_shown(text)} not stored: {exc}", exc.reason)
             self.fail(node, error, value)
             return None
+
+    def encode_all(self, node: Node, items: list[tuple[str, Any]]) -> list[bytes | None]:
+        """`encode` of each ``(key text, value)``, in C loops over all of them where every
+        value has its bytes (`codec.sink_values`: an epoch's plain values are looked over
+        once, not each on its own), else one by one."""
+        try:
+            return list(sink_values([value for _, value in items]))
+        except RecordError:
+            return [self.encode(node, text, value) for text, value in items]
 
     # -- dead records -----------------------------------------------------------------------
 

@@ -149,12 +149,11 @@ class Aggregate(Operator):
     def _stored(self, items: list[tuple[str, Any]], writes: Writes) -> list[tuple[str, Any]]:
         """``items`` into ``writes``; those that could be encoded (the others are dead)."""
         kept = []
-        prefix, node, encode = self.prefix, self.node, self.ctx.encode
-        for text, value in items:
-            raw = encode(node, text, value)
+        prefix = self.prefix
+        for item, raw in zip(items, self.ctx.encode_all(self.node, items), strict=True):
             if raw is not None:
-                writes[prefix + text.encode()] = raw
-                kept.append((text, value))
+                writes[prefix + item[0].encode()] = raw
+                kept.append(item)
         return kept
 
     def _flush_into_sink(
@@ -237,9 +236,8 @@ class PerRecordAggregate(Operator):
 
     def flush(self, writes: Writes) -> None:
         """The keys' latest values into ``writes`` (emitted already: state only)."""
-        prefix, node, encode = state_prefix(self.node), self.node, self.ctx.encode
-        for text, value in self.latest.take():
-            raw = encode(node, text, value)
+        prefix, items = state_prefix(self.node), self.latest.take()
+        for (text, _), raw in zip(items, self.ctx.encode_all(self.node, items), strict=True):
             if raw is not None:
                 writes[prefix + text.encode()] = raw
 

@@ -100,14 +100,16 @@ class Process(Operator):
 
     def flush(self, writes: Writes) -> None:
         """The cache into ``writes`` (a deleted key as a deletion), and the timers."""
-        prefix, node, encode = state_prefix(self.node), self.node, self.ctx.encode
+        prefix, node = state_prefix(self.node), self.node
+        kept: list[tuple[str, Any]] = []
         for text, value in self.cache.items():
             if value is DELETED:
                 writes[prefix + text.encode()] = None
             elif value is not UNSET:
-                raw = encode(node, text, value)
-                if raw is not None:
-                    writes[prefix + text.encode()] = raw
+                kept.append((text, value))
+        for (text, _), raw in zip(kept, self.ctx.encode_all(node, kept), strict=True):
+            if raw is not None:
+                writes[prefix + text.encode()] = raw
         self.cache.clear()
         if self.timers is not None:
             prefix = timers_prefix(node)

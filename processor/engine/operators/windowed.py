@@ -28,14 +28,15 @@ Writes = dict[bytes, bytes | None]  # the epoch's state write: key -> value (Non
 def _flush_timed(ctx: StageContext, op: WindowOperator | JoinOperator, writes: Writes) -> None:
     """A window's or the join's changed state into ``writes``."""
     prefix, node = state_prefix(op.node), op.node
+    kept: list[tuple[str, Any]] = []
     for text, state in op.take_writes().items():
-        key = prefix + text.encode()
         if state is DELETED:
-            writes[key] = None
+            writes[prefix + text.encode()] = None
         else:
-            raw = ctx.encode(node, text, state)
-            if raw is not None:
-                writes[key] = raw
+            kept.append((text, state))
+    for (text, _), raw in zip(kept, ctx.encode_all(node, kept), strict=True):
+        if raw is not None:
+            writes[prefix + text.encode()] = raw
 
 
 class Window(Operator):
