@@ -60,6 +60,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.harness.common import children_cpu_s
 from bench.harness.measure import create_topic
 from bench.nexmark_cpu import CpuSampler, load_1m, machine
 from bench.nexmark_done import processor_done_at
@@ -79,12 +80,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 ENGINES = ("processor", "flink")
 TOPIC = "nexmark"
-
-
-def children_cpu_s() -> float:
-    """CPU seconds of this process's reaped children so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def run_processor(job: Job, query: str, timeout: float, broker: CpuSampler) -> dict[str, Any]:

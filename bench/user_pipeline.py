@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import statistics
 import subprocess
@@ -42,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from bench.harness.common import children_cpu_s
 from bench.harness.measure import create_topic
 from bench.nexmark_cpu import CpuSampler, load_1m, machine
 from bench.nexmark_done import processor_done_at
@@ -56,11 +56,6 @@ TOPIC = "carts"
 INTERVAL_MS = 1000
 ENGINES = ("processor", "plain")
 PLAIN_PROCESSES = 2
-
-
-def children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def load_input(bootstrap: str, partitions: list[list[carts_avro.Record]]) -> int:

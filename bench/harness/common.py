@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import threading
 import time
@@ -20,6 +21,12 @@ def own_cpu_s() -> float:
     result reports as the harness's own cost."""
     times = os.times()
     return times.user + times.system
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of this process's reaped children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def ms(seconds: float | None) -> float | None:

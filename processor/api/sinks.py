@@ -18,7 +18,7 @@ from typing import Any
 
 from processor.api.ops import key_of, key_text, oversized, sink_key_of
 from processor.api.targets import SinkSpec as SinkSpec  # re-exported: the engine reads it here
-from processor.models.limits import headers_size
+from processor.models.limits import HEADER_OVERHEAD, headers_size
 from processor.serde.codec import RecordError, Unavailable, shown
 
 SinkHeaders = list[tuple[str, bytes]]
@@ -50,10 +50,11 @@ def encode(
             else:
                 key = None if text is None else sink_key_of(text)
             raw = value_fn(user_key, value)
-            extra = None if headers_fn is None else _headers(headers_fn(user_key, value))
             size = len(raw) + (0 if key is None else len(key))
-            if extra:
-                size += headers_size(extra)
+            extra: SinkHeaders | None = None
+            if headers_fn is not None:
+                extra, extra_size = _headers(headers_fn(user_key, value))
+                size += extra_size
             if size > limit:
                 raise oversized(size, limit)
         except Unavailable:
@@ -94,8 +95,27 @@ def _key(key: Any) -> bytes | None:
     raise RecordError(f"key function returned {type(key).__name__}: expected str, bytes or None")
 
 
-def _headers(headers: Any) -> SinkHeaders:
-    """A headers function's list of ``(str, bytes)`` (a str value is taken as UTF-8)."""
+def _headers(headers: Any) -> tuple[SinkHeaders, int]:
+    """A headers function's list of ``(str, bytes)`` (a str value is taken as UTF-8), and
+    its size as a record counts it (`processor.models.limits.headers_size`). A list of
+    ``(str, bytes)`` tuples, the usual answer, is taken as it is."""
+    if type(headers) is list:
+        size = 0
+        for pair in headers:
+            if type(pair) is not tuple or len(pair) != 2:
+                break
+            name, value = pair
+            if type(name) is not str or type(value) is not bytes:
+                break
+            size += len(name) + len(value) + HEADER_OVERHEAD
+        else:
+            return headers, size
+    out = _checked_headers(headers)
+    return out, headers_size(out)
+
+
+def _checked_headers(headers: Any) -> SinkHeaders:
+    """`_headers` of anything else: each pair checked and converted, or a RecordError."""
     if headers is None:
         return []
     if not isinstance(headers, list | tuple):

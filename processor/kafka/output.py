@@ -140,13 +140,11 @@ class TransactionalOutput:
         ``(key, value, headers)`` (a sink with headers) goes through `produce` instead."""
         if not items:
             return
-        if len(items[0]) == 3:
-            for key, value, headers in items:
-                self.produce(topic, value, key, headers=headers)  # type: ignore[arg-type]
-            self._producer.poll(0)
-            return
         if not self._open:
             self._begin()
+        if len(items[0]) == 3:
+            self._produce_headed(topic, items)
+            return
         produce = self._producer.produce
         for key, value in items:
             try:
@@ -161,6 +159,20 @@ class TransactionalOutput:
                         break
                     except BufferError:
                         self._producer.poll(0.05)
+        self._producer.poll(0)
+
+    def _produce_headed(self, topic: str, items: Any) -> None:
+        """`produce_many` of records with headers (an empty list: none): ``items`` is a
+        list of `Headed`."""
+        produce = self._producer.produce
+        headers: Headers
+        for key, value, headers in items:
+            try:
+                produce(topic, value, key, headers=headers)
+            except KafkaException as exc:
+                self._explain(exc)
+            except BufferError:
+                self.produce(topic, value, key, headers=headers)  # waits for room
         self._producer.poll(0)
 
     def _explain(self, exc: KafkaException) -> NoReturn:

@@ -167,6 +167,17 @@ def test_a_record_too_large_with_its_headers_is_dead() -> None:
     assert [reason for _, reason, _ in dead] == ["oversized_record"]
 
 
+@pytest.mark.parametrize("form", [list, tuple])  # a list of tuples is taken as it is
+def test_headers_count_to_the_byte_in_a_records_size(form: Any) -> None:
+    # key b"a" (1) + value b'{"k":"a","pad":N}' (19) + header "pad" (3) + N + 16: 1,000 at 961.
+    p = Pipeline()
+    _keyed(p).sink("out", headers=lambda k, v: [form(("pad", b"x" * v["pad"]))])
+    pairs = [("a", {"k": "a", "pad": n}) for n in (961, 962)]
+    _, headed, dead = _keyed_run(p, pairs, max_record=1000)
+    assert [len(h[0][1]) for _, _, h in headed["out"]] == [961]
+    assert [reason for _, reason, _ in dead] == ["oversized_record"]
+
+
 def test_an_aggregation_into_a_sink_with_a_key_function_uses_it() -> None:
     # count().sink() has its own path at flush (word count's); a spec must leave it.
     p = Pipeline()
