@@ -2,6 +2,7 @@
 
     python bench/user_pipeline.py [--events 1000000] [--runs 5] [--port 28092] \\
         [--engines processor,plain] [--results-dir bench/results]
+    python bench/user_pipeline.py --engines processor --variant shuffled|stateless
 
 The pipeline is bench/pipelines/carts_avro.py: record metadata (the Kafka key, a header), a
 keyed ``process`` with event-time timers, Avro out with keys and headers; every record on its
@@ -19,6 +20,10 @@ completion of the checkpoint that committed it, bench/nexmark_done.py; plain: it
 transaction's commit); its output is read back read_committed and must equal the expected
 multiset of (key, Avro value, headers) to count. CPU: the engine's process trees and the
 broker's over the same window. Writes ``bench/results/user-pipeline-<time>.json``.
+
+``--variant`` runs a part of the pipeline (this project only), to see what each part costs:
+``shuffled`` sends every add through the same ``key_by`` and writes it as it is (no state, no
+timers), ``stateless`` writes it at the source (no shuffle either); checked exact the same way.
 """
 
 from __future__ import annotations
@@ -81,13 +86,13 @@ def load_input(bootstrap: str, partitions: list[list[carts_avro.Record]]) -> int
     return written
 
 
-def run_processor(job: Job, timeout: float) -> dict[str, Any]:
+def run_processor(job: Job, timeout: float, variant: str) -> dict[str, Any]:
     file = job.workdir / "pipeline.py"
     job.workdir.mkdir(parents=True, exist_ok=True)
     file.write_text(
         "import runpy\n\n"
         f"pipeline = runpy.run_path({str(ROOT / 'bench/pipelines/carts_avro.py')!r})['build']"
-        f"(events={job.input_topic!r}, output={job.output_topic!r})\n"
+        f"(events={job.input_topic!r}, output={job.output_topic!r}, variant={variant!r})\n"
     )
     peer = ProcessorPeer(pipeline=str(file))
     running = peer.start(job)
@@ -182,7 +187,7 @@ def one(
     broker.start()
     try:
         if engine == "processor":
-            record |= run_processor(job, args.timeout)
+            record |= run_processor(job, args.timeout, args.variant)
         else:
             record |= run_plain(job, args.timeout, args.partitions)
     finally:
@@ -268,13 +273,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800, help="per run, seconds")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--variant",
+        choices=carts_avro.VARIANTS,
+        default="full",
+        help="the pipeline's parts (bench/pipelines/carts_avro.py); plain runs only full",
+    )
     args = parser.parse_args(argv)
     engines = [e for e in args.engines.split(",") if e]
+    if args.variant != "full" and "plain" in engines:
+        parser.error("the plain app does the full pipeline only: --engines processor")
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     tmp = Path(tempfile.mkdtemp(prefix="bench-user-"))
     out = args.results_dir / f"user-pipeline-{stamp}.json"
     partitions = carts_avro.generate(args.events, args.partitions)
-    want = carts_avro.expected(partitions)
+    want = carts_avro.expected(partitions, args.variant)
     report: dict[str, Any] = {
         "timestamp": stamp,
         "machine": machine(),
@@ -283,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         "expected_output_records": sum(want.values()),
         "partitions": args.partitions,
         "engines": engines,
+        "variant": args.variant,
         "runs": [],
     }
     broker = LocalBroker(port=args.port, controller_port=args.port + 1, data_dir=tmp / "kafka")

@@ -15,7 +15,8 @@ a ``source`` header (``web``, ``ios``, ``android``). Per user, in event time:
 Output on ``output``: key the user, value an Avro ``Outcome`` (plain Avro, the schema known
 to both sides), headers ``event`` and ``source`` (the header of the add that made the cart).
 Every input record crosses the engine on its own: no combining. bench/user_pipeline.py runs
-it against bench/peers/plain_carts_app.py, the same work in plain confluent-kafka code.
+it against bench/peers/plain_carts_app.py, the same work in plain confluent-kafka code; its
+``variant``s leave parts out (the state and timers; the shuffle too) to show what each costs.
 
 The input (``generate``) is sessions of one user each, all of a session's events within 20 s,
 so that every timer (30 s after an add) is later than all of its user's events and the output
@@ -40,6 +41,7 @@ SESSION_EVERY_MS = 5  # a new session starts every 5 ms of event time
 JITTER_MS = 800  # how far a record may come before an earlier one (< OUT_OF_ORDERNESS_MS)
 CLOSING_AFTER_MS = 60_000  # each partition's last record: past every timer
 SOURCES = (b"web", b"ios", b"android")
+VARIANTS = ("full", "shuffled", "stateless")
 
 OUTCOME = {
     "type": "record",
@@ -101,8 +103,17 @@ def headers(_key: Any, value: dict[str, Any]) -> list[tuple[str, bytes]]:
     return [("event", value["event"].encode()), ("source", value["source"].encode())]
 
 
-def build(events: str = "carts", output: str = "carts-out") -> Pipeline:
-    """The pipeline over the given topics."""
+def added(event: dict[str, Any], meta: Any) -> dict[str, Any]:
+    """The variants' output of an add: the add alone, as if its cart were new."""
+    source = dict(meta.headers).get("source") or b""
+    cart = {"items": 1, "total": event["price"], "source": source.decode()}
+    return outcome(meta.key, "add", cart, event["ts"])
+
+
+def build(events: str = "carts", output: str = "carts-out", variant: str = "full") -> Pipeline:
+    """The pipeline over the given topics. ``variant``: ``full`` (the pipeline), or, to see
+    what its parts cost, ``shuffled`` (each add through the same ``key_by``, then written as
+    `added`: no state, no timers) or ``stateless`` (`added` at the source: no shuffle)."""
     p = Pipeline()
     source = p.source(
         events,
@@ -111,11 +122,16 @@ def build(events: str = "carts", output: str = "carts-out") -> Pipeline:
         timestamp=lambda e: e["ts"],
         out_of_orderness_ms=OUT_OF_ORDERNESS_MS,
     )
-    (
-        source.key_by(lambda _e, meta: meta.key, meta=True)
-        .process(track, on_timer=expired)
-        .sink(output, key=lambda _k, v: v["user"], value=Avro(OUTCOME), headers=headers)
-    )
+    avro = Avro(OUTCOME)
+    if variant == "stateless":
+        outcomes = source.filter(lambda e: e["type"] == "add").map(added, meta=True)
+    elif variant == "shuffled":
+        keyed = source.key_by(lambda _e, meta: meta.key, meta=True)
+        outcomes = keyed.filter(lambda e: e["type"] == "add").map(added, meta=True)
+    else:
+        keyed = source.key_by(lambda _e, meta: meta.key, meta=True)
+        outcomes = keyed.process(track, on_timer=expired)
+    outcomes.sink(output, key=lambda _k, v: v["user"], value=avro, headers=headers)
     return p
 
 
@@ -165,9 +181,16 @@ def generate(events: int, partitions: int, seed: int = 7) -> list[list[Record]]:
     return out
 
 
-def expected(partitions: list[list[Record]]) -> Counter[tuple[Any, ...]]:
+def expected(partitions: list[list[Record]], variant: str = "full") -> Counter[tuple[Any, ...]]:
     """The output as a multiset of (key, Outcome's values, headers), from the input alone."""
     got: Counter[tuple[Any, ...]] = Counter()
+    if variant != "full":
+        for _, key, raw, source, ts in (r for records in partitions for r in records):
+            event = json.loads(raw)
+            if event["type"] == "add":
+                one = {"items": 1, "total": event["price"], "source": source.decode()}
+                got[row(outcome(key.decode(), "add", one, ts))] += 1
+        return got
     for records in partitions:
         carts: dict[str, dict[str, Any]] = {}
         for _, key, raw, source, ts in records:

@@ -91,3 +91,18 @@ def test_the_summary_calls_overlapping_ranges_a_tie() -> None:
     assert summary["plain"]["exact_runs"] == 2
     assert summary["ratio"] == round(100 / 152.5, 2)
     assert summary["ranges_overlap"] is True
+
+
+def test_the_variants_write_each_add_as_it_is() -> None:
+    partitions = carts_avro.generate(1000, 2)
+    want = carts_avro.expected(partitions, "shuffled")
+    adds = sum(json.loads(r[2])["type"] == "add" for p in partitions for r in p)
+    assert sum(want.values()) == adds
+    for variant in ("shuffled", "stateless"):
+        driver = Driver(carts_avro.build("in", "out", variant), 2, 2, 300)
+        for _, key, value, source, ts in _in_turn(partitions):
+            driver.send("in", value, key=key, timestamp=ts, headers=[("source", source)])
+        driver.finish()
+        pairs = zip(driver.raw_output("out"), driver.headers("out"), strict=True)
+        records = [(key, value, dict(heads)) for (key, value), heads in pairs]
+        assert carts_avro.rows_of(iter(records)) == want, variant
