@@ -62,7 +62,7 @@ if __package__ in (None, ""):
 
 from bench.harness.common import children_cpu_s
 from bench.harness.measure import create_topic
-from bench.nexmark_cpu import CpuSampler, load_1m, machine
+from bench.nexmark_cpu import CpuSampler, load_1m, machine, watch_exit
 from bench.nexmark_done import processor_done_at
 from bench.nexmark_expect import from_topic
 from bench.nexmark_jobs import SUBMIT_TIMEOUT_S, cancel_jobs, delete_topics, pipeline_file
@@ -86,20 +86,10 @@ def run_processor(job: Job, query: str, timeout: float, broker: CpuSampler) -> d
     job.workdir.mkdir(parents=True, exist_ok=True)
     file = pipeline_file(query, job.input_topic, job.output_topic, job.workdir / "pipeline.py")
     peer = ProcessorPeer(pipeline=str(file))
-    reaped = children_cpu_s()
     running = peer.start(job)
-    tree = CpuSampler(running.roots)
-    tree.start()
-    try:
-        finished = running.wait(timeout)
-        ended = time.time()
-    finally:
-        tree.stop()
-        running.stop()
-    # The whole tree's CPU, exactly: `processor local` reaps its processes, this one reaps it
-    # (the samples of /proc miss the last interval before the exit).
-    reaped = children_cpu_s() - reaped
-    total = max(reaped, tree.cpu_at(ended))
+    watched = watch_exit(running, timeout)
+    finished, ended, tree = watched.finished, watched.ended, watched.tree
+    total, reaped = watched.total_cpu_s, watched.reaped_cpu_s
     first = peer.first_consumed_at(running)
     if not finished or first is None:
         return {"state": "TIMEOUT" if not finished else "NO START", "seconds": None}

@@ -16,8 +16,12 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.harness.common import children_cpu_s
+from bench.peers.base import Running
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -117,3 +121,35 @@ class CpuSampler(threading.Thread):
 
     def cpu_between(self, start: float, end: float) -> float:
         return round(self.cpu_at(end) - self.cpu_at(start), 3)
+
+
+@dataclass
+class Watched:
+    """A job watched to its exit: whether it ended by itself, when, its CPU sampler, and its
+    whole tree's CPU (startup and exit included): the larger of the reaped children's and
+    the last sample's."""
+
+    finished: bool
+    ended: float
+    tree: CpuSampler
+    reaped_cpu_s: float
+
+    @property
+    def total_cpu_s(self) -> float:
+        return max(self.reaped_cpu_s, self.tree.cpu_at(self.ended))
+
+
+def watch_exit(running: Running, timeout: float) -> Watched:
+    """Samples ``running``'s process trees until they exit by themselves (or ``timeout``),
+    then stops them. The whole tree's CPU exactly: the harness reaps the roots, the roots
+    their children (the samples of /proc miss the last interval before the exit)."""
+    reaped = children_cpu_s()
+    tree = CpuSampler(running.roots)
+    tree.start()
+    try:
+        finished = running.wait(timeout)
+        ended = time.time()
+    finally:
+        tree.stop()
+        running.stop()
+    return Watched(finished, ended, tree, children_cpu_s() - reaped)

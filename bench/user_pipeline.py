@@ -35,7 +35,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -46,9 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from bench.harness.common import children_cpu_s
 from bench.harness.measure import create_topic
-from bench.nexmark_cpu import CpuSampler, load_1m, machine
+from bench.nexmark_cpu import CpuSampler, load_1m, machine, watch_exit
 from bench.nexmark_done import processor_done_at
 from bench.peers.base import Job, Running, spawn
 from bench.peers.processor_peer import ProcessorPeer
@@ -139,16 +137,8 @@ Timing = Callable[[float | None, float | None], dict[str, Any]]
 
 def _wait(running: Running, timeout: float) -> Timing:
     """Waits for the job's exit; returns what times it once its first and done are known."""
-    reaped = children_cpu_s()
-    tree = CpuSampler(running.roots)
-    tree.start()
-    try:
-        finished = running.wait(timeout)
-        ended = time.time()
-    finally:
-        tree.stop()
-        running.stop()
-    total = max(children_cpu_s() - reaped, tree.cpu_at(ended))
+    watched = watch_exit(running, timeout)
+    finished, tree, ended = watched.finished, watched.tree, watched.ended
     codes = running.exit_codes()
 
     def timing(first: float | None, done: float | None) -> dict[str, Any]:
@@ -161,7 +151,7 @@ def _wait(running: Running, timeout: float) -> Timing:
             "seconds": round(done - first, 3),
             "seconds_to_exit": round(ended - first, 3),
             "job_cpu_s": round(tree.cpu_at(done) - tree.cpu_at(first), 3),
-            "job_cpu_s_with_startup_and_exit": round(total, 3),
+            "job_cpu_s_with_startup_and_exit": round(watched.total_cpu_s, 3),
         }
 
     return timing
