@@ -168,7 +168,8 @@ def main(argv: list[str]) -> None:
             carts.on_record((msg.key() or b"").decode(), event, ts, source)
         carts.fire(min(highest.values()) - OUT_OF_ORDERNESS_MS)
         positions = consumer.position([TopicPartition(topic, p) for p in partitions])
-        done = all(tp.offset >= ends[tp.partition] for tp in positions)
+        # An empty partition is done at once (its position stays unset: -1001).
+        done = all(ends[tp.partition] == 0 or tp.offset >= ends[tp.partition] for tp in positions)
         if done or time.monotonic() >= next_commit:
             next_commit = time.monotonic() + every
             carts.write_changelog(changelog, partitions[0])

@@ -137,7 +137,7 @@ class TransactionalOutput:
 
     def produce_many(self, topic: str, items: SinkRecords) -> None:
         """Records partitioned by key (the hot path: no per-record keyword dicts); a list of
-        ``(key, value, headers)`` (a sink with headers) goes through `produce` instead."""
+        ``(key, value, headers)`` (a sink with headers) goes through `_produce_headed`."""
         if not items:
             return
         if not self._open:
