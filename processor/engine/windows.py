@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import heapq
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import Any
 
 from processor.api.node import AggregationNode, CountNode, JoinNode, PerKeyNode, ProcessNode
@@ -274,22 +275,27 @@ class WindowOperator(_Timed):
         """Close the windows the watermark passed: their results (in a replay too: what
         follows the window rebuilds its state from them, and sinks drop them)."""
         out: list[Item] = []
+        gap, size, lateness = self.gap, self.size, self.lateness
+        results = not self._process
         for text in self.due(watermark):
             state = self._get(text)
             closed = []
             for slot, held in state.items():
-                end = int(held[0]) if self.gap else int(slot) + self.size
-                if end + self.lateness <= watermark:
-                    closed.append((int(slot), end, held))
+                end = int(held[0]) if gap else int(slot) + size
+                if end + lateness <= watermark:
+                    closed.append((int(slot), slot, end, held))
             if not closed:
                 continue
-            for start, end, held in sorted(closed, key=lambda c: c[0]):
-                del state[str(start)]
-                if not self._process:
-                    acc = held[1] if self.gap else held
+            if len(closed) > 1:
+                closed.sort(key=itemgetter(0))
+            name = sink_key_of(text).decode() if results else ""  # once per key, not window
+            for start, slot, end, held in closed:
+                del state[slot]
+                if results:
+                    acc = held[1] if gap else held
                     if self._bounds:
                         acc = self._bounded(text, start, end, acc)
-                    out.append(((self._result_key(text, start), end - 1), acc))
+                    out.append(((self._window_key(name, start), end - 1), acc))
             self._store(text, state)
             nxt = self._next_timer(state)
             if nxt is not None:
@@ -303,7 +309,12 @@ class WindowOperator(_Timed):
 
     @staticmethod
     def _result_key(text: str, start: int) -> str:
-        return key_text(f"{sink_key_of(text).decode()}@{start}")
+        return WindowOperator._window_key(sink_key_of(text).decode(), start)
+
+    @staticmethod
+    def _window_key(name: str, start: int) -> str:
+        """A result's key: its key's sink text (``sink_key_of(text).decode()``) @ start."""
+        return key_text(f"{name}@{start}")
 
 
 class _WindowState:

@@ -116,3 +116,13 @@ def test_the_fold_path_equals_the_general_one(shape: str, seed: int) -> None:
     assert fast.late, "no record was late"
     if "fails" in shape:
         assert fast.dead
+
+
+def test_a_keys_windows_that_close_together_come_out_by_their_start() -> None:
+    """The fold path opens a record's windows latest first; a watermark that closes them
+    all at once still emits them earliest first, as the general path does."""
+    run = _Run(_node(SHAPES["hopping count"]), general=False)
+    run.step([(("k", 900), {"n": 1})], NO_WATERMARK)
+    assert list(run.stored["k"]) == ["750", "500", "250", "0"]  # as the fold opened them
+    run.step([], 10_000)
+    assert [at for (_, at), _ in run.out] == [999, 1249, 1499, 1749]
