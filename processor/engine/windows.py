@@ -238,7 +238,8 @@ class WindowOperator(_Timed):
             state[slot] = None  # the window is open (a timer closes it) even without state
         if not emitted:
             return []
-        result, at = self._result_key(text, start), start + self.size - 1
+        result = self._window_key(sink_key_of(text).decode(), start)
+        at = start + self.size - 1
         if self._bounds:
             return [((result, at), self._bounded(text, start, at + 1, e)) for e in emitted]
         return [((result, at), e) for e in emitted]
@@ -306,10 +307,6 @@ class WindowOperator(_Timed):
     def _bounded(text: str, start: int, end: int, value: Any) -> dict[str, Any]:
         """A result with its key and window ``[start, end)`` (``window(bounds=True)``)."""
         return {"key": key_of(text), "start": start, "end": end, "value": value}
-
-    @staticmethod
-    def _result_key(text: str, start: int) -> str:
-        return WindowOperator._window_key(sink_key_of(text).decode(), start)
 
     @staticmethod
     def _window_key(name: str, start: int) -> str:
