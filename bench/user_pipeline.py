@@ -2,7 +2,8 @@
 
     python bench/user_pipeline.py [--events 1000000] [--runs 5] [--port 28092] \\
         [--engines processor,plain] [--results-dir bench/results]
-    python bench/user_pipeline.py --engines processor --variant shuffled|stateless
+    python bench/user_pipeline.py --engines processor,processor-partitioned,plain
+    python bench/user_pipeline.py --engines processor --variant partitioned|shuffled|stateless
 
 The pipeline is bench/pipelines/carts_avro.py: record metadata (the Kafka key, a header), a
 keyed ``process`` with event-time timers, Avro out with keys and headers; every record on its
@@ -21,9 +22,12 @@ transaction's commit); its output is read back read_committed and must equal the
 multiset of (key, Avro value, headers) to count. CPU: the engine's process trees and the
 broker's over the same window. Writes ``bench/results/user-pipeline-<time>.json``.
 
-``--variant`` runs a part of the pipeline (this project only), to see what each part costs:
-``shuffled`` sends every add through the same ``key_by`` and writes it as it is (no state, no
-timers), ``stateless`` writes it at the source (no shuffle either); checked exact the same way.
+``--variant partitioned`` (or the engine ``processor-partitioned``, interleaved with the
+others) runs the same pipeline over ``keyed_source`` (no shuffle: the input is partitioned by
+user, murmur2, as a Java producer places it), the plain app's layout. The other variants run
+a part of it (this project only), to see what each part costs: ``shuffled`` sends every add
+through the same ``key_by`` and writes it as it is (no state, no timers), ``stateless``
+writes it at the source (no shuffle either); checked exact the same way.
 """
 
 from __future__ import annotations
@@ -57,7 +61,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 TOPIC = "carts"
 INTERVAL_MS = 1000
-ENGINES = ("processor", "plain")
+# processor-partitioned: this project running --variant partitioned, interleaved with the
+# others in one sitting.
+ENGINES = ("processor", "processor-partitioned", "plain")
 PLAIN_PROCESSES = 2
 
 
@@ -164,6 +170,7 @@ def one(
     want: Any,
     events: int,
 ) -> dict[str, Any]:
+    variant = "partitioned" if engine == "processor-partitioned" else args.variant
     output = f"{TOPIC}-out-{engine}-r{run}"
     create_topic(bootstrap, output, args.partitions)
     name = f"carts-{engine}-r{run}-{tmp.name[-6:]}"
@@ -173,8 +180,8 @@ def one(
     broker = CpuSampler([broker_pid])
     broker.start()
     try:
-        if engine == "processor":
-            record |= run_processor(job, args.timeout, args.variant)
+        if engine.startswith("processor"):
+            record |= run_processor(job, args.timeout, variant)
         else:
             record |= run_plain(job, args.timeout, args.partitions)
     finally:
@@ -217,10 +224,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             values = sorted(r[key] for r in good)
             row[key] = {"median": statistics.median(values), "min": values[0], "max": values[-1]}
         out[engine] = row
-    if "processor" in out and "plain" in out:
-        p, q = out["processor"]["events_per_s"], out["plain"]["events_per_s"]
-        out["ratio"] = round(p["median"] / q["median"], 2)
-        out["ranges_overlap"] = p["min"] <= q["max"] and q["min"] <= p["max"]
+    for engine, suffix in (("processor", ""), ("processor-partitioned", "_partitioned")):
+        if engine in out and "plain" in out:
+            p, q = out[engine]["events_per_s"], out["plain"]["events_per_s"]
+            out[f"ratio{suffix}"] = round(p["median"] / q["median"], 2)
+            out[f"ranges_overlap{suffix}"] = p["min"] <= q["max"] and q["min"] <= p["max"]
     return out
 
 
@@ -243,11 +251,12 @@ def markdown(summary: dict[str, Any]) -> str:
             f"| {broker['median']:.2f} ({broker['min']:.2f}-{broker['max']:.2f}) "
             f"| {row['exact_runs']} |"
         )
-    if "ratio" in summary:
-        lines.append(
-            f"\nprocessor / plain: {summary['ratio']}x (ranges overlap: "
-            f"{summary['ranges_overlap']})"
-        )
+    for engine, suffix in (("processor", ""), ("processor-partitioned", "_partitioned")):
+        if f"ratio{suffix}" in summary:
+            lines.append(
+                f"\n{engine} / plain: {summary[f'ratio{suffix}']}x (ranges overlap: "
+                f"{summary[f'ranges_overlap{suffix}']})"
+            )
     return "\n".join(lines)
 
 
@@ -265,12 +274,13 @@ def main(argv: list[str] | None = None) -> int:
         "--variant",
         choices=carts_avro.VARIANTS,
         default="full",
-        help="the pipeline's parts (bench/pipelines/carts_avro.py); plain runs only full",
+        help="the pipeline's parts (bench/pipelines/carts_avro.py); plain: full or partitioned",
     )
     args = parser.parse_args(argv)
     engines = [e for e in args.engines.split(",") if e]
-    if args.variant != "full" and "plain" in engines:
-        parser.error("the plain app does the full pipeline only: --engines processor")
+    if args.variant not in carts_avro.WHOLE and {"plain", "processor-partitioned"} & set(engines):
+        # (both do the whole pipeline: the same output as the full variant's)
+        parser.error("a variant that does a part of the pipeline: --engines processor only")
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     tmp = Path(tempfile.mkdtemp(prefix="bench-user-"))
     out = args.results_dir / f"user-pipeline-{stamp}.json"

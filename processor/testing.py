@@ -62,6 +62,7 @@ from processor.testing_tasks import MemoryState as MemoryState  # re-exported: t
 from processor.testing_tasks import (
     SentRecord,
     Task,
+    advance_keyed_source,
     new_task,
     read_fed_back,
     read_shuffle,
@@ -286,6 +287,8 @@ class Driver:
             for task in self._tasks[stage.name]:
                 if stage.is_source:
                     read_sources(task)
+                    if stage.keyed_source is not None and stage.timed:
+                        advance_keyed_source(task, self._forced)
                 else:
                     read_shuffle(task)
                     read_fed_back(task)
@@ -323,7 +326,7 @@ class Driver:
         """The task's watermark into every downstream shuffle partition, if it changed (a
         source's: the highest event time read minus the bound; a keyed task's: held back to
         what its windows may still emit)."""
-        if task.stage.is_source:
+        if task.stage.is_source and task.stage.keyed_source is None:
             assert task.source_marks is not None
             marks = source_marks(task.source_marks, task.sent_mark, self._forced)
         else:

@@ -12,7 +12,7 @@ from typing import Any
 
 from processor.engine.chain import StageChain
 from processor.engine.meta import Meta
-from processor.engine.time import ChannelWatermarks, SourceWatermarks
+from processor.engine.time import ChannelWatermarks, SourceWatermarks, source_marks
 from processor.jobs.graph import JobGraph
 from processor.models.records import Watermark, decode_shuffle
 from processor.plan.stages import Plan, Stage
@@ -68,9 +68,11 @@ class Task:
     # Per downstream shuffle: (key_by name, target stage, this task's channel in it).
     outputs: list[tuple[str, Stage, int]]
     sent_mark: tuple[int, bool] | None = None  # the last watermark forwarded
-    # Source tasks: records not yet given to the chain, and the watermark.
+    # Source tasks: records not yet given to the chain, and the watermark (of a keyed
+    # source, the last one it advanced its chain by).
     pending: list[SentRecord] = field(default_factory=list)
     source_marks: SourceWatermarks | None = None
+    source_mark: tuple[int, bool] | None = None
     # Keyed tasks: the shuffle partition's unread records, the channels' watermarks, and of
     # a join which input each channel is.
     inbox: list[Message] = field(default_factory=list)
@@ -105,6 +107,8 @@ def new_task(
     head = stage.source
     if head is not None:
         task.source_marks = SourceWatermarks([0], head.out_of_orderness_ms, head.idle_ms)
+        if stage.keyed_source is not None:  # its chain's watermark, as a keyed task's
+            task.channel_marks = ChannelWatermarks(1)
     else:
         channels = graph.channels(stage, parallelism)
         task.channel_marks = ChannelWatermarks(channels)
@@ -131,6 +135,18 @@ def read_sources(task: Task) -> None:
         newest = task.chain.values([r.value for r in batch], times=times, metas=metas)
         if newest is not None:
             marks.observe(0, newest)
+
+
+def advance_keyed_source(task: Task, floor: int) -> None:
+    """A keyed source task's watermark into its chain, at a checkpoint before the flush, as
+    `processor.worker.keyed_source` does (``floor``: the driver's forced watermark)."""
+    marks, channel = task.source_marks, task.channel_marks
+    assert marks is not None and channel is not None
+    for mark in source_marks(marks, task.source_mark, floor):
+        task.source_mark = mark
+        risen = channel.on_mark(0, mark[0], mark[1])
+        if risen is not None:
+            task.chain.advance(risen)
 
 
 def read_shuffle(task: Task) -> None:

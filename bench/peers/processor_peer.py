@@ -18,9 +18,10 @@ from bench.harness.measure import percentile
 from bench.peers.base import Job, Peer, Running, spawn
 
 # The worker logs this just before a source task's first consume call (its logger: the source
-# task's module, processor.worker.source, processor.runtime.source before the packages moved).
+# task's module, processor.worker.source, processor.runtime.source before the packages moved;
+# a keyed source's, processor.worker.keyed_source).
 _RESUMING = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \S+ processor\.(?:\w+\.)*source: "
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \S+ processor\.(?:\w+\.)*\w*source: "
     r"\S+: resuming ",
     re.MULTILINE,
 )

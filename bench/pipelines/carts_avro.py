@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from processor import Pipeline
+from processor.models.murmur2 import partition_of
 from processor.serde import Avro
 
 ABANDON_AFTER_MS = 30_000
@@ -41,7 +42,8 @@ SESSION_EVERY_MS = 5  # a new session starts every 5 ms of event time
 JITTER_MS = 800  # how far a record may come before an earlier one (< OUT_OF_ORDERNESS_MS)
 CLOSING_AFTER_MS = 60_000  # each partition's last record: past every timer
 SOURCES = (b"web", b"ios", b"android")
-VARIANTS = ("full", "shuffled", "stateless")
+VARIANTS = ("full", "partitioned", "shuffled", "stateless")
+WHOLE = ("full", "partitioned")  # the variants that do all of the work
 
 OUTCOME = {
     "type": "record",
@@ -111,11 +113,14 @@ def added(event: dict[str, Any], meta: Any) -> dict[str, Any]:
 
 
 def build(events: str = "carts", output: str = "carts-out", variant: str = "full") -> Pipeline:
-    """The pipeline over the given topics. ``variant``: ``full`` (the pipeline), or, to see
-    what its parts cost, ``shuffled`` (each add through the same ``key_by``, then written as
-    `added`: no state, no timers) or ``stateless`` (`added` at the source: no shuffle)."""
+    """The pipeline over the given topics. ``variant``: ``full`` (the pipeline),
+    ``partitioned`` (the same over `Pipeline.keyed_source`: no shuffle, the topic being
+    partitioned by user), or, to see what its parts cost, ``shuffled`` (each add through the
+    same ``key_by``, then written as `added`: no state, no timers) or ``stateless`` (`added`
+    at the source: no shuffle)."""
     p = Pipeline()
-    source = p.source(
+    read = p.keyed_source if variant == "partitioned" else p.source
+    source: Any = read(
         events,
         key="text",
         value="json",
@@ -123,7 +128,9 @@ def build(events: str = "carts", output: str = "carts-out", variant: str = "full
         out_of_orderness_ms=OUT_OF_ORDERNESS_MS,
     )
     avro = Avro(OUTCOME)
-    if variant == "stateless":
+    if variant == "partitioned":
+        outcomes = source.process(track, on_timer=expired)
+    elif variant == "stateless":
         outcomes = source.filter(lambda e: e["type"] == "add").map(added, meta=True)
     elif variant == "shuffled":
         keyed = source.key_by(lambda _e, meta: meta.key, meta=True)
@@ -157,13 +164,14 @@ def _session(rng: random.Random, index: int) -> list[tuple[int, dict[str, Any]]]
 def generate(events: int, partitions: int, seed: int = 7) -> list[list[Record]]:
     """At least ``events`` records (whole sessions) and a closing record per partition, per
     partition in the order they are written: by event time plus up to JITTER_MS, so a
-    record may come before an earlier one but is never late."""
+    record may come before an earlier one but is never late. Each in its key's partition, as
+    Java's producers place it (murmur2), which ``partitioned`` needs."""
     rng = random.Random(seed)
     placed: list[list[tuple[float, Record]]] = [[] for _ in range(partitions)]
     made, index, last = 0, 0, 0
     while made < events:
         user = f"u{index}".encode()
-        part = index % partitions
+        part = partition_of(user, partitions)
         source = SOURCES[index % len(SOURCES)]
         for ts, value in _session(rng, index):
             value["ts"] = ts
@@ -177,14 +185,23 @@ def generate(events: int, partitions: int, seed: int = 7) -> list[list[Record]]:
         rows.sort(key=lambda row: row[0])
         ts = last + CLOSING_AFTER_MS
         closing = json.dumps({"type": "view", "item": "", "price": 0, "ts": ts}).encode()
-        out.append([r for _, r in rows] + [(part, f"closing-{part}".encode(), closing, b"", ts)])
+        last_record = (part, _closing_key(part, partitions), closing, b"", ts)
+        out.append([r for _, r in rows] + [last_record])
     return out
+
+
+def _closing_key(part: int, partitions: int) -> bytes:
+    """A key of partition ``part`` for its closing record."""
+    n = 0
+    while partition_of(b"closing-%d-%d" % (part, n), partitions) != part:
+        n += 1
+    return b"closing-%d-%d" % (part, n)
 
 
 def expected(partitions: list[list[Record]], variant: str = "full") -> Counter[tuple[Any, ...]]:
     """The output as a multiset of (key, Outcome's values, headers), from the input alone."""
     got: Counter[tuple[Any, ...]] = Counter()
-    if variant != "full":
+    if variant not in WHOLE:
         for _, key, raw, source, ts in (r for records in partitions for r in records):
             event = json.loads(raw)
             if event["type"] == "add":

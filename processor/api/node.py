@@ -35,6 +35,8 @@ VALUE_FORMATS: tuple[ValueFormat, ...] = ("text", "json", "bytes")
 # When an aggregation emits: its latest value per key at each checkpoint, or an update per
 # input record.
 Emit = Literal["checkpoint", "record"]
+# How the producers of a source placed its keyed records (`processor.api.keying`).
+Partitioner = Literal["murmur2", "crc32"]
 EMITS: tuple[Emit, ...] = ("checkpoint", "record")
 
 # A source channel with no records for this long does not hold the watermark back.
@@ -129,13 +131,17 @@ class KeyByNode(FunctionNode):
 
     ``prune``, the engine's, not the user's: given the values of one key that a task ships
     together, those that can matter downstream (`processor.api.windowing.top_results`' bound:
-    of a window's results, only those a top-n may keep), in their order; None ships all."""
+    of a window's results, only those a top-n may keep), in their order; None ships all.
+
+    ``local``: no shuffle (``key_by_kafka_key``): the source's partitions are its keys'
+    already, so the keyed operators run in the source's stage (`processor.api.keying`)."""
 
     kind = "key_by"
 
     topic: str = ""
     feeds: LoopNode | None = None
     prune: Callable[[list[Any]], list[Any]] | None = None
+    local: Partitioner | None = None
 
 
 @dataclass(eq=False, repr=False, kw_only=True)

@@ -11,13 +11,14 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
+from processor.api import keying
 from processor.api.args import check_callable, check_ms, check_serde
 from processor.api.dataflow import BoundedWindowedStream as BoundedWindowedStream
 from processor.api.dataflow import KeyedStream as KeyedStream
 from processor.api.dataflow import Stream as Stream
 from processor.api.dataflow import WindowedStream as WindowedStream
 from processor.api.graph import Graph
-from processor.api.node import DEFAULT_IDLE_MS, VALUE_FORMATS, SourceNode
+from processor.api.node import DEFAULT_IDLE_MS, VALUE_FORMATS, Partitioner, SourceNode
 from processor.api.node import Node as Node  # re-exported: the engine imports it from here
 from processor.api.node import ValueFormat as ValueFormat  # re-exported, as Node
 from processor.errors import PipelineError as PipelineError  # re-exported, for users
@@ -139,3 +140,24 @@ class Pipeline(Graph):
         )
         self.add(node)
         return Stream(self, node)
+
+    def keyed_source(
+        self,
+        topic: str,
+        value: ValueFormat | Serde = "text",
+        key: Any = "text",
+        partitioner: Partitioner = "murmur2",
+        name: str | None = None,
+        **source: Any,
+    ) -> KeyedStream[Any, Any]:
+        """`source` keyed by each record's Kafka key (decoded as ``key`` says) *without a
+        shuffle*: the topic's producers put a key's records in one partition, by
+        ``partitioner``'s hash of the key (``"murmur2"``: Java clients and Kafka Streams;
+        ``"crc32"``: librdkafka's default ``consistent_random``, confluent-kafka's), so each
+        source task keeps its keys' state. A record elsewhere, or without a key, is dead
+        (``misplaced_key``). ``source``: `source`'s other arguments (``timestamp`` ...).
+        ``p.keyed_source("carts").process(track)``; `processor.api.keying` has an example.
+        """
+        head = self.source(topic, value, key=key, **source).node
+        assert isinstance(head, SourceNode)
+        return KeyedStream(self, keying.by_kafka_key(self, head, name, partitioner))

@@ -34,6 +34,7 @@ from processor.api.node import (
     SinkNode,
     SourceNode,
     Stateful,
+    UnionNode,
     WindowNode,
 )
 from processor.api.streams import Node, Pipeline, PipelineError
@@ -102,7 +103,13 @@ class Stage:
     @property
     def outputs(self) -> list[KeyByNode]:
         """Every key_by the stage writes through: its shuffles, and its loop's feedback."""
-        return [n for n in self.nodes if isinstance(n, KeyByNode)]
+        return [n for n in self.nodes if isinstance(n, KeyByNode) and n.local is None]
+
+    @property
+    def keyed_source(self) -> KeyByNode | None:
+        """Of a source stage read as keyed (`processor.api.keying`): its local key_by, after
+        which the stage's operators keep state per key with no shuffle."""
+        return next((n for n in self.nodes if isinstance(n, KeyByNode) and n.local), None)
 
     @property
     def loop(self) -> LoopNode | None:
@@ -253,7 +260,22 @@ def plan(pipeline: Pipeline) -> Plan:
     for stage in stages:
         if stage.loop is not None:
             _check_loop(stage)
+        if stage.keyed_source is not None:
+            _check_keyed_source(stage)
     return Plan(stages)
+
+
+def _check_keyed_source(stage: Stage) -> None:
+    """What a keyed source's stage cannot have yet, one line each: a join, merge or loop
+    in it, or reading its local key_by (each needs a shuffle to meet in)."""
+    local = stage.keyed_source
+    assert local is not None
+    for node in [*stage.nodes, *local.children]:
+        if isinstance(node, JoinNode | UnionNode):
+            raise PipelineError(
+                f"{node.kind} {node.name!r} after keyed_source({stage.head.name!r}): a "
+                "join, merge or loop needs a key_by first (a keyed source's stage has none)"
+            )
 
 
 def _check_loop(stage: Stage) -> None:
@@ -282,7 +304,7 @@ def _is_head(node: Node) -> bool:
     """A source, a join, a merge of keyed streams right after their key_bys, or a key_by
     that does not feed one of those two (that one is theirs)."""
     if isinstance(node, KeyByNode):
-        if node.feeds is not None:  # a loop's feedback: it writes into the loop's own stage
+        if node.feeds is not None or node.local:  # a loop's feedback; a keyed source's
             return False
         return not any(isinstance(c, JoinNode) or _merges_shuffles(c) for c in node.children)
     if isinstance(node, MergeNode):

@@ -53,7 +53,9 @@ def operators(graph: JobGraph) -> dict[str, Operator]:
 
     Example: ``operators(graph)["counts"].stage.name == "count"``
     """
-    return {n.name: Operator(n, s) for s in graph.stages for n in s.stateful}
+    # Not yet a keyed source's: its keys' tasks are its producers' partitioner's choice.
+    stages = [s for s in graph.stages if s.keyed_source is None]
+    return {n.name: Operator(n, s) for s in stages for n in s.stateful}
 
 
 def key_candidates(shown: str) -> list[str]:

@@ -75,7 +75,7 @@ def restore_snapshot(
     committed: SnapshotRef,
     db_path: Path,
     log_start: int,
-    unaligned: bool,
+    no_fallback: str | None,
 ) -> Restored:
     """Restore the committed snapshot, or an older one that can stand in for it.
 
@@ -87,6 +87,7 @@ def restore_snapshot(
     the log rather than of how the reads were batched. A snapshot whose records were
     purged from the shuffle (below ``log_start``) cannot be replayed and does not count.
     Without such a snapshot the task fails with the reason, and never guesses.
+    ``no_fallback``: why none may stand in (None: one may).
     """
     try:
         info = snapshots.restore(committed, db_path)
@@ -94,10 +95,8 @@ def restore_snapshot(
     except SnapshotMissing as exc:
         problem = str(exc)
     log.error("%s: %s", shuffle.task_id, problem)
-    if unaligned:
-        # The replay would have to end at the committed snapshot's own positions: the
-        # ones that are lost with it (see checkpointing/unaligned.py).
-        raise SnapshotMissing(f"{problem}; unaligned checkpoints do not fall back")
+    if no_fallback is not None:
+        raise SnapshotMissing(f"{problem}; {no_fallback}")
     for older in reversed(snapshots.snapshots()):
         if older.checkpoint_id >= committed.checkpoint_id:
             continue
@@ -200,11 +199,15 @@ def restore_committed(
     db_path: Path,
     log_start: int,
     layout: list[list[Any]],
+    no_fallback: str | None = None,
 ) -> Restored:
     """`restore_snapshot`, its layout checked against the task's, timed and counted."""
     started = time.monotonic()
-    unaligned = settings.checkpoint_alignment == "unaligned"
-    restored = restore_snapshot(snapshots, shuffle, committed, db_path, log_start, unaligned)
+    if no_fallback is None and settings.checkpoint_alignment == "unaligned":
+        # The replay would have to end at the committed snapshot's own positions: the
+        # ones that are lost with it (see checkpointing/unaligned.py).
+        no_fallback = "unaligned checkpoints do not fall back"
+    restored = restore_snapshot(snapshots, shuffle, committed, db_path, log_start, no_fallback)
     info = restored.info
     check_layout(info.meta, layout, info.ref.checkpoint_id)
     took = time.monotonic() - started

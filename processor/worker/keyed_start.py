@@ -86,7 +86,7 @@ class KeyedStart:
         if self._fed is not None:
             self._start_feedback(consumer, meta, last, held if committed is not None else None)
         store = RocksDBStore(db_path)
-        chain = self._open_chain(store, held)
+        chain = open_chain(self.ctx, self._shuffle.partition, store, held, self._time)
         channels = [(shuffle.partition, u) for u in range(shuffle.channels)]
         # A replay aligns the barriers after the fallback snapshot again, as the first run did.
         aligner = barrier_handler(self.settings)(channels, positions, replay_from or last)
@@ -138,28 +138,6 @@ class KeyedStart:
             return {}, load_savepoint(self.settings, self.stage, self._shuffle, db_path), 0
         return {}, {}, 0
 
-    def _open_chain(self, store: RocksDBStore, held: dict[str, Any]) -> StageChain:
-        """The stage's chain over the restored store, its time and timers restored."""
-        s = self.settings
-        chain = StageChain(
-            self.ctx.graph.plan,
-            self.stage,
-            self._shuffle.partition,
-            store,
-            # A loop's feedback topic has as many partitions as the stage's shuffle.
-            {n.name: s.shuffle_partitions for n in self.stage.outputs},
-            s.max_key_bytes,
-            self.ctx.graph.late_topic,
-            s.combine,
-            clients.record_limit(s),
-        )
-        if self.stage.timed:
-            self._time.restore(chain, held)
-        # Windows', joins', process timers, TTL deadlines (`processor.engine.expiry`).
-        for prefix in chain.timed_operators():
-            chain.restore_timers(prefix, store.items(prefix))
-        return chain
-
     def _start_feedback(
         self, consumer: Consumer, meta: dict[str, Any], last: int, held: dict[str, Any] | None
     ) -> None:
@@ -184,6 +162,32 @@ class KeyedStart:
             fed.tp.partition,
             fed.position,
         )
+
+
+def open_chain(
+    ctx: TaskContext, channel: int, store: RocksDBStore, held: dict[str, Any], time: TaskTime
+) -> StageChain:
+    """The stage's chain over a restored store, its time (restored in ``time``) and its
+    timers restored from ``held``, the snapshot's metadata."""
+    s, stage = ctx.settings, ctx.stage
+    chain = StageChain(
+        ctx.graph.plan,
+        stage,
+        channel,
+        store,
+        # A loop's feedback topic has as many partitions as the stage's shuffle.
+        {n.name: s.shuffle_partitions for n in stage.outputs},
+        s.max_key_bytes,
+        ctx.graph.late_topic,
+        s.combine,
+        clients.record_limit(s),
+    )
+    if stage.timed:
+        time.restore(chain, held)
+    # Windows', joins', process timers, TTL deadlines (`processor.engine.expiry`).
+    for prefix in chain.timed_operators():
+        chain.restore_timers(prefix, store.items(prefix))
+    return chain
 
 
 def barrier_handler(settings: Settings) -> type[BarrierHandler]:

@@ -37,6 +37,7 @@ from processor.query.owners import QueryRegistry
 from processor.query.routes import StateRoutes
 from processor.state.dirs import private_dir
 from processor.worker.keyed import KeyedTask
+from processor.worker.keyed_source import KeyedSourceTask
 from processor.worker.source import SourceTask
 from processor.worker.task import Task, TaskContext
 
@@ -315,8 +316,10 @@ class Worker:
             ),
             parallelism=parallelism,
         )
-        if stage.is_source:
+        if stage.is_source and stage.keyed_source is None:
             return SourceTask(ctx, tid.index, [tid.index])
+        if stage.is_source:  # a keyed source's: it keeps state as a keyed task does
+            return KeyedSourceTask(ctx, tid.index)  # (not queryable yet: `query.owners`)
         if self.queries is not None:
             ctx.query = self.queries.gate(task_id)
         return KeyedTask(ctx, tid.index)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from bench.peers.plain_carts_app import Carts
 from bench.pipelines import carts_avro
 from bench.user_pipeline import summarize
@@ -33,11 +35,12 @@ def test_the_input_is_sessions_never_late_and_closed_per_partition() -> None:
     assert kinds == {"add", "view", "checkout"}
 
 
-def test_the_pipeline_gives_the_expected_output() -> None:
+@pytest.mark.parametrize("variant", carts_avro.WHOLE)
+def test_the_pipeline_gives_the_expected_output(variant: str) -> None:
     partitions = carts_avro.generate(3000, 4)
-    want = carts_avro.expected(partitions)
+    want = carts_avro.expected(partitions, variant)
     assert {row[1][1] for row in want} == {"add", "checkout", "abandoned"}
-    driver = Driver(carts_avro.build("in", "out"), 4, 4, 500)
+    driver = Driver(carts_avro.build("in", "out", variant), 4, 4, 500)
     for _, key, value, source, ts in _in_turn(partitions):
         heads = [("source", source)] if source else None
         driver.send("in", value, key=key, timestamp=ts, headers=heads)
@@ -91,6 +94,9 @@ def test_the_summary_calls_overlapping_ranges_a_tie() -> None:
     assert summary["plain"]["exact_runs"] == 2
     assert summary["ratio"] == round(100 / 152.5, 2)
     assert summary["ranges_overlap"] is True
+    partitioned = summarize([*runs, run("processor-partitioned", 300)])
+    assert partitioned["ratio_partitioned"] == round(300 / 152.5, 2)
+    assert partitioned["ranges_overlap_partitioned"] is False
 
 
 def test_the_variants_write_each_add_as_it_is() -> None:

@@ -25,7 +25,7 @@ _OWN: dict[str, tuple[type[Node], set[str]]] = {
     "map": (nodes.MapNode, _FUNCTION),
     "filter": (nodes.FilterNode, _FUNCTION),
     "flat_map": (nodes.FlatMapNode, {*_FUNCTION, "batch_fn"}),
-    "key_by": (nodes.KeyByNode, {*_FUNCTION, "topic", "feeds", "prune"}),
+    "key_by": (nodes.KeyByNode, {*_FUNCTION, "topic", "feeds", "prune", "local"}),
     "window": (nodes.WindowNode, {"size_ms", "slide_ms", "gap_ms", "lateness_ms", "bounds"}),
     "count": (nodes.CountNode, _AGGREGATION),
     "sum": (nodes.SumNode, _AGGREGATION),

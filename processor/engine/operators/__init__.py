@@ -35,6 +35,7 @@ from processor.engine.operators.stateless import (
     FlatMap,
     KeyBy,
     KeyByTimed,
+    LocalKeyBy,
     Map,
     StripMeta,
     StripTime,
@@ -111,7 +112,9 @@ def running(op: Operator) -> Operator:
 def _feeds_stage(stage: Stage, node: Node) -> bool:
     """Whether ``node``'s children are in ``stage``: not a key_by's into a shuffle (they are
     the next stage's), except the head's and a loop's feedback."""
-    return not isinstance(node, nodes.KeyByNode) or node is stage.head or node.feeds is not None
+    if not isinstance(node, nodes.KeyByNode):
+        return True
+    return node is stage.head or node.feeds is not None or node.local is not None
 
 
 def _edge(ctx: StageContext, sender: Node, child: Operator) -> Operator:
@@ -136,6 +139,8 @@ def _operator(ctx: StageContext, stage: Stage, node: Node) -> Operator:
         return Join(ctx, node)
     if parent is None or node is stage.head or isinstance(node, nodes.UnionNode):
         return Pass(ctx, node)
+    if isinstance(node, nodes.KeyByNode) and node.local is not None:
+        return LocalKeyBy(ctx, node)  # its input: the source's items, with metadata
     plain = _plain(ctx, node, parent)
     # Records with metadata (`processor.engine.metachain`): of a pipeline that uses it only.
     if parent.meta and not node.meta_in:

@@ -1,8 +1,9 @@
 """The operators that keep no state: map, filter, flat_map and key_by (into the `ShuffleOut`
-of the stage downstream), and the adapters the compiler puts before an operator whose
-input has another form: `StripTime` (timed items into an operator that drops the time;
-`StripTimeTouch` into an aggregation with a TTL, whose deadlines count from those times),
-`StripMeta` and `WithMeta` (items with metadata: `processor.engine.metachain`).
+of the stage downstream; a keyed source's `LocalKeyBy` on into its own stage), and the
+adapters the compiler puts before an operator whose input has another form: `StripTime`
+(timed items into an operator that drops the time; `StripTimeTouch` into an aggregation
+with a TTL, whose deadlines count from those times), `StripMeta` and `WithMeta` (items with
+metadata: `processor.engine.metachain`).
 
 Each runs a whole batch in one comprehension (``keyed``: items are ``(key, value)`` pairs; in
 a timed pipeline the time rides along like a key); when a user function raises, the batch is
@@ -16,11 +17,13 @@ from itertools import chain as flatten
 from typing import Any
 
 from processor.api.node import FlatMapNode, FunctionNode, KeyByNode
+from processor.api.ops import TAGGED, key_text
 from processor.api.streams import Node
 from processor.engine import metachain
 from processor.engine.context import StageContext
 from processor.engine.expiry import Expiry
 from processor.engine.operators.base import Operator
+from processor.serde.codec import RecordError
 
 
 class _Function(Operator):
@@ -245,3 +248,44 @@ def each(
         else:
             result.extend(outs)
     return result
+
+
+class LocalKeyBy(Operator):
+    """The ``key_by`` of a keyed source (`processor.api.keying`): its records' Kafka keys
+    (``meta.key``) as the stream's key, the items on to the operators after it in this
+    stage, in the form a keyed stage's head gives them (`processor.engine.shuffle_format`):
+    ``((key text, meta), value)`` where those take metadata, else ``((key text, time),
+    value)`` when timed, else ``(key text, value)``. A key with no text is dead."""
+
+    __slots__ = ("form",)
+
+    def __init__(self, ctx: StageContext, node: KeyByNode) -> None:
+        super().__init__(ctx, node)
+        self.form = "meta" if node.meta else "timed" if node.timed else "plain"
+
+    def apply(self, batch: list[Any], quiet: bool) -> None:
+        keys = [meta.key for meta, _ in batch]
+        if set(map(type, keys)) <= {str} and TAGGED not in "".join(keys):
+            texts: list[Any] = keys  # plain strings, each its own text (a C loop)
+        else:
+            texts, batch = self._texts(batch)
+        form = self.form
+        if form == "meta":
+            items = [((t, m), v) for t, (m, v) in zip(texts, batch, strict=True)]
+        elif form == "timed":
+            items = [((t, m.timestamp), v) for t, (m, v) in zip(texts, batch, strict=True)]
+        else:
+            items = [(t, v) for t, (_, v) in zip(texts, batch, strict=True)]
+        self.emit(items, quiet)
+
+    def _texts(self, batch: list[Any]) -> tuple[list[str], list[Any]]:
+        texts: list[str] = []
+        kept: list[Any] = []
+        for item in batch:
+            try:
+                texts.append(key_text(item[0].key))
+            except RecordError as exc:
+                self.ctx.fail(self.node, exc, item[1])
+                continue
+            kept.append(item)
+        return texts, kept

@@ -1,0 +1,254 @@
+"""Keyed source task: one partition of a source read as keyed (`processor.api.keying`), its
+stage's keyed operators' state in RocksDB, with no shuffle before them.
+
+A source's partition holds all of its keys' records, so the task that reads it can keep their
+state: it is a `KeyedTask` whose one input channel is the source partition instead of a
+shuffle's. Its epochs end at the coordinator's triggers, as a source task's do (nothing to
+align: its position at the trigger is the barrier's); each is flushed, snapshotted and
+committed as a keyed task's (`keyed_checkpoint`), with the source offset as the position,
+and a restart restores the committed snapshot and reads on from its offset.
+
+In a timed stage the source's watermark (`processor.engine.time.SourceWatermarks`) is the
+one channel's, and it acts at each checkpoint, as a shuffle's arrives then.
+
+What differs from a keyed task: a record in another partition than its key's (as the
+source's partitioner places keys) is dead, ``misplaced_key``; no older snapshot stands in
+for a lost committed one (the source holds no barriers to replay an epoch up to); a job
+does not start from a savepoint into such a stage. Those say so in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from processor import metrics
+from processor.checkpointing.aligner import BarrierHandler, BarrierOutcome
+from processor.engine.dead import DeadRecord, Position
+from processor.engine.time import SourceWatermarks, source_marks
+from processor.errors import PermanentTaskFailure
+from processor.kafka import clients
+from processor.kafka.output import TransactionalOutput
+from processor.models.partitioners import Placement
+from processor.state.rocksdb.snapshot_process import SnapshotProcess
+from processor.state.rocksdb.store import RocksDBStore
+from processor.worker import source_meta
+from processor.worker.gaps import STATE_LOST, check_resume
+from processor.worker.keyed import KeyedTask
+from processor.worker.keyed_restore import ShuffleInput, committed_snapshot, restore_committed
+from processor.worker.keyed_start import open_chain
+from processor.worker.keyed_time import TaskTime
+from processor.worker.task import TaskContext, check, commit_metadata, committed_after_fencing
+
+log = logging.getLogger(__name__)
+
+NO_FALLBACK = "a keyed source's snapshots do not fall back (its input has no barriers)"
+
+
+class NoSavepoint(PermanentTaskFailure):
+    """A job started from a savepoint into a keyed source's stage."""
+
+    reason = "savepoint_unsupported"
+
+
+class SourcePosition(BarrierHandler):
+    """The one channel's position: the last offset read (-1 for none), where it resumes."""
+
+    def read_to(self, next_offset: int) -> None:
+        """Every record before ``next_offset`` is read."""
+        (channel,) = self._pos
+        self._pos[channel] = next_offset - 1
+
+
+class KeyedSourceTask(KeyedTask):
+    """Reads its source partition, runs each epoch through its chain and closes it at the
+    coordinator's trigger n, as a keyed task closes one at barrier n."""
+
+    def __init__(self, ctx: TaskContext, index: int) -> None:
+        super().__init__(ctx, index)
+        head, local = ctx.stage.source, ctx.stage.keyed_source
+        assert head is not None and local is not None and local.local is not None
+        self._head = head
+        self.topic = head.topic
+        self._input = ShuffleInput(ctx.task_id, head.topic, index, 1)
+        self._time = TaskTime(1)
+        self._partitioner = local.local
+        self._placement: Placement | None = None  # once the topic's partitions are known
+        self._marks = SourceWatermarks([index], head.out_of_orderness_ms, head.idle_ms)
+        self._sent_mark: tuple[int, bool] | None = None
+        self._next = 0  # the next offset to read
+        self._taken = 0  # the newest checkpoint taken
+        self._requested = 0
+        self._requested_at = 0.0
+        self._draining = False
+        self._where = Position(head.topic, index)
+
+    def request_checkpoint(
+        self, checkpoint_id: int, triggered_at: float, drain: bool = False
+    ) -> None:
+        # As a source task's (`SourceTask.request_checkpoint`): the time goes first.
+        self._draining = self._draining or drain
+        if checkpoint_id > self._requested:
+            self._requested_at = triggered_at
+            self._requested = checkpoint_id
+
+    # -- the start --------------------------------------------------------------------------
+
+    def _restore(
+        self, consumer: Consumer, snapshots: SnapshotProcess, db_path: Path
+    ) -> RocksDBStore:
+        """The committed snapshot (if any) into RocksDB, the chain over it, and the source
+        partition assigned where it ends."""
+        s, tp = self.settings, TopicPartition(self.topic, self.partition)
+        meta = commit_metadata(committed_after_fencing(s, [tp])[0])
+        last = int(meta.get("checkpoint", 0))
+        if self.postgres is not None:
+            self.postgres.recover(last)
+        committed = committed_snapshot(meta, last, self._input)
+        snapshots.open(committed)
+        low, _ = consumer.get_watermark_offsets(tp, timeout=30, cached=False)
+        held: dict[str, object] = {}
+        start = low
+        if committed is not None:
+            layout = self.ctx.channel_layout()
+            restored = restore_committed(
+                s, snapshots, self._input, committed, db_path, low, layout, NO_FALLBACK
+            )
+            held = restored.info.meta
+            start = self._input.resume_offset(held)
+            check_resume(consumer, self.topic, self.partition, start, last, STATE_LOST)
+        elif s.from_savepoint:
+            raise NoSavepoint(
+                f"keyed_source({self.topic!r}): a job cannot start from a savepoint into it "
+                "yet; start it without --from-savepoint (it reads its source from the start)"
+            )
+        store = RocksDBStore(db_path)
+        self.chain = open_chain(self.ctx, self.partition, store, held, self._time)
+        self.last_checkpoint = self._taken = last
+        channel = (self.partition, 0)
+        self._aligner = SourcePosition([channel], {channel: start - 1}, last)
+        self._next = start
+        partitions = clients.topic_partitions(consumer, self.topic) or 1
+        self._placement = Placement(self._partitioner, partitions)
+        consumer.assign([TopicPartition(self.topic, self.partition, start)])
+        log.info("%s: resuming %s[%d] at %d", self.ctx.task_id, self.topic, self.partition, start)
+        return store
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _loop(self, out: TransactionalOutput, consumer: Consumer) -> None:
+        s = self.settings
+        timed = self.stage.timed
+        while not self.ctx.stop.is_set():
+            self._finish(out, block=False)
+            wait = 0.005 if self._checkpoints.pending is not None else 0.05
+            msgs = clients.consume_ready(consumer, s.consume_batch, wait)
+            if timed:
+                self._marks.polled(time.monotonic())
+            if msgs:
+                self._process(msgs, out, consumer)
+            if self._requested > self._taken:
+                self._trigger(out, consumer)
+
+    def _process(self, msgs: list[Message], out: TransactionalOutput, consumer: Consumer) -> None:
+        chain = self.chain
+        assert chain is not None
+        data = msgs if not any(map(Message.error, msgs)) else [m for m in msgs if check(m)]
+        if not data:
+            return
+        self._next = data[-1].offset() + 1  # type: ignore[operator]
+        placed = self._placed([m for m in data if m.value()])
+        read = source_meta.read(placed, self._head)
+        for msg, exc in read.refused:
+            self._refuse(msg, str(exc), exc.reason)
+        dead = len(chain.dead)
+        newest = chain.values(read.values, metas=read.metas)
+        if len(chain.dead) > dead:
+            self._located(dead, read.kept)
+        if newest is not None:
+            self._marks.observe(self.partition, newest)
+        self._records_in += len(read.kept)
+        self._m_in.inc(len(read.kept))
+        if chain.late:
+            self._count_late()
+        if self._writer.dlq.stops and chain.dead:
+            self._writer.dlq.failed(out, chain.take_dead())
+        flush_keys = self.settings.flush_keys
+        if chain.pending >= flush_keys:
+            self._flush(out)
+        elif chain.output_buffered >= flush_keys:
+            self._flush(out, operators=False)
+
+    def _placed(self, msgs: list[Message]) -> list[Message]:
+        """The messages in their key's partition; the others dead (``misplaced_key``)."""
+        placement = self._placement
+        assert placement is not None
+        of, partition = placement.of, self.partition
+        if all(of(k) == partition for k in map(Message.key, msgs)):
+            return msgs
+        kept = []
+        for msg in msgs:
+            home = of(msg.key())
+            if home == partition:
+                kept.append(msg)
+                continue
+            where = "it has no key" if home is None else f"its key's is {home}"
+            self._refuse(
+                msg,
+                f"read from partition {partition} of {self.topic!r} but {where} (the "
+                f"{self._partitioner} partitioner over {placement.partitions} partitions): "
+                "keyed_source needs a topic partitioned by the Kafka key",
+                "misplaced_key",
+            )
+        return kept
+
+    def _refuse(self, msg: Message, error: str, reason: str) -> None:
+        """A source record dead as it came, written with the epoch's other dead records."""
+        assert self.chain is not None
+        where = Position(self.topic, self.partition, msg.offset())
+        value: bytes = msg.value() or b""
+        self.chain.dead.append(DeadRecord(self._head.name, error, value, reason, where=where))
+
+    def _located(self, start: int, kept: list[Message]) -> None:
+        """The chain's dead records from ``start`` on: a source value dead is its record's
+        bytes, with its position; another, this partition's position."""
+        assert self.chain is not None
+        dead = self.chain.dead
+        for i in range(start, len(dead)):
+            record = dead[i]
+            if record.origin is not None:
+                msg = kept[record.origin]
+                where = Position(self.topic, self.partition, msg.offset())
+                dead[i] = replace(record, value=msg.value() or b"", origin=None, where=where)
+            elif record.where is None:
+                dead[i] = replace(record, where=self._where)
+
+    # -- the checkpoint ---------------------------------------------------------------------
+
+    def _trigger(self, out: TransactionalOutput, consumer: Consumer) -> None:
+        """Trigger n: the epoch ends here, at the position read so far."""
+        checkpoint_id, triggered_at = self._requested, self._requested_at
+        self._taken = checkpoint_id
+        delay = max(0.0, time.time() - triggered_at)
+        metrics.start_delay_seconds.labels(**self.labels).observe(delay)
+        if self.stage.timed:
+            self._advance()
+        assert isinstance(self._aligner, SourcePosition)
+        self._aligner.read_to(self._next)
+        outcome = BarrierOutcome(completed=checkpoint_id, positions=self._aligner.positions)
+        self._checkpoint(outcome, 0.0, out, consumer, int(triggered_at * 1000))
+
+    def _advance(self) -> None:
+        """The source's watermark into the task's, the chain advanced as it rises."""
+        assert self.chain is not None
+        marks = source_marks(self._marks, self._sent_mark, drained=self._draining)
+        for mark in marks:
+            self._sent_mark = mark
+            risen = self._time.watermarks.on_mark(0, mark[0], mark[1])
+            if risen is not None:
+                self.chain.advance(risen)
+                metrics.watermark_seconds.labels(**self.labels).set(risen / 1000)

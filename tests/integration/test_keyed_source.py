@@ -1,0 +1,102 @@
+"""A keyed source (`Pipeline.keyed_source`) run by the engine: the carts of test_carts.py
+with their ``process`` in the source tasks (no shuffle), a worker SIGKILLed mid-stream and
+replaced; every outcome once, as computed from the input, and the per-record count after a
+shuffle out of those tasks 1, 2, 3... with no gap and no repeat. And a record written into
+another partition than its key's is dead (``misplaced_key``), the others counted."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import Counter
+from pathlib import Path
+
+from processor.models.murmur2 import partition_of
+from tests.carts_data import canonical, carts
+from tests.integration.pipeline_run import PipelineRun, read_committed
+
+Fed = tuple[bytes | None, bytes, list[tuple[str, bytes]], int | None]
+
+MODULE = Path(__file__).with_name("keyed_carts_pipeline.py")
+TOPICS = {
+    "cart_events": "cart-events",
+    "cart_outcomes": "cart-outcomes",
+    "events_per_type": "events-per-type",
+}
+
+
+def _placed(key: bytes, partition: int, partitions: int) -> bytes:
+    """``key`` with a suffix that librdkafka's default partitioner (CRC-32) puts in
+    ``partition``."""
+    n = 0
+    while zlib.crc32(key + b"-%d" % n) % partitions != partition:
+        n += 1
+    return key + b"-%d" % n
+
+
+def test_a_keyed_source_with_a_worker_killed_mid_stream_is_exactly_once(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    data = carts(sessions=3000, partitions=2, seed=5)
+    # Each partition's closing tick (past every timer) must be in that partition: a key
+    # that hashes there, as every record of a keyed source must have.
+    records: list[Fed] = [
+        (k, v, h, None) if p is None else (_placed(k or b"", p, 2), v, h, None)
+        for k, v, h, p in data.records
+    ]
+    run = PipelineRun(
+        kafka_bootstrap, tmp_path, MODULE, TOPICS, shuffle_partitions="2", expected_workers="2"
+    )
+    try:
+        run.start(workers=2)
+        run.feed_records("cart_events", records, seconds=4)
+        run.kill_mid_stream(1)
+        run.drain(timeout=180)
+        got: Counter[tuple[str, str]] = Counter()
+        for part in read_committed(kafka_bootstrap, run.topics["cart_outcomes"]).values():
+            for key, value, _ in part:
+                result = json.loads(value or b"")
+                assert key == result["user"].encode()
+                got[result["user"], canonical(result)] += 1
+        missing, extra = data.outcomes - got, got - data.outcomes
+        assert not missing and not extra, (list(missing)[:3], list(extra)[:3])
+        counts: dict[str, list[int]] = {}
+        for part in read_committed(kafka_bootstrap, run.topics["events_per_type"]).values():
+            for raw_key, value, _ in part:
+                counts.setdefault((raw_key or b"").decode(), []).append(int(value or b"0"))
+        assert {t: len(c) for t, c in counts.items()} == dict(data.per_type)
+        for event_type, updates in counts.items():
+            assert updates == list(range(1, data.per_type[event_type] + 1)), event_type
+        dead = read_committed(kafka_bootstrap, run.settings.dlq_topic)
+        assert not any(dead.values()), "every record is in its key's partition"
+    finally:
+        run.stop()
+
+
+def test_a_record_outside_its_keys_partition_is_dead(kafka_bootstrap: str, tmp_path: Path) -> None:
+    module = Path(__file__).with_name("keyed_count_pipeline.py")
+    topics = {"words": "words", "counts": "counts"}
+    run = PipelineRun(kafka_bootstrap, tmp_path, module, topics, expected_workers="1")
+    keys = [b"k%d" % i for i in range(20)]
+    records: list[Fed] = [(k, b"x", [], partition_of(k, 2)) for k in keys * 10]
+    wrong = 1 - partition_of(b"k1", 2)
+    records[50:50] = [(b"k1", b"elsewhere", [], wrong), (None, b"no key", [], 0)]
+    try:
+        run.start(workers=1)
+        run.feed_records("words", records, seconds=1)
+        run.resume_feed()
+        run.drain(timeout=120)
+        last: dict[bytes, int] = {}
+        for part in read_committed(kafka_bootstrap, run.topics["counts"]).values():
+            for key, value, _ in part:
+                last[key or b""] = int(value or b"0")
+        assert last == dict.fromkeys(keys, 10)
+        dead = [
+            r for p in read_committed(kafka_bootstrap, run.settings.dlq_topic).values() for r in p
+        ]
+        assert sorted(value or b"" for _, value, _ in dead) == [b"elsewhere", b"no key"]
+        errors = {value: headers["error"].decode() for _, value, headers in dead}
+        assert f"but its key's is {1 - wrong} (the murmur2 partitioner" in errors[b"elsewhere"]
+        assert "but it has no key" in errors[b"no key"], errors
+    finally:
+        run.stop()
