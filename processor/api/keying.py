@@ -32,10 +32,10 @@ def by_kafka_key(
 ) -> KeyByNode:
     """The local ``key_by`` after ``source``: each record keyed by its decoded Kafka key."""
     where = f"keyed_source({source.topic!r})"
-    if source.key_format is None:
+    if source.key_format is None or source.key_format == "bytes":
         raise PipelineError(
-            f"{where}: the records are keyed by their Kafka key, so the source needs its "
-            "format: key='text', 'json', 'bytes' or a serde"
+            f"{where}: the records are keyed by their Kafka key decoded, so the source needs "
+            "its format: key='text', 'json' or a serde (state keys are text or JSON)"
         )
     if partitioner not in PARTITIONERS:
         raise PipelineError(

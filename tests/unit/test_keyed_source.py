@@ -70,6 +70,7 @@ def test_a_process_after_it_gets_the_headers_and_timers() -> None:
     ("build", "says"),
     [
         (lambda p: p.keyed_source("t", key=None), "needs its format"),
+        (lambda p: p.keyed_source("t", key="bytes"), "needs its format"),
         (lambda p: p.keyed_source("t", partitioner="fnv"), "partitioner='fnv'"),
         (
             lambda p: p.keyed_source("t").join(p.source("u").key_by(str), 10).sink("o"),
