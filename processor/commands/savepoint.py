@@ -118,7 +118,7 @@ def savepoint_of(record: dict[str, Any], graph: JobGraph, name: str) -> Savepoin
         if stage.source is not None:
             positions = sources.setdefault(stage.source.topic, {})
             positions.update({int(p): int(o) for p, o in info.get("positions", {}).items()})
-        else:
+        if stage.source is None or stage.keyed_source is not None:  # a snapshot: saved
             owner = info.get("owner")
             if not owner:
                 raise SavepointError(

@@ -34,6 +34,7 @@ from processor.engine.floors import Floors
 from processor.engine.time import NO_WATERMARK
 from processor.state.factory import open_storage
 from processor.state.rocksdb.snapshots import (
+    SnapshotInfo,
     SnapshotRef,
     SnapshotStore,
     seal_manifest,
@@ -205,6 +206,13 @@ class SavepointStore:
         for key in keys:
             self._storage.delete(key)
         return len(keys) + 1
+
+    def restore_task(self, savepoint: Savepoint, task: str, dest: Path) -> SnapshotInfo:
+        """Task ``task``'s saved snapshot, whole, into ``dest`` (a keyed source's task: its
+        keys are its partition's, so nothing is redistributed)."""
+        snapshots = SnapshotStore(self._storage, self._key(savepoint.name, task), generation=0)
+        ref = SnapshotRef(savepoint.checkpoint_id, savepoint.tasks[task])
+        return snapshots.restore(ref, dest, reuse=False)
 
     def load_partition(
         self,

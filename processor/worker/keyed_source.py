@@ -14,7 +14,8 @@ one channel's, and it acts at each checkpoint, as a shuffle's arrives then.
 What differs from a keyed task: a record in another partition than its key's (as the
 source's partitioner places keys) is dead, ``misplaced_key``; no older snapshot stands in
 for a lost committed one (the source holds no barriers to replay an epoch up to); a job
-does not start from a savepoint into such a stage. Those say so in one line.
+starts from a savepoint only with the partitions it was taken with (each task's snapshot
+whole, no keys to move). Those say so in one line.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
@@ -36,23 +38,32 @@ from processor.kafka.output import TransactionalOutput
 from processor.models.partitioners import Placement
 from processor.state.rocksdb.snapshot_process import SnapshotProcess
 from processor.state.rocksdb.store import RocksDBStore
+from processor.state.savepoints import open_savepoint
 from processor.worker import source_meta
 from processor.worker.gaps import STATE_LOST, check_resume
 from processor.worker.keyed import KeyedTask
 from processor.worker.keyed_restore import ShuffleInput, committed_snapshot, restore_committed
 from processor.worker.keyed_start import open_chain
 from processor.worker.keyed_time import TaskTime
-from processor.worker.task import TaskContext, check, commit_metadata, committed_after_fencing
+from processor.worker.postgres_orphans import after_savepoint
+from processor.worker.task import (
+    ClosedEpoch,
+    TaskContext,
+    check,
+    commit_metadata,
+    committed_after_fencing,
+)
 
 log = logging.getLogger(__name__)
 
 NO_FALLBACK = "a keyed source's snapshots do not fall back (its input has no barriers)"
 
 
-class NoSavepoint(PermanentTaskFailure):
-    """A job started from a savepoint into a keyed source's stage."""
+class SavepointMismatch(PermanentTaskFailure):
+    """A savepoint that cannot start a keyed source's task: none of its snapshots is this
+    task's, or the topic has another number of partitions than when it was taken."""
 
-    reason = "savepoint_unsupported"
+    reason = "savepoint_mismatch"
 
 
 class SourcePosition(BarrierHandler):
@@ -106,12 +117,14 @@ class KeyedSourceTask(KeyedTask):
         s, tp = self.settings, TopicPartition(self.topic, self.partition)
         meta = commit_metadata(committed_after_fencing(s, [tp])[0])
         last = int(meta.get("checkpoint", 0))
-        if self.postgres is not None:
+        if self.postgres is not None:  # its prepared transactions, as Kafka decided them
             self.postgres.recover(last)
+            if not last:  # and those of the job it started from
+                after_savepoint(s, self.ctx.graph, self.ctx.task_id, self.postgres)
         committed = committed_snapshot(meta, last, self._input)
         snapshots.open(committed)
         low, _ = consumer.get_watermark_offsets(tp, timeout=30, cached=False)
-        held: dict[str, object] = {}
+        held: dict[str, Any] = {}
         start = low
         if committed is not None:
             layout = self.ctx.channel_layout()
@@ -122,10 +135,7 @@ class KeyedSourceTask(KeyedTask):
             start = self._input.resume_offset(held)
             check_resume(consumer, self.topic, self.partition, start, last, STATE_LOST)
         elif s.from_savepoint:
-            raise NoSavepoint(
-                f"keyed_source({self.topic!r}): a job cannot start from a savepoint into it "
-                "yet; start it without --from-savepoint (it reads its source from the start)"
-            )
+            held, start = self._from_savepoint(consumer, db_path)
         store = RocksDBStore(db_path)
         self.chain = open_chain(self.ctx, self.partition, store, held, self._time)
         self.last_checkpoint = self._taken = last
@@ -137,6 +147,40 @@ class KeyedSourceTask(KeyedTask):
         consumer.assign([TopicPartition(self.topic, self.partition, start)])
         log.info("%s: resuming %s[%d] at %d", self.ctx.task_id, self.topic, self.partition, start)
         return store
+
+    def _from_savepoint(self, consumer: Consumer, db_path: Path) -> tuple[dict[str, Any], int]:
+        """A job's first start from a savepoint: this task's saved snapshot, whole (its
+        keys are its partition's), and the saved position; the snapshot's metadata and
+        where to read from. The topic must have as many partitions as when it was taken."""
+        store, savepoint = open_savepoint(self.settings)
+        saved = savepoint.sources.get(self.topic, {})
+        partitions = clients.topic_partitions(consumer, self.topic)
+        task = self.ctx.task_id
+        if task not in savepoint.tasks or len(saved) != partitions:
+            raise SavepointMismatch(
+                f"savepoint {self.settings.from_savepoint!r} has no snapshot of {task} for "
+                f"keyed_source({self.topic!r}) over {partitions} partitions (it saved "
+                f"{len(saved)}): a keyed source's state moves only with its partitions"
+            )
+        info = store.restore_task(savepoint, task, db_path)
+        start = saved[self.partition]
+        check_resume(consumer, self.topic, self.partition, start, 0, STATE_LOST)
+        log.info("%s: loaded savepoint %s, at %d", task, self.settings.from_savepoint, start)
+        return info.meta, start
+
+    def _close_epoch(
+        self,
+        checkpoint_id: int,
+        started: tuple[float, float],
+        waited_s: float,
+        flush_cpu_s: float,
+        lag: int,
+        positions: dict[str, int],
+    ) -> ClosedEpoch:
+        """Acknowledged as a source task's is: its partition's next offset (the snapshot
+        keeps the channel's last one), which a savepoint saves as the source's position."""
+        at = {str(self.partition): self._next}
+        return super()._close_epoch(checkpoint_id, started, waited_s, flush_cpu_s, lag, at)
 
     # -- the loop ---------------------------------------------------------------------------
 

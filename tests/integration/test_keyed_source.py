@@ -7,6 +7,8 @@ another partition than its key's is dead (``misplaced_key``), the others counted
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -100,3 +102,54 @@ def test_a_record_outside_its_keys_partition_is_dead(kafka_bootstrap: str, tmp_p
         assert "but it has no key" in errors[b"no key"], errors
     finally:
         run.stop()
+
+
+def test_a_job_from_a_savepoint_of_a_keyed_source_counts_on(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The second job reads the same topic from the savepoint's positions, each task's
+    counts from its saved snapshot: every key's count goes on from the first job's."""
+    module = Path(__file__).with_name("keyed_count_pipeline.py")
+    topics = {"words": "words", "counts": "counts"}
+    keys = [b"k%d" % i for i in range(20)]
+    first = PipelineRun(kafka_bootstrap, tmp_path / "first", module, topics)
+    second: PipelineRun | None = None
+    try:
+        first.start(workers=1)
+        first.feed_records("words", [(k, b"x", [], partition_of(k, 2)) for k in keys * 3], 1)
+        first.resume_feed()
+        first.drain(timeout=120)
+        first.stop()
+        name = f"sp-{first.job}"
+        taken = subprocess.run(
+            [sys.executable, "-m", "processor", "savepoint", "--last-completed", "--name", name],
+            env=first.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert taken.returncode == 0, taken.stderr
+        second = PipelineRun(
+            kafka_bootstrap,
+            tmp_path / "second",
+            module,
+            topics,
+            topic_prefix=first.job,
+            checkpoint_dir=str(tmp_path / "first" / "checkpoints"),
+            from_savepoint=name,
+        )
+        second.start(workers=1)
+        second.feed_records("words", [(k, b"y", [], partition_of(k, 2)) for k in keys * 2], 1)
+        second.resume_feed()
+        second.drain(timeout=120)
+        updates: dict[bytes, list[int]] = {}
+        for part in read_committed(kafka_bootstrap, first.topics["counts"]).values():
+            for key, value, _ in part:
+                updates.setdefault(key or b"", []).append(int(value or b"0"))
+        assert {k: u[-1] for k, u in updates.items()} == dict.fromkeys(keys, 5)
+        assert all(u == sorted(set(u)) for u in updates.values()), "counts only rise"
+        assert "loaded savepoint" in second.log("worker-0")
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
