@@ -89,6 +89,7 @@ class DeadRecord:
     # What failed, with its traceback (formatted only if logged or written: see deadletter).
     exc: BaseException | None = field(default=None, compare=False, repr=False)
     where: Position | None = None  # where it was read, set by the task that knows
+    key: bytes | None = None  # of a source record written as it came: its Kafka key
 
 
 def dead_record(operator: str, exc: Exception, value: Any, origin: int | None) -> DeadRecord:

@@ -136,7 +136,7 @@ class DeadLetters:
             self._write(
                 out,
                 record.value,
-                None,
+                record.key,
                 record.operator,
                 record.error,
                 record.reason,

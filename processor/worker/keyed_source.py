@@ -97,6 +97,8 @@ class KeyedSourceTask(KeyedTask):
         self._requested_at = 0.0
         self._draining = False
         self._where = Position(head.topic, index)
+        skipped = metrics.records_skipped
+        self._m_skipped = {r: skipped.labels(**self.labels, reason=r) for r in ("null", "empty")}
 
     def request_checkpoint(
         self, checkpoint_id: int, triggered_at: float, drain: bool = False
@@ -205,7 +207,12 @@ class KeyedSourceTask(KeyedTask):
         if not data:
             return
         self._next = data[-1].offset() + 1  # type: ignore[operator]
-        placed = self._placed([m for m in data if m.value()])
+        valued = [m for m in data if m.value()]
+        if len(valued) < len(data):  # no value: skipped and counted, as a source task does
+            for msg in data:
+                if not msg.value():
+                    self._m_skipped["null" if msg.value() is None else "empty"].inc()
+        placed = self._placed(valued)
         read = source_meta.read(placed, self._head)
         for msg, exc in read.refused:
             self._refuse(msg, str(exc), exc.reason)
@@ -255,7 +262,8 @@ class KeyedSourceTask(KeyedTask):
         assert self.chain is not None
         where = Position(self.topic, self.partition, msg.offset())
         value: bytes = msg.value() or b""
-        self.chain.dead.append(DeadRecord(self._head.name, error, value, reason, where=where))
+        dead = DeadRecord(self._head.name, error, value, reason, where=where, key=_key(msg))
+        self.chain.dead.append(dead)
 
     def _located(self, start: int, kept: list[Message]) -> None:
         """The chain's dead records from ``start`` on: a source value dead is its record's
@@ -267,7 +275,8 @@ class KeyedSourceTask(KeyedTask):
             if record.origin is not None:
                 msg = kept[record.origin]
                 where = Position(self.topic, self.partition, msg.offset())
-                dead[i] = replace(record, value=msg.value() or b"", origin=None, where=where)
+                value = msg.value() or b""
+                dead[i] = replace(record, value=value, origin=None, where=where, key=_key(msg))
             elif record.where is None:
                 dead[i] = replace(record, where=self._where)
 
@@ -296,3 +305,8 @@ class KeyedSourceTask(KeyedTask):
             if risen is not None:
                 self.chain.advance(risen)
                 metrics.watermark_seconds.labels(**self.labels).set(risen / 1000)
+
+
+def _key(msg: Message) -> bytes | None:
+    key = msg.key()
+    return key.encode() if isinstance(key, str) else key

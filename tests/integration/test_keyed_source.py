@@ -97,6 +97,7 @@ def test_a_record_outside_its_keys_partition_is_dead(kafka_bootstrap: str, tmp_p
             r for p in read_committed(kafka_bootstrap, run.settings.dlq_topic).values() for r in p
         ]
         assert sorted(value or b"" for _, value, _ in dead) == [b"elsewhere", b"no key"]
+        assert {value: key for key, value, _ in dead} == {b"elsewhere": b"k1", b"no key": None}
         errors = {value: headers["error"].decode() for _, value, headers in dead}
         assert f"but its key's is {1 - wrong} (the murmur2 partitioner" in errors[b"elsewhere"]
         assert "but it has no key" in errors[b"no key"], errors
