@@ -35,6 +35,8 @@ from processor.query.owners import (
     Operator,
     key_tasks,
     operators,
+    partitions_of,
+    stage_sizes,
     stage_tasks,
 )
 from processor.query.routes import error_answer, json_answer
@@ -90,11 +92,13 @@ class WorkerDirectory:
         self._lock = threading.Lock()
         self._placement: dict[str, str] = {}
         self._urls: dict[str, str] = {}
+        self.sizes: Mapping[str, int] = {}  # stage -> its tasks, as placed
 
     def placed(self, placement: Mapping[str, str], alive: Iterable[str]) -> None:
         """The new placement and the workers alive now: the URLs of the others are dropped."""
         with self._lock:
             self._placement = dict(placement)
+            self.sizes = stage_sizes(placement)
             live = frozenset(alive)
             self._urls = {w: url for w, url in self._urls.items() if w in live}
 
@@ -292,7 +296,8 @@ class ForwardRoutes:
     ) -> Response:
         """The answer of the worker whose task owns the key. A key with two readings (``5``:
         the string or the int) may have two tasks: their workers are asked in turn."""
-        tasks = key_tasks(operator, shown, self.partitions)
+        partitions = partitions_of(operator, self.partitions, self.directory.sizes)
+        tasks = key_tasks(operator, shown, partitions)
         if tasks is None:
             return error_answer(400, "a windowed operator's key is <key>@<window start>")
         asked: set[str] = set()
@@ -315,7 +320,8 @@ class ForwardRoutes:
         self, operator: Operator, limit: int, path: str, headers: Mapping[str, str]
     ) -> Response:
         """Every worker with tasks of the operator's stage asked; their items merged."""
-        tasks = stage_tasks(operator, self.partitions)
+        partitions = partitions_of(operator, self.partitions, self.directory.sizes)
+        tasks = stage_tasks(operator, partitions)
         urls: dict[str, str] = {}
         unplaced: dict[str, str] = {}
         for task_id in tasks:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import ast
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from processor.api.node import PerKeyNode, Stateful, WindowNode
-from processor.api.ops import TAGGED, key_text
+from processor.api.ops import TAGGED, key_of, key_text
 from processor.jobs.graph import JobGraph
+from processor.models.partitioners import Placement
 from processor.models.records import shuffle_partition
 from processor.plan.stages import Stage
 from processor.serde.codec import RecordError
@@ -53,9 +54,32 @@ def operators(graph: JobGraph) -> dict[str, Operator]:
 
     Example: ``operators(graph)["counts"].stage.name == "count"``
     """
-    # Not yet a keyed source's: its keys' tasks are its producers' partitioner's choice.
-    stages = [s for s in graph.stages if s.keyed_source is None]
+    # A keyed source's if its keys are text: its producers' partitioner hashed their bytes.
+    stages = [s for s in graph.stages if s.keyed_source is None or _text_keys(s)]
     return {n.name: Operator(n, s) for s in stages for n in s.stateful}
+
+
+def _text_keys(stage: Stage) -> bool:
+    return stage.source is not None and stage.source.key_format == "text"
+
+
+def stage_sizes(tasks: Iterable[str]) -> dict[str, int]:
+    """Tasks per stage, of an assignment's task ids (``<stage>-<index>``): a keyed
+    source's stage has one per partition of its topic."""
+    sizes: dict[str, int] = {}
+    for task in tasks:
+        stage, _, index = task.rpartition("-")
+        if index.isdecimal():
+            sizes[stage] = sizes.get(stage, 0) + 1
+    return sizes
+
+
+def partitions_of(operator: Operator, shuffle_partitions: int, sizes: Mapping[str, int]) -> int:
+    """How many tasks the operator's stage has: its shuffle's partitions, or a keyed
+    source's topic's (as many as ``sizes``, the assignment's, says)."""
+    if operator.stage.keyed_source is None:
+        return shuffle_partitions
+    return max(1, sizes.get(operator.stage.name, 0))
 
 
 def key_candidates(shown: str) -> list[str]:
@@ -93,10 +117,16 @@ def split_window(shown: str) -> tuple[str, int] | None:
 
 
 def owner(operator: Operator, text: str, partitions: int) -> str:
-    """The task that holds the state of key text ``text``: the shuffle's partition of it.
+    """The task that holds the state of key text ``text``: the shuffle's partition of it;
+    of a keyed source, the partition its producers' partitioner gives the key's bytes.
 
     Example: ``owner(op, "apple", 4) == f"{op.stage.name}-{zlib.crc32(b'apple') % 4}"``
     """
+    local = operator.stage.keyed_source
+    if local is not None and local.local is not None:
+        key = key_of(text)
+        raw = (key if isinstance(key, str) else text).encode()
+        return f"{operator.stage.name}-{Placement(local.local, partitions).of(raw)}"
     return f"{operator.stage.name}-{shuffle_partition(text.encode(), partitions)}"
 
 
@@ -139,6 +169,7 @@ class QueryRegistry:
         self._lock = threading.Lock()
         self._gates: dict[str, TaskGate] = {}
         self._owners: dict[str, str] = {}  # task -> worker id, as assigned
+        self._sizes: dict[str, int] = {}  # stage -> its tasks, as assigned
 
     def gate(self, task_id: str) -> TaskGate:
         """A new gate for a (re)started task, in place of any earlier one."""
@@ -153,6 +184,7 @@ class QueryRegistry:
         keep = set(mine)
         with self._lock:
             self._owners = dict(owners)
+            self._sizes = stage_sizes(owners)
             for task_id in self._gates.keys() - keep:
                 del self._gates[task_id]
 
@@ -162,6 +194,11 @@ class QueryRegistry:
             gate = self._gates.get(task_id)
             return gate if gate is not None else self._owners.get(task_id)
 
+    def partitions_of(self, operator: Operator) -> int:
+        """How many tasks the operator's stage has (`partitions_of`)."""
+        with self._lock:
+            return partitions_of(operator, self.partitions, self._sizes)
+
     def tasks_of(self, operator: Operator) -> list[str]:
         """Every task of the operator's stage."""
-        return stage_tasks(operator, self.partitions)
+        return stage_tasks(operator, self.partitions_of(operator))

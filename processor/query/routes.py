@@ -123,7 +123,7 @@ class StateRoutes:
         misses: list[Response] = []
         kind = "fresh" if fresh else "committed"
         for text in key_candidates(shown):
-            task_id = owner(operator, text, self.registry.partitions)
+            task_id = owner(operator, text, self.registry.partitions_of(operator))
             gate = self._gate(task_id)
             if isinstance(gate, Response):
                 if gate.status == 503:

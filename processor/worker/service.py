@@ -318,10 +318,10 @@ class Worker:
         )
         if stage.is_source and stage.keyed_source is None:
             return SourceTask(ctx, tid.index, [tid.index])
-        if stage.is_source:  # a keyed source's: it keeps state as a keyed task does
-            return KeyedSourceTask(ctx, tid.index)  # (not queryable yet: `query.owners`)
         if self.queries is not None:
             ctx.query = self.queries.gate(task_id)
+        if stage.is_source:  # a keyed source's: it keeps state as a keyed task does
+            return KeyedSourceTask(ctx, tid.index)
         return KeyedTask(ctx, tid.index)
 
     def _heartbeat(self) -> None:

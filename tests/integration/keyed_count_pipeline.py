@@ -6,5 +6,5 @@ from processor import Pipeline
 
 def build(words: str, counts: str) -> Pipeline:
     p = Pipeline()
-    p.keyed_source(words, key="text", partitioner="murmur2").count().sink(counts)
+    p.keyed_source(words, key="text", partitioner="murmur2").count(name="per_key").sink(counts)
     return p

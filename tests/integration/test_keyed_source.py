@@ -7,14 +7,17 @@ another partition than its key's is dead (``misplaced_key``), the others counted
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import zlib
 from collections import Counter
 from pathlib import Path
 
+from processor.commands.state import get, request
 from processor.models.murmur2 import partition_of
 from tests.carts_data import canonical, carts
+from tests.integration.harness import wait_until
 from tests.integration.pipeline_run import PipelineRun, read_committed
 
 Fed = tuple[bytes | None, bytes, list[tuple[str, bytes]], int | None]
@@ -154,3 +157,46 @@ def test_a_job_from_a_savepoint_of_a_keyed_source_counts_on(
         first.stop()
         if second is not None:
             second.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_keyed_sources_state_is_read_from_the_task_its_partitioner_names(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """With the state API on: each key's committed count from the workers directly (the one
+    whose task holds it answers, the other says 421) and through the coordinator, which
+    routes by the partitioner over the topic's partitions, not by the shuffle's."""
+    module = Path(__file__).with_name("keyed_count_pipeline.py")
+    topics = {"words": "words", "counts": "counts"}
+    run = PipelineRun(
+        kafka_bootstrap, tmp_path, module, topics, shuffle_partitions="5", state_api="on"
+    )
+    ports = [_free_port(), _free_port(), _free_port()]
+    workers, coordinator = [f"http://127.0.0.1:{p}" for p in ports[:2]], ports[2]
+    keys = [b"k%d" % i for i in range(20)]
+    try:
+        run.start_coordinator()
+        for i in (0, 1):
+            run.start_worker(i, metrics_port=ports[i])
+        run.feed_records("words", [(k, b"x", [], partition_of(k, 2)) for k in keys * 3], 1)
+        run.resume_feed()
+        run.drain(timeout=120)
+        # The coordinator left with the job idle: again, to forward the reads (it learns the
+        # placement from the heartbeats, the workers' URLs from their endpoint messages).
+        run.start_coordinator(exit_when_idle=False, metrics_port=coordinator)
+        up = f"http://127.0.0.1:{coordinator}/api/status"
+        wait_until(lambda: request(up).status != 0, 60, "the coordinator's port")
+        for key in keys:
+            for urls in (workers, [f"http://127.0.0.1:{coordinator}"]):
+                answer = get(urls, "per_key", key.decode(), retry_s=30)
+                assert answer.status == 200, (key, answer)
+                assert answer.doc["value"] == 3, answer.doc
+                task = answer.doc["task"]
+                assert task.endswith(f"-{partition_of(key, 2)}"), (key, task)
+    finally:
+        run.stop()

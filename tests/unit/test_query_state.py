@@ -20,8 +20,17 @@ from processor.engine.live_state import epoch_value
 from processor.http_server import HttpServer, Request, Response
 from processor.jobs import load_graph
 from processor.jobs.graph import JobGraph
+from processor.models.murmur2 import partition_of
 from processor.plan.stages import plan
-from processor.query.owners import QueryRegistry, key_candidates, operators, owner, split_window
+from processor.query.owners import (
+    QueryRegistry,
+    key_candidates,
+    operators,
+    owner,
+    partitions_of,
+    split_window,
+    stage_sizes,
+)
 from processor.query.routes import StateRoutes
 from processor.state.query_gate import NotServing, TaskGate, link_view
 from processor.state.rocksdb.store import RocksDBStore
@@ -51,6 +60,19 @@ def test_the_owner_is_the_shuffles_partition() -> None:
     counts = operators(graph)["counts"]
     for word in ["apple", "pear", "fig", "x" * 100]:
         assert owner(counts, word, PARTITIONS) == f"count-{zlib.crc32(word.encode()) % PARTITIONS}"
+
+
+def test_a_keyed_sources_owner_is_its_partitioners_choice() -> None:
+    p = Pipeline()
+    p.keyed_source("clicks", key="text").count(name="per_user").sink("out")
+    p.keyed_source("views", key="json", partitioner="crc32").count(name="per_view").sink("o2")
+    found = operators(JobGraph("j", plan(p)))
+    assert "per_view" not in found  # JSON keys: the producers' bytes are not known
+    clicks = found["per_user"]
+    for user in ["ann", "bob", "x" * 100]:
+        assert owner(clicks, user, 3) == f"clicks-{partition_of(user.encode(), 3)}"
+    assert stage_sizes(["clicks-0", "clicks-1", "clicks-2", "count-0"]) == {"clicks": 3, "count": 1}
+    assert partitions_of(clicks, 8, {"clicks": 3}) == 3  # its topic's, not the shuffles'
 
 
 def _store_with(path: Path, items: dict[bytes, bytes]) -> RocksDBStore:
