@@ -49,6 +49,7 @@ from processor.worker.postgres_orphans import after_savepoint
 from processor.worker.task import (
     ClosedEpoch,
     TaskContext,
+    Triggers,
     check,
     commit_metadata,
     committed_after_fencing,
@@ -93,9 +94,7 @@ class KeyedSourceTask(KeyedTask):
         self._sent_mark: tuple[int, bool] | None = None
         self._next = 0  # the next offset to read
         self._taken = 0  # the newest checkpoint taken
-        self._requested = 0
-        self._requested_at = 0.0
-        self._draining = False
+        self._triggers = Triggers()
         self._where = Position(head.topic, index)
         skipped = metrics.records_skipped
         self._m_skipped = {r: skipped.labels(**self.labels, reason=r) for r in ("null", "empty")}
@@ -103,11 +102,7 @@ class KeyedSourceTask(KeyedTask):
     def request_checkpoint(
         self, checkpoint_id: int, triggered_at: float, drain: bool = False
     ) -> None:
-        # As a source task's (`SourceTask.request_checkpoint`): the time goes first.
-        self._draining = self._draining or drain
-        if checkpoint_id > self._requested:
-            self._requested_at = triggered_at
-            self._requested = checkpoint_id
+        self._triggers.offer(checkpoint_id, triggered_at, drain)
 
     # -- the start --------------------------------------------------------------------------
 
@@ -197,7 +192,7 @@ class KeyedSourceTask(KeyedTask):
                 self._marks.polled(time.monotonic())
             if msgs:
                 self._process(msgs, out, consumer)
-            if self._requested > self._taken:
+            if self._triggers.requested > self._taken:
                 self._trigger(out, consumer)
 
     def _process(self, msgs: list[Message], out: TransactionalOutput, consumer: Consumer) -> None:
@@ -284,7 +279,7 @@ class KeyedSourceTask(KeyedTask):
 
     def _trigger(self, out: TransactionalOutput, consumer: Consumer) -> None:
         """Trigger n: the epoch ends here, at the position read so far."""
-        checkpoint_id, triggered_at = self._requested, self._requested_at
+        checkpoint_id, triggered_at = self._triggers.requested, self._triggers.requested_at
         self._taken = checkpoint_id
         delay = max(0.0, time.time() - triggered_at)
         metrics.start_delay_seconds.labels(**self.labels).observe(delay)
@@ -298,7 +293,7 @@ class KeyedSourceTask(KeyedTask):
     def _advance(self) -> None:
         """The source's watermark into the task's, the chain advanced as it rises."""
         assert self.chain is not None
-        marks = source_marks(self._marks, self._sent_mark, drained=self._draining)
+        marks = source_marks(self._marks, self._sent_mark, drained=self._triggers.draining)
         for mark in marks:
             self._sent_mark = mark
             risen = self._time.watermarks.on_mark(0, mark[0], mark[1])

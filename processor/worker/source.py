@@ -48,6 +48,7 @@ from processor.worker.task import (
     Scanned,
     Task,
     TaskContext,
+    Triggers,
     check,
     commit_metadata,
     committed_after_fencing,
@@ -98,9 +99,7 @@ class SourceTask(Task):
         self._meta = head.meta  # its pipeline uses record metadata: see `source_meta`
         self._watermarks = SourceWatermarks(partitions, head.out_of_orderness_ms, head.idle_ms)
         self._sent_mark: tuple[int, bool] | None = None  # the last watermark written
-        self._draining = False  # the job drains: event time ends (a trigger's ``drain``)
-        self._requested = 0
-        self._requested_at = 0.0  # wall-clock time the coordinator triggered it
+        self._triggers = Triggers()
         self._positions: dict[int, int] = {}  # input partition -> next offset to read
         self._committing: ClosedEpoch | None = None
         self._completed = 0  # the newest checkpoint completed, as the coordinator says
@@ -117,13 +116,7 @@ class SourceTask(Task):
     def request_checkpoint(
         self, checkpoint_id: int, triggered_at: float, drain: bool = False
     ) -> None:
-        # Only the newest trigger matters (older ones are superseded). The time goes first:
-        # the task thread reads _requested, then _requested_at. A drain is for good: the
-        # job's input is done, its event time ends at the next checkpoint.
-        self._draining = self._draining or drain
-        if checkpoint_id > self._requested:
-            self._requested_at = triggered_at
-            self._requested = checkpoint_id
+        self._triggers.offer(checkpoint_id, triggered_at, drain)
 
     def checkpoint_completed(self, checkpoint_id: int) -> None:
         self._completed = max(self._completed, checkpoint_id)
@@ -174,8 +167,9 @@ class SourceTask(Task):
                 if self._committing is not None:
                     self._finish_commit(out, block=False)
                 newest = self._committing.checkpoint_id if self._committing else 0
-                if self._requested > max(self.last_checkpoint, newest):
-                    self._checkpoint(self._requested, out, consumer)
+                requested = self._triggers.requested
+                if requested > max(self.last_checkpoint, newest):
+                    self._checkpoint(requested, out, consumer)
             self._stop_postgres(out)
         finally:
             out.close()
@@ -348,7 +342,7 @@ class SourceTask(Task):
     def _checkpoint(self, checkpoint_id: int, out: TransactionalOutput, consumer: Consumer) -> None:
         started = (time.monotonic(), time.thread_time())
         waited_before = out.take_waited()  # early flushes that waited for the last commit
-        triggered_at = self._requested_at
+        triggered_at = self._triggers.requested_at
         metrics.start_delay_seconds.labels(**self.labels).observe(
             max(0.0, time.time() - triggered_at)
         )
@@ -414,7 +408,8 @@ class SourceTask(Task):
     def _send_watermark(self, out: TransactionalOutput) -> None:
         """This task's watermark (or idle mark) into every downstream shuffle partition, if
         it changed since the last one: after the epoch's records, before its barrier."""
-        for mark in source_marks(self._watermarks, self._sent_mark, drained=self._draining):
+        drained = self._triggers.draining
+        for mark in source_marks(self._watermarks, self._sent_mark, drained=drained):
             self._write_mark(out, mark)
 
     def _write_mark(self, out: TransactionalOutput, mark: tuple[int, bool]) -> None:

@@ -72,6 +72,25 @@ class TaskContext:
         return self.graph.channel_layout(stage, sizes)
 
 
+class Triggers:
+    """What a task at a source knows of the coordinator's triggers (its epochs end at
+    them): only the newest matters, older ones are superseded; a drain is for good (the
+    job's input is done, event time ends at the next checkpoint)."""
+
+    def __init__(self) -> None:
+        self.requested = 0
+        self.requested_at = 0.0  # wall-clock time the coordinator triggered it
+        self.draining = False
+
+    def offer(self, checkpoint_id: int, triggered_at: float, drain: bool) -> None:
+        """Trigger ``checkpoint_id`` (from the worker's control thread). The time goes
+        first: the task thread reads ``requested``, then ``requested_at``."""
+        self.draining = self.draining or drain
+        if checkpoint_id > self.requested:
+            self.requested_at = triggered_at
+            self.requested = checkpoint_id
+
+
 @dataclass
 class ClosedEpoch:
     """Checkpoint n of a task past its synchronous part, until it is acknowledged."""

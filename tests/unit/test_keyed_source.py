@@ -16,6 +16,7 @@ from processor.models.murmur2 import partition_of
 from processor.models.partitioners import Placement
 from processor.plan.stages import plan
 from processor.testing import run
+from processor.worker.task import Triggers
 
 
 def test_its_keyed_operators_run_in_the_source_stage_with_no_shuffle() -> None:
@@ -97,3 +98,12 @@ def test_placement_is_the_producers_partitioners() -> None:
     assert [small.of(k) for k in (b"a", b"b", b"c", b"a")] == [
         zlib.crc32(k) % 5 for k in (b"a", b"b", b"c", b"a")
     ]
+
+
+def test_a_source_task_acts_on_the_newest_trigger_and_a_drain_is_for_good() -> None:
+    triggers = Triggers()
+    triggers.offer(3, 30.0, drain=False)
+    triggers.offer(2, 20.0, drain=True)  # superseded, but its drain stays
+    assert (triggers.requested, triggers.requested_at, triggers.draining) == (3, 30.0, True)
+    triggers.offer(4, 40.0, drain=False)
+    assert (triggers.requested, triggers.requested_at, triggers.draining) == (4, 40.0, True)
