@@ -5,7 +5,9 @@ tests/integration/test_keyed_source.py.)"""
 
 from __future__ import annotations
 
+import re
 import zlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +17,11 @@ from processor.errors import PipelineError
 from processor.models.murmur2 import partition_of
 from processor.models.partitioners import Placement
 from processor.plan.stages import plan
+from processor.state.rocksdb.snapshots import SnapshotRef
+from processor.state.storage import SnapshotMissing
 from processor.testing import run
+from processor.worker.keyed_restore import ShuffleInput, restore_snapshot
+from processor.worker.keyed_source import NO_FALLBACK
 from processor.worker.task import Triggers
 
 
@@ -107,3 +113,36 @@ def test_a_source_task_acts_on_the_newest_trigger_and_a_drain_is_for_good() -> N
     assert (triggers.requested, triggers.requested_at, triggers.draining) == (3, 30.0, True)
     triggers.offer(4, 40.0, drain=False)
     assert (triggers.requested, triggers.requested_at, triggers.draining) == (4, 40.0, True)
+
+
+class _LostSnapshots:
+    """Snapshot storage whose committed snapshot is gone and an older one is there."""
+
+    def __init__(self) -> None:
+        self.tried: list[int] = []
+
+    def restore(self, ref: SnapshotRef, _dest: Path, reuse: bool = True) -> Any:
+        self.tried.append(ref.checkpoint_id)
+        raise SnapshotMissing(f"checkpoint {ref.checkpoint_id} is gone")
+
+    def snapshots(self) -> list[SnapshotRef]:
+        return [SnapshotRef(3, "old"), SnapshotRef(5, "new")]
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [NO_FALLBACK, "unaligned checkpoints do not fall back"],
+)
+def test_a_lost_snapshot_with_no_fallback_stops_the_task_with_why(
+    reason: str, tmp_path: Path
+) -> None:
+    """A keyed source (or unaligned) task tries no older snapshot: its input has no barriers
+    to replay up to the committed one."""
+    snapshots = _LostSnapshots()
+    shuffle = ShuffleInput("t-0", "topic", 0, 1)
+    with pytest.raises(SnapshotMissing, match=re.escape(reason)):
+        restore_snapshot(snapshots, shuffle, SnapshotRef(5, "new"), tmp_path, 0, reason)  # type: ignore[arg-type]
+    assert snapshots.tried == [5]
+    with pytest.raises(SnapshotMissing, match="no older snapshot"):  # with a fallback: tried
+        restore_snapshot(snapshots, shuffle, SnapshotRef(5, "new"), tmp_path, 0, None)  # type: ignore[arg-type]
+    assert snapshots.tried == [5, 5, 3]
