@@ -32,6 +32,7 @@ import fastavro
 from processor.errors import PipelineError
 from processor.redact import redacted
 from processor.serde.avro_bounds import Plan, schema_problem
+from processor.serde.avro_writer import record_writer
 from processor.serde.codec import RecordError, Unavailable
 
 # HTTP statuses of a registry that is away or overloaded, not of a refused schema or id.
@@ -87,6 +88,7 @@ class Avro:
         except Exception as exc:
             raise PipelineError(f"Avro(schema): not an Avro schema: {exc}") from exc
         self._names = _names(self._parsed)
+        self._write = record_writer(self._parsed)  # None: fastavro writes every record
         self._writers: dict[int, Plan | RecordError] = {}
         self.registry_url = registry_url
         self.registry_config = dict(registry_config or {})
@@ -118,6 +120,11 @@ class Avro:
         """``value`` in Avro binary (behind the wire format's 5 bytes with a registry)."""
         if self.registry_url is not None:
             return self._through_registry(self._serializer_fn(), value)  # type: ignore[no-any-return]
+        if self._write is not None:
+            try:
+                return self._write(value)
+            except Exception:  # noqa: BLE001 - not sure of it: fastavro writes it or says why
+                pass
         out = io.BytesIO()
         fastavro.schemaless_writer(out, self._parsed, value)
         return out.getvalue()
