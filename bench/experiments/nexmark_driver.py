@@ -5,6 +5,11 @@ test driver (`processor.testing.Driver`), no broker, so only the engine's own wo
     python bench/experiments/nexmark_driver.py --queries q4,q5,q6 --rounds 5 \
         --checkout /path/to/other/checkout      # A/B: runs alternate between the two
     python bench/experiments/nexmark_driver.py --queries q4 --profile 25   # cProfile's top 25
+    python bench/experiments/nexmark_driver.py --queries carts:partitioned,carts:full
+
+``carts:VARIANT`` is the user pipeline of bench/user_pipeline.py instead (bench/pipelines/
+carts_avro.py, its ``variant``), over ``--events`` of its own input (4 partitions, with keys
+and ``source`` headers).
 
 Events: ``--events`` (200,000) of the ``nexmark`` crate (``nexmark --format json``, the binary
 bench/nexmark.py uses), then a closing event 60 s of event time later, as the bench loads them.
@@ -29,17 +34,33 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from itertools import zip_longest
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 CLOSING_GAP_MS = 60_000
 
 
-def _run_one(query: str, events_file: str, profile: int, python_gc: bool) -> None:
-    """In the child: one query over the events; prints a JSON line."""
-    from processor.testing import Driver  # the engine of the checkout first on the path
-    from processor.worker.service import GC_THRESHOLDS
+def _carts(variant: str, events: int) -> tuple[Any, Callable[[Any], int]]:
+    """The user pipeline and what sends its input into a driver (the number of records)."""
+    from bench.pipelines import carts_avro
 
+    parts = carts_avro.generate(events, 4)
+    records = [r for row in zip_longest(*parts) for r in row if r is not None]
+
+    def feed(driver: Any) -> int:
+        for _part, key, value, source, ts in records:
+            headers = [("source", source)] if source else None
+            driver.send("carts", value, key=key, timestamp=ts, headers=headers)
+        return len(records)
+
+    return carts_avro.build(variant=variant or "partitioned"), feed
+
+
+def _nexmark(query: str, events_file: str) -> tuple[Any, Callable[[Any], int]]:
+    """A Nexmark query and what sends the events into a driver (the number of records)."""
     build = runpy.run_path(str(ROOT / "examples" / "nexmark" / f"{query}.py"))["build"]
     events = [json.loads(line) for line in Path(events_file).read_text().splitlines()]
     times = [next(iter(e.values()))["date_time"] for e in events]
@@ -57,7 +78,25 @@ def _run_one(query: str, events_file: str, profile: int, python_gc: bool) -> Non
         }
     }
     inputs = [(None, e, t) for e, t in zip(events, times, strict=True)] + [(None, closing, last)]
-    driver = Driver(build(), 4, 4, 20_000)
+
+    def feed(driver: Any) -> int:
+        driver.send_all({"nexmark": inputs})
+        return len(inputs)
+
+    return build(), feed
+
+
+def _run_one(query: str, events_file: str, events: int, profile: int, python_gc: bool) -> None:
+    """In the child: one query over the events; prints a JSON line."""
+    from processor.testing import Driver  # the engine of the checkout first on the path
+    from processor.worker.service import GC_THRESHOLDS
+
+    name, _, variant = query.partition(":")
+    if name == "carts":
+        pipeline, feed = _carts(variant, events)
+    else:
+        pipeline, feed = _nexmark(query, events_file)
+    driver = Driver(pipeline, 4, 4, 20_000)
     if not python_gc:  # as a worker process sets it (processor/worker/service.py)
         gc.set_threshold(*GC_THRESHOLDS)
         gc.collect()
@@ -69,7 +108,7 @@ def _run_one(query: str, events_file: str, profile: int, python_gc: bool) -> Non
         profiler = cProfile.Profile()
         profiler.enable()
     started = time.process_time()
-    driver.send_all({"nexmark": inputs})
+    sent = feed(driver)
     driver.finish()
     cpu_s = time.process_time() - started
     if profiler is not None:
@@ -80,12 +119,13 @@ def _run_one(query: str, events_file: str, profile: int, python_gc: bool) -> Non
     outputs = driver.outputs()
     digest = hashlib.sha256(repr(sorted(outputs.items())).encode()).hexdigest()[:16]
     rows = sum(len(v) for v in outputs.values())
-    print(json.dumps({"us_per_event": cpu_s / len(inputs) * 1e6, "rows": rows, "digest": digest}))
+    print(json.dumps({"us_per_event": cpu_s / sent * 1e6, "rows": rows, "digest": digest}))
 
 
 def _child(
-    checkout: Path, query: str, events_file: str, profile: int, python_gc: bool
+    checkout: Path, query: str, events_file: str, args: argparse.Namespace
 ) -> dict[str, object]:
+    profile, python_gc = args.profile, args.python_gc
     env_path = f"{checkout}:{ROOT}"
     done = subprocess.run(
         [
@@ -95,6 +135,8 @@ def _child(
             query,
             "--events-file",
             events_file,
+            "--events",
+            str(args.events),
             "--profile",
             str(profile),
             *(["--python-gc"] if python_gc else []),
@@ -125,21 +167,22 @@ def main() -> None:
     parser.add_argument("--events-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        _run_one(args.child, args.events_file, args.profile, args.python_gc)
+        _run_one(args.child, args.events_file, args.events, args.profile, args.python_gc)
         return
     binary = shutil.which("nexmark") or str(Path.home() / ".cargo" / "bin" / "nexmark")
     engines = {"this": ROOT, **({"other": args.checkout.resolve()} if args.checkout else {})}
     results: dict[tuple[str, str], list[dict[str, object]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         events_file = str(Path(tmp) / "events.jsonl")
-        with open(events_file, "w") as out:
-            subprocess.run(
-                [binary, "-n", str(args.events), "--format", "json"], stdout=out, check=True
-            )
+        if any(not q.startswith("carts") for q in args.queries.split(",")):
+            with open(events_file, "w") as out:
+                subprocess.run(
+                    [binary, "-n", str(args.events), "--format", "json"], stdout=out, check=True
+                )
         for _ in range(args.rounds):
             for query in args.queries.split(","):
                 for name, checkout in engines.items():
-                    got = _child(checkout, query, events_file, args.profile, args.python_gc)
+                    got = _child(checkout, query, events_file, args)
                     results.setdefault((query, name), []).append(got)
     for (query, name), runs in sorted(results.items()):
         us = [float(str(r["us_per_event"])) for r in runs]

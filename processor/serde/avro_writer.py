@@ -34,22 +34,15 @@ _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 _PRIMITIVE = ("null", "boolean", "int", "long", "float", "double", "string", "bytes")
 
 
-def _varint(z: int) -> bytes:
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 @cache
 def _tables() -> tuple[list[bytes], list[bytes], list[bytes]]:
     """Built on first use: zigzag varints of small ints, and a varint's 14-bit groups (last
     and not last)."""
-    small = [_varint(n << 1) for n in range(_SMALL)]
-    last = [_varint(c) for c in range(_GROUP)]
-    middle = [bytes([(c & 0x7F) | 0x80, ((c >> 7) & 0x7F) | 0x80]) for c in range(_GROUP)]
+    low = [(c & 0x7F) | 0x80 for c in range(_GROUP)]  # a group's first byte, more to come
+    middle = list(map(bytes, zip(low, [(c >> 7) | 0x80 for c in range(_GROUP)], strict=True)))
+    last = [bytes((c,)) for c in range(0x80)]
+    last += map(bytes, zip(low[0x80:], [c >> 7 for c in range(0x80, _GROUP)], strict=True))
+    small = last[: 2 * _SMALL : 2]  # the zigzag of n >= 0 is 2n
     return small, last, middle
 
 

@@ -76,6 +76,12 @@ def test_each_long_is_zigzag_varint(n: int) -> None:
     assert long_bytes(-n - 1) == fastavro_bytes("long", -n - 1)
 
 
+def test_every_long_of_the_tables_is_zigzag_varint() -> None:
+    """The lookups: each small int, and each 14-bit group where a varint ends."""
+    for n in range(-(1 << 14), 1 << 14):
+        assert long_bytes(n) == fastavro_bytes("long", n), n
+
+
 ONE_OF_EACH = {
     "type": "record",
     "name": "R",
