@@ -7,6 +7,10 @@ test driver (`processor.testing.Driver`), no broker, so only the engine's own wo
     python bench/experiments/nexmark_driver.py --queries q4 --profile 25   # cProfile's top 25
     python bench/experiments/nexmark_driver.py --queries carts:partitioned,carts:full
 
+``--instructions`` counts instructions per event under valgrind's callgrind instead (a run
+over all the events less one over their first fifth): slower, but the same on a busy machine
+as on a quiet one, where CPU time per event varies by a third between runs.
+
 ``carts:VARIANT`` is the user pipeline of bench/user_pipeline.py instead (bench/pipelines/
 carts_avro.py, its ``variant``), over ``--events`` of its own input (4 partitions, with keys
 and ``source`` headers).
@@ -27,6 +31,7 @@ import gc
 import hashlib
 import json
 import os
+import re
 import runpy
 import shutil
 import statistics
@@ -59,10 +64,12 @@ def _carts(variant: str, events: int) -> tuple[Any, Callable[[Any], int]]:
     return carts_avro.build(variant=variant or "partitioned"), feed
 
 
-def _nexmark(query: str, events_file: str) -> tuple[Any, Callable[[Any], int]]:
-    """A Nexmark query and what sends the events into a driver (the number of records)."""
+def _nexmark(query: str, events_file: str, limit: int) -> tuple[Any, Callable[[Any], int]]:
+    """A Nexmark query and what sends the first ``limit`` events into a driver (the number
+    of records)."""
     build = runpy.run_path(str(ROOT / "examples" / "nexmark" / f"{query}.py"))["build"]
-    events = [json.loads(line) for line in Path(events_file).read_text().splitlines()]
+    lines = Path(events_file).read_text().splitlines()[:limit]
+    events = [json.loads(line) for line in lines]
     times = [next(iter(e.values()))["date_time"] for e in events]
     last = max(times) + CLOSING_GAP_MS
     closing = {
@@ -95,7 +102,7 @@ def _run_one(query: str, events_file: str, events: int, profile: int, python_gc:
     if name == "carts":
         pipeline, feed = _carts(variant, events)
     else:
-        pipeline, feed = _nexmark(query, events_file)
+        pipeline, feed = _nexmark(query, events_file, events)
     driver = Driver(pipeline, 4, 4, 20_000)
     if not python_gc:  # as a worker process sets it (processor/worker/service.py)
         gc.set_threshold(*GC_THRESHOLDS)
@@ -119,38 +126,57 @@ def _run_one(query: str, events_file: str, events: int, profile: int, python_gc:
     outputs = driver.outputs()
     digest = hashlib.sha256(repr(sorted(outputs.items())).encode()).hexdigest()[:16]
     rows = sum(len(v) for v in outputs.values())
-    print(json.dumps({"us_per_event": cpu_s / sent * 1e6, "rows": rows, "digest": digest}))
+    result = {"us_per_event": cpu_s / sent * 1e6, "rows": rows, "digest": digest, "sent": sent}
+    print(json.dumps(result))
 
 
 def _child(
-    checkout: Path, query: str, events_file: str, args: argparse.Namespace
+    checkout: Path, query: str, events_file: str, args: argparse.Namespace, events: int = 0
 ) -> dict[str, object]:
-    profile, python_gc = args.profile, args.python_gc
-    env_path = f"{checkout}:{ROOT}"
+    """One run in a child process (``events``: of the input's first, else ``--events``); with
+    ``--instructions``, under callgrind, its instructions in ``instructions``."""
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        query,
+        "--events-file",
+        events_file,
+        "--events",
+        str(events or args.events),
+        "--profile",
+        str(args.profile),
+        *(["--python-gc"] if args.python_gc else []),
+    ]
+    if args.instructions:
+        command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command]
     done = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--child",
-            query,
-            "--events-file",
-            events_file,
-            "--events",
-            str(args.events),
-            "--profile",
-            str(profile),
-            *(["--python-gc"] if python_gc else []),
-        ],
-        env={**os.environ, "PYTHONPATH": env_path},
+        command,
+        env={**os.environ, "PYTHONPATH": f"{checkout}:{ROOT}"},
         capture_output=True,
         text=True,
         check=True,
         cwd=checkout,
     )
-    if profile:
+    if args.profile:
         print(done.stderr, file=sys.stderr)
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    collected = re.search(r"Collected : (\d+)", done.stderr)
+    if collected:
+        result["instructions"] = int(collected.group(1))
     return result
+
+
+def _instructions(
+    checkout: Path, query: str, events_file: str, args: argparse.Namespace
+) -> dict[str, object]:
+    """Instructions per event: the difference of a run over all the events and one over the
+    first fifth (so start-up, imports and the pipeline's build cancel out)."""
+    whole = _child(checkout, query, events_file, args)
+    fifth = _child(checkout, query, events_file, args, max(1, args.events // 5))
+    events = int(str(whole["sent"])) - int(str(fifth["sent"]))
+    spent = int(str(whole["instructions"])) - int(str(fifth["instructions"]))
+    return {**whole, "instructions_per_event": spent / events}
 
 
 def main() -> None:
@@ -162,6 +188,11 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N")
     parser.add_argument(
         "--python-gc", action="store_true", help="Python's GC thresholds, not the workers'"
+    )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per event under valgrind's callgrind, not CPU time (~50x slower)",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--events-file", help=argparse.SUPPRESS)
@@ -182,14 +213,18 @@ def main() -> None:
         for _ in range(args.rounds):
             for query in args.queries.split(","):
                 for name, checkout in engines.items():
-                    got = _child(checkout, query, events_file, args)
+                    run = _instructions if args.instructions else _child
+                    got = run(checkout, query, events_file, args)
                     results.setdefault((query, name), []).append(got)
     for (query, name), runs in sorted(results.items()):
-        us = [float(str(r["us_per_event"])) for r in runs]
+        measure, unit = "us_per_event", "us/event"
+        if args.instructions:
+            measure, unit = "instructions_per_event", "instructions/event"
+        values = [float(str(r[measure])) for r in runs]
         digests = sorted({str(r["digest"]) for r in runs})
         print(
-            f"{query} {name}: {statistics.median(us):.1f} us/event ({min(us):.1f}-{max(us):.1f}),"
-            f" {runs[0]['rows']} rows, output {','.join(digests)}"
+            f"{query} {name}: {statistics.median(values):,.1f} {unit} ({min(values):,.1f}-"
+            f"{max(values):,.1f}), {runs[0]['rows']} rows, output {','.join(digests)}"
         )
 
 
