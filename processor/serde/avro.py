@@ -89,6 +89,7 @@ class Avro:
             raise PipelineError(f"Avro(schema): not an Avro schema: {exc}") from exc
         self._names = _names(self._parsed)
         self._write = record_writer(self._parsed)  # None: fastavro writes every record
+        self._prefix: bytes | None = None  # the wire format's 5 bytes, once the registry gave them
         self._writers: dict[int, Plan | RecordError] = {}
         self.registry_url = registry_url
         self.registry_config = dict(registry_config or {})
@@ -119,7 +120,7 @@ class Avro:
     def dumps(self, value: Any) -> bytes:
         """``value`` in Avro binary (behind the wire format's 5 bytes with a registry)."""
         if self.registry_url is not None:
-            return self._through_registry(self._serializer_fn(), value)  # type: ignore[no-any-return]
+            return self._dumps_registered(value)
         if self._write is not None:
             try:
                 return self._write(value)
@@ -144,6 +145,23 @@ class Avro:
             # Avro has no framing: a record of another schema can read as this one.
             raise ValueError(f"{len(raw) - data.tell()} bytes left after the Avro record")
         return value
+
+    def _dumps_registered(self, value: Any) -> bytes:
+        """``value`` in the wire format: confluent-kafka's `AvroSerializer` registers the
+        schema (or looks it up) with the first record; after it, with this module's
+        configuration (no latest version, no rules, no validation), every record is the same
+        5 bytes (magic byte, schema id) and fastavro's body, which the compiled writer writes
+        (3x faster) where it is sure of the value; any other record takes the serializer's way."""
+        prefix, write = self._prefix, self._write
+        if prefix is not None and write is not None:
+            try:
+                return prefix + write(value)
+            except Exception:  # noqa: BLE001 - not sure of it: the serializer's way
+                pass
+        raw: bytes = self._through_registry(self._serializer_fn(), value)
+        if prefix is None and write is not None:
+            self._prefix = _wire_prefix(raw, write, value)
+        return raw
 
     def __repr__(self) -> str:
         url = self.registry_url
@@ -253,6 +271,18 @@ class Avro:
                         self._client(), self.schema_str, conf=conf
                     )
         return self._deserializer
+
+
+def _wire_prefix(raw: bytes, write: Callable[[Any], bytes], value: Any) -> bytes | None:
+    """The 5 bytes before the body in ``raw``, the serializer's ``value``, if the rest is what
+    ``write`` makes of it (else None: the serializer writes every record)."""
+    try:
+        body = write(value)
+    except Exception:  # noqa: BLE001 - a value the writer is not sure of: learn from another
+        return None
+    if len(raw) != 5 + len(body) or raw[0] != 0 or not raw.endswith(body):
+        return None
+    return raw[:5]
 
 
 def _names(parsed: Any) -> frozenset[str]:

@@ -227,6 +227,46 @@ def test_avro_pipeline_through_a_schema_registry(
         run.stop()
 
 
+def test_registry_records_are_confluents_bytes_on_a_real_registry(
+    registry_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Avro(registry_url=...)` writes what confluent-kafka's serializer writes on Apicurio,
+    itself calling the serializer for the first record and for a value its compiled writer is
+    not sure of (a bool where a long goes), not for the others."""
+    schema = {
+        "type": "record",
+        "name": "Outcome",
+        "fields": [
+            {"name": "user", "type": "string"},
+            {"name": "total", "type": "long"},
+            {"name": "note", "type": ["null", "string"]},
+        ],
+    }
+    topic = f"outcomes-{random.randrange(10**9)}"
+    registry = SchemaRegistryClient({"url": registry_url, "timeout": REQUEST_TIMEOUT_S})
+    theirs = AvroSerializer(
+        registry, json.dumps(schema), conf={"subject.name.strategy": topic_subject_name_strategy}
+    )
+    at_topic = SerializationContext(topic, MessageField.VALUE)
+    values = [
+        {"user": f"u{i}", "total": (i - 20) * 10**9, "note": None if i % 3 else "é" * i}
+        for i in range(60)
+    ]
+    values[30]["total"] = True
+    expected = [theirs(v, at_topic) for v in values]
+    calls: list[int] = []
+    real_call = AvroSerializer.__call__
+
+    def counted(self: Any, *args: Any) -> Any:
+        calls.append(1)
+        return real_call(self, *args)
+
+    monkeypatch.setattr(AvroSerializer, "__call__", counted)
+    ours = Avro(schema, registry_url=registry_url).for_topic(topic)
+    assert [ours.dumps(v) for v in values] == expected
+    assert len(calls) == 2
+
+
 def test_hostile_avro_records_are_dead_records_and_no_worker_dies(
     kafka_bootstrap: str, registry_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,7 +9,6 @@ test_sinks.py feeds the same records through a real registry and broker."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from processor.serde.avro_bounds import (
     Plan,
 )
 from processor.serde.codec import RecordError, decode
-from tests.unit.test_serde import _Registry
+from tests.registry_stand_in import StandInRegistry, serve_stand_in
 
 CLICK = {
     "type": "record",
@@ -111,16 +110,9 @@ def _decode(schema: Any, raw: bytes, url: str = "", timeout: float = 60) -> str:
 
 @pytest.fixture
 def registry() -> Iterator[str]:
-    """The stand-in registry of test_serde.py, with ids 1.. set by each test."""
-    _Registry.schemas, _Registry.calls, _Registry.down = {}, [], False
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Registry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    """The stand-in registry (tests/registry_stand_in.py), with ids 1.. set by each test."""
+    with serve_stand_in() as url:
+        yield url
 
 
 # -- plain Avro ------------------------------------------------------------------------------
@@ -256,7 +248,7 @@ def _nested_schema(levels: int) -> dict[str, Any]:
 
 
 def test_a_recursive_writer_schema_through_the_registry_is_a_dead_record(registry: str) -> None:
-    _Registry.schemas = {1: json.dumps(RECURSIVE_CLICK)}
+    StandInRegistry.schemas = {1: json.dumps(RECURSIVE_CLICK)}
     good = wire(1, click() + linked(3))
     assert _decode(CLICK, good, registry) == "value {'page': 'a', 'n': 3}"
     deep = wire(1, click() + linked(10_000))
@@ -265,14 +257,14 @@ def test_a_recursive_writer_schema_through_the_registry_is_a_dead_record(registr
 
 def test_an_item_count_bomb_through_the_registry_is_a_dead_record(registry: str) -> None:
     writer = {**CLICK, "fields": [*CLICK["fields"], {"name": "x", "type": NULLS}]}
-    _Registry.schemas = {1: json.dumps(writer)}
+    StandInRegistry.schemas = {1: json.dumps(writer)}
     raw = wire(1, click() + zigzag(1 << 60) + zigzag(0))
     assert _decode(CLICK, raw, registry, timeout=30).startswith("dead too_large")
 
 
 def test_writer_schemas_a_source_refuses(registry: str) -> None:
     big = {**CLICK, "doc": "x" * MAX_SCHEMA_BYTES}
-    _Registry.schemas = {
+    StandInRegistry.schemas = {
         1: json.dumps(big),  # oversized
         2: json.dumps(_nested_schema(300)),  # nested too deeply
         3: json.dumps({**CLICK, "name": "Other"}),  # another type
@@ -294,5 +286,5 @@ def test_writer_schemas_a_source_refuses(registry: str) -> None:
         assert info.value.reason == "schema_refused"
     assert avro.loads(wire(6, click())) == {"page": "a", "n": 3}  # an alias of the reader
     # Each writer schema is fetched once, refused or not.
-    fetched = [c for c in _Registry.calls if c.startswith("GET /schemas/ids/")]
+    fetched = [c for c in StandInRegistry.calls if c.startswith("GET /schemas/ids/")]
     assert len(fetched) == len(set(fetched)) == 6, fetched

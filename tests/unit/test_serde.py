@@ -3,20 +3,22 @@ a local stand-in of the registry's REST API), resolution, and dead records on fa
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import struct
-import threading
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import fastavro
 import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient, topic_subject_name_strategy
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from processor import Pipeline, PipelineError
 from processor.serde import BYTES, JSON, TEXT, Avro, Serde, loads_all, resolve
 from processor.serde.codec import RecordError, Unavailable, decode, serde_dumps
+from tests.registry_stand_in import StandInRegistry, serve_stand_in
 
 CLICK = {
     "type": "record",
@@ -95,64 +97,10 @@ def test_a_serde_that_raises_or_returns_no_bytes_makes_dead_records() -> None:
 # -- the Confluent wire format, against the registry's REST API answered locally -------------
 
 
-class _Registry(http.server.BaseHTTPRequestHandler):
-    """The calls confluent-kafka's client makes, answered as Confluent's registry (and
-    Apicurio's ccompat API) answers them: register a schema, fetch one by id."""
-
-    schemas: ClassVar[dict[int, str]] = {}
-    calls: ClassVar[list[str]] = []
-    down: ClassVar[bool] = False
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _reply(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_POST(self) -> None:
-        self.calls.append(f"POST {self.path}")
-        length = int(self.headers["Content-Length"])
-        body = json.loads(self.rfile.read(length))
-        if self.down:
-            self._reply(503, {"error_code": 50301, "message": "unavailable"})
-            return
-        # POST /subjects/<subject>/versions -> {"id": n}
-        for schema_id, text in self.schemas.items():
-            if text == body["schema"]:
-                self._reply(200, {"id": schema_id})
-                return
-        schema_id = 100 + len(self.schemas)
-        self.schemas[schema_id] = body["schema"]
-        self._reply(200, {"id": schema_id})
-
-    def do_GET(self) -> None:
-        self.calls.append(f"GET {self.path}")
-        # GET /schemas/ids/<id>
-        path = self.path.split("?")[0]
-        if path.startswith("/schemas/ids/"):
-            schema_id = int(path.rsplit("/", 1)[1])
-            if schema_id in self.schemas:
-                self._reply(200, {"schema": self.schemas[schema_id]})
-                return
-        self._reply(404, {"error_code": 40403, "message": "Schema not found"})
-
-
 @pytest.fixture
 def registry() -> Iterator[str]:
-    _Registry.schemas, _Registry.calls, _Registry.down = {}, [], False
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Registry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_stand_in() as url:
+        yield url
 
 
 def test_registry_wire_format_magic_byte_schema_id_body(registry: str) -> None:
@@ -162,11 +110,39 @@ def test_registry_wire_format_magic_byte_schema_id_body(registry: str) -> None:
     (schema_id,) = struct.unpack(">I", raw[1:5])
     assert schema_id == 100
     assert raw[5:] == Avro(CLICK).dumps({"page": "a", "n": 3})
-    assert any(c.startswith("POST /subjects/clicks-value/versions") for c in _Registry.calls)
+    assert any(c.startswith("POST /subjects/clicks-value/versions") for c in StandInRegistry.calls)
     # A reader of its own (a fresh client) fetches the writer's schema by the id.
     reader = resolve(Avro(CLICK, registry_url=registry), "source('clicks')", "clicks")
     assert reader.loads(raw) == {"page": "a", "n": 3}
-    assert "GET /schemas/ids/100" in [c.split("?")[0] for c in _Registry.calls]
+    assert "GET /schemas/ids/100" in [c.split("?")[0] for c in StandInRegistry.calls]
+
+
+def test_registry_records_are_written_as_confluents_serializer_writes_them(
+    registry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the first record, the wire format's 5 bytes and the compiled writer's body: the
+    same bytes as confluent-kafka's own serializer, which writes only the first record and
+    those the writer is not sure of (a bool where a long goes)."""
+    theirs = AvroSerializer(
+        SchemaRegistryClient({"url": registry}),
+        json.dumps(CLICK),
+        conf={"subject.name.strategy": topic_subject_name_strategy},
+    )
+    at_clicks = SerializationContext("clicks", MessageField.VALUE)
+    values = [{"page": "p" * (i % 70), "n": (i - 50) * 7919**3} for i in range(100)]
+    values[40]["n"] = True
+    expected = [theirs(v, at_clicks) for v in values]
+    calls: list[int] = []
+    real_call = AvroSerializer.__call__
+
+    def counted(self: Any, *args: Any) -> Any:
+        calls.append(1)
+        return real_call(self, *args)
+
+    monkeypatch.setattr(AvroSerializer, "__call__", counted)
+    ours = Avro(CLICK, registry_url=registry).for_topic("clicks")
+    assert [ours.dumps(v) for v in values] == expected
+    assert len(calls) == 2  # the first record, and the bool
 
 
 def test_registry_failures(registry: str) -> None:
@@ -177,7 +153,7 @@ def test_registry_failures(registry: str) -> None:
         decode(avro, b"\0\0\0\0\x07\x02a\x06")  # an id the registry does not have
     with pytest.raises(RuntimeError, match="for_topic"):
         Avro(CLICK, registry_url=registry).dumps({"page": "a", "n": 1})
-    _Registry.down = True
+    StandInRegistry.down = True
     with pytest.raises(Unavailable):  # not the record's fault: the task retries
         serde_dumps(avro, {"page": "a", "n": 1})
 
