@@ -46,23 +46,33 @@ def _tables() -> tuple[list[bytes], list[bytes], list[bytes]]:
     return small, last, middle
 
 
+@cache
+def _long_writer() -> Callable[[int], bytes]:
+    """`long_bytes`, its tables bound once (a writer calls it per record: no lookup per call)."""
+    small, last, middle = _tables()
+
+    def write_long(n: int) -> bytes:
+        if 0 <= n < _SMALL:
+            return small[n]
+        if not _LONG_MIN <= n <= _LONG_MAX:
+            raise OverflowError(f"{n} is out of a long's range")
+        z = (n << 1) ^ (n >> 63)
+        if z < _GROUP:
+            return last[z]
+        parts = []
+        while z >= _GROUP:
+            parts.append(middle[z & (_GROUP - 1)])
+            z >>= 14
+        parts.append(last[z])
+        return b"".join(parts)
+
+    return write_long
+
+
 def long_bytes(n: int) -> bytes:
     """``n`` as Avro writes an ``int`` or ``long``: zigzag, then a varint. ``n`` outside a
     long's range raises OverflowError."""
-    small, last, middle = _tables()
-    if 0 <= n < _SMALL:
-        return small[n]
-    if not _LONG_MIN <= n <= _LONG_MAX:
-        raise OverflowError(f"{n} is out of a long's range")
-    z = (n << 1) ^ (n >> 63)
-    if z < _GROUP:
-        return last[z]
-    parts = []
-    while z >= _GROUP:
-        parts.append(middle[z & (_GROUP - 1)])
-        z >>= 14
-    parts.append(last[z])
-    return b"".join(parts)
+    return _long_writer()(n)
 
 
 def _kind(field_type: Any) -> str | None:
@@ -146,7 +156,7 @@ def record_writer(schema: Any) -> Writer | None:
         ["def write(v):", *(f"    {line}" for line in body), f"    return b''.join(({joined},))"]
     )
     scope: dict[str, Any] = {
-        "_lb": long_bytes,
+        "_lb": _long_writer(),
         "_small": _tables()[0],
         "_nsmall": _SMALL,
         "_len": len,
