@@ -73,3 +73,19 @@ def serve_stand_in() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def count_serializer_calls(monkeypatch: Any) -> list[int]:
+    """A list that grows by one at each call of any confluent-kafka `AvroSerializer` from now
+    to the end of the test (``monkeypatch``: pytest's): which records went through it."""
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    calls: list[int] = []
+    real_call = AvroSerializer.__call__
+
+    def counted(self: Any, *args: Any) -> Any:
+        calls.append(1)
+        return real_call(self, *args)
+
+    monkeypatch.setattr(AvroSerializer, "__call__", counted)
+    return calls

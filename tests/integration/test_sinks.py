@@ -32,6 +32,7 @@ from tests.integration import avro_hostile_pipeline as hostile
 from tests.integration.avro_pipeline import CLICK
 from tests.integration.pipeline_run import PipelineRun, read_committed
 from tests.registry import ApicurioRegistry, RegistryError
+from tests.registry_stand_in import count_serializer_calls
 from tests.unit.test_avro_bounds import linked, wire, zigzag
 
 HERE = Path(__file__).resolve().parent
@@ -254,14 +255,7 @@ def test_registry_records_are_confluents_bytes_on_a_real_registry(
     ]
     values[30]["total"] = True
     expected = [theirs(v, at_topic) for v in values]
-    calls: list[int] = []
-    real_call = AvroSerializer.__call__
-
-    def counted(self: Any, *args: Any) -> Any:
-        calls.append(1)
-        return real_call(self, *args)
-
-    monkeypatch.setattr(AvroSerializer, "__call__", counted)
+    calls = count_serializer_calls(monkeypatch)
     ours = Avro(schema, registry_url=registry_url).for_topic(topic)
     assert [ours.dumps(v) for v in values] == expected
     assert len(calls) == 2

@@ -18,7 +18,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from processor import Pipeline, PipelineError
 from processor.serde import BYTES, JSON, TEXT, Avro, Serde, loads_all, resolve
 from processor.serde.codec import RecordError, Unavailable, decode, serde_dumps
-from tests.registry_stand_in import StandInRegistry, serve_stand_in
+from tests.registry_stand_in import StandInRegistry, count_serializer_calls, serve_stand_in
 
 CLICK = {
     "type": "record",
@@ -132,14 +132,7 @@ def test_registry_records_are_written_as_confluents_serializer_writes_them(
     values = [{"page": "p" * (i % 70), "n": (i - 50) * 7919**3} for i in range(100)]
     values[40]["n"] = True
     expected = [theirs(v, at_clicks) for v in values]
-    calls: list[int] = []
-    real_call = AvroSerializer.__call__
-
-    def counted(self: Any, *args: Any) -> Any:
-        calls.append(1)
-        return real_call(self, *args)
-
-    monkeypatch.setattr(AvroSerializer, "__call__", counted)
+    calls = count_serializer_calls(monkeypatch)
     ours = Avro(CLICK, registry_url=registry).for_topic("clicks")
     assert [ours.dumps(v) for v in values] == expected
     assert len(calls) == 2  # the first record, and the bool
