@@ -19,6 +19,7 @@ class StandInRegistry(http.server.BaseHTTPRequestHandler):
     Apicurio's ccompat API) answers them: register a schema, fetch one by id."""
 
     schemas: ClassVar[dict[int, str]] = {}
+    rule_sets: ClassVar[dict[int, dict[str, Any]]] = {}  # a schema's ``ruleSet``, by id
     calls: ClassVar[list[str]] = []
     down: ClassVar[bool] = False
 
@@ -56,7 +57,10 @@ class StandInRegistry(http.server.BaseHTTPRequestHandler):
         if path.startswith("/schemas/ids/"):
             schema_id = int(path.rsplit("/", 1)[1])
             if schema_id in self.schemas:
-                self._reply(200, {"schema": self.schemas[schema_id]})
+                reply: dict[str, Any] = {"schema": self.schemas[schema_id]}
+                if schema_id in self.rule_sets:
+                    reply["ruleSet"] = self.rule_sets[schema_id]
+                self._reply(200, reply)
                 return
         self._reply(404, {"error_code": 40403, "message": "Schema not found"})
 
@@ -65,6 +69,7 @@ class StandInRegistry(http.server.BaseHTTPRequestHandler):
 def serve_stand_in() -> Iterator[str]:
     """A stand-in on a free loopback port, its schemas and calls reset: its URL."""
     StandInRegistry.schemas, StandInRegistry.calls, StandInRegistry.down = {}, [], False
+    StandInRegistry.rule_sets = {}
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandInRegistry)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -80,12 +85,23 @@ def count_serializer_calls(monkeypatch: Any) -> list[int]:
     to the end of the test (``monkeypatch``: pytest's): which records went through it."""
     from confluent_kafka.schema_registry.avro import AvroSerializer
 
+    return _count_calls(monkeypatch, AvroSerializer)
+
+
+def count_deserializer_calls(monkeypatch: Any) -> list[int]:
+    """As `count_serializer_calls`, of confluent-kafka's `AvroDeserializer`."""
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    return _count_calls(monkeypatch, AvroDeserializer)
+
+
+def _count_calls(monkeypatch: Any, cls: type) -> list[int]:
     calls: list[int] = []
-    real_call = AvroSerializer.__call__
+    real_call = cls.__call__
 
     def counted(self: Any, *args: Any) -> Any:
         calls.append(1)
         return real_call(self, *args)
 
-    monkeypatch.setattr(AvroSerializer, "__call__", counted)
+    monkeypatch.setattr(cls, "__call__", counted)
     return calls

@@ -1,9 +1,10 @@
 """What writing one Avro record costs: fastavro's `schemaless_writer` against `Avro.dumps`
 (processor/serde/avro_writer.py's compiled writer), and confluent-kafka's `AvroSerializer`
-against `Avro(registry_url=...).dumps`, for the user pipeline's six-field ``Outcome``
-(bench/pipelines/carts_avro.py). No broker; the registry is the local stand-in of its REST
-API that tests/unit/test_serde.py runs (tests/registry_stand_in.py); each side registers
-once, before the timing.
+against `Avro(registry_url=...).dumps`; and reading one: its `AvroDeserializer` against
+`Avro(registry_url=...).loads` (which reads a writer schema without rules itself). For the
+user pipeline's six-field ``Outcome`` (bench/pipelines/carts_avro.py). No broker; the
+registry is the local stand-in of its REST API that tests/unit/test_serde.py runs
+(tests/registry_stand_in.py); each side registers once, before the timing.
 
     python bench/experiments/avro_write.py [--records 5000] [--repeat 15]
 
@@ -29,7 +30,7 @@ from confluent_kafka.schema_registry import (  # noqa: E402
     SchemaRegistryClient,
     topic_subject_name_strategy,
 )
-from confluent_kafka.schema_registry.avro import AvroSerializer  # noqa: E402
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer  # noqa: E402
 from confluent_kafka.serialization import MessageField, SerializationContext  # noqa: E402
 
 from bench.pipelines import carts_avro  # noqa: E402
@@ -69,11 +70,19 @@ def main() -> None:
         ctx = SerializationContext("out", MessageField.VALUE)
         ours = Avro(carts_avro.OUTCOME, registry_url=url).for_topic("out")
         assert ours.dumps(values[0]) == theirs(values[0], ctx)  # both registered
+        raws = [ours.dumps(v) for v in values]
+        client = SchemaRegistryClient({"url": url})
+        conf = {"subject.name.strategy": topic_subject_name_strategy}
+        their_reader = AvroDeserializer(client, plain.schema_str, conf=conf)
+        our_reader = Avro(carts_avro.OUTCOME, registry_url=url).for_topic("out")
+        assert [our_reader.loads(r) for r in raws] == [their_reader(r, ctx) for r in raws]
         rows = {
             "fastavro schemaless_writer": fastavro_all,
             "Avro.dumps": lambda: [plain.dumps(v) for v in values],
             "confluent-kafka AvroSerializer": lambda: [theirs(v, ctx) for v in values],
             "Avro(registry_url=...).dumps": lambda: [ours.dumps(v) for v in values],
+            "confluent-kafka AvroDeserializer": lambda: [their_reader(r, ctx) for r in raws],
+            "Avro(registry_url=...).loads": lambda: [our_reader.loads(r) for r in raws],
         }
         for name, fn in rows.items():
             print(f"{name:32} {_best(fn, args.records, args.repeat):6.2f} us a record")

@@ -91,6 +91,8 @@ class Avro:
         self._write = record_writer(self._parsed)  # None: fastavro writes every record
         self._prefix: bytes | None = None  # the wire format's 5 bytes, once the registry gave them
         self._writers: dict[int, Plan | RecordError] = {}
+        # (writer, reader schema) of the records `_loads_registered` reads itself, by id
+        self._direct: dict[int, tuple[Any, Any]] = {}
         self.registry_url = registry_url
         self.registry_config = dict(registry_config or {})
         self.auto_register = auto_register
@@ -133,11 +135,7 @@ class Avro:
     def loads(self, raw: bytes) -> Any:
         """The value in ``raw``; with a registry, its writer's schema resolved to this one."""
         if self.registry_url is not None:
-            if raw[:1] != b"\0" or len(raw) < 5:
-                raise ValueError("not the Confluent wire format (magic byte 0, schema id)")
-            read = self._deserializer_fn()
-            self._writer(int.from_bytes(raw[1:5], "big")).check(raw, 5)
-            return self._through_registry(read, raw)
+            return self._loads_registered(raw)
         self._plan.check(raw)
         data = io.BytesIO(raw)
         value = fastavro.schemaless_reader(data, self._parsed)
@@ -145,6 +143,25 @@ class Avro:
             # Avro has no framing: a record of another schema can read as this one.
             raise ValueError(f"{len(raw) - data.tell()} bytes left after the Avro record")
         return value
+
+    def _loads_registered(self, raw: bytes) -> Any:
+        """The value of a record in the wire format. confluent-kafka's `AvroDeserializer`
+        reads it with fastavro, the writer's schema resolved to this one, around steps this
+        module's configuration leaves idle (no latest version, hence no migrations; no rules of
+        this schema; no `from_dict`): where the writer's schema has no rules either and is not
+        ``bytes`` (which the deserializer hands over raw), this reads it so itself, without
+        those steps' per-record work; any other record takes the deserializer's way."""
+        if raw[:1] != b"\0" or len(raw) <= 5:
+            raise ValueError("not the Confluent wire format (magic byte 0, schema id, body)")
+        read = self._deserializer_fn()
+        schema_id = int.from_bytes(raw[1:5], "big")
+        self._writer(schema_id).check(raw, 5)
+        direct = self._direct.get(schema_id)
+        if direct is None:
+            return self._through_registry(read, raw)
+        body = io.BytesIO(raw)
+        body.seek(5)
+        return fastavro.schemaless_reader(body, *direct)
 
     def _dumps_registered(self, value: Any) -> bytes:
         """``value`` in the wire format: confluent-kafka's `AvroSerializer` registers the
@@ -219,6 +236,13 @@ class Avro:
             plan = self._accept(schema)
             if len(self._writers) >= WRITER_SCHEMAS_KEPT:
                 self._writers.clear()
+                self._direct.clear()
+            if not isinstance(plan, RecordError):
+                writer = _direct_reader(schema)
+                if writer is not None:
+                    # fastavro resolves nothing if they are equal: asked once, not per record.
+                    reader = None if writer == self._parsed else self._parsed
+                    self._direct[schema_id] = (writer, reader)
             self._writers[schema_id] = plan
         if isinstance(plan, RecordError):
             raise RecordError(f"writer schema {schema_id}: {plan}", plan.reason)
@@ -283,6 +307,24 @@ def _wire_prefix(raw: bytes, write: Callable[[Any], bytes], value: Any) -> bytes
     if len(raw) != 5 + len(body) or raw[0] != 0 or not raw.endswith(body):
         return None
     return raw[:5]
+
+
+def _direct_reader(schema: Any) -> Any:
+    """The parsed writer ``schema`` (a registry ``Schema`` the source accepted) if a record
+    of it reads as fastavro reads it, with no rule of the deserializer's between; else None."""
+    rules = schema.rule_set
+    if rules is not None and (rules.encoding_rules or rules.domain_rules or rules.migration_rules):
+        return None
+    text = (schema.schema_str or "").strip()
+    if not text.startswith(("{", "[")):
+        text = '{"type":' + text + "}"
+    try:
+        parsed = fastavro.parse_schema(json.loads(text))
+    except Exception:  # noqa: BLE001 - the deserializer's way, and its error
+        return None
+    if parsed == "bytes" or (isinstance(parsed, dict) and parsed.get("type") == "bytes"):
+        return None  # the deserializer hands a `bytes` writer's body over as it is
+    return parsed
 
 
 def _names(parsed: Any) -> frozenset[str]:

@@ -32,7 +32,7 @@ from tests.integration import avro_hostile_pipeline as hostile
 from tests.integration.avro_pipeline import CLICK
 from tests.integration.pipeline_run import PipelineRun, read_committed
 from tests.registry import ApicurioRegistry, RegistryError
-from tests.registry_stand_in import count_serializer_calls
+from tests.registry_stand_in import count_deserializer_calls, count_serializer_calls
 from tests.unit.test_avro_bounds import linked, wire, zigzag
 
 HERE = Path(__file__).resolve().parent
@@ -233,7 +233,8 @@ def test_registry_records_are_confluents_bytes_on_a_real_registry(
 ) -> None:
     """`Avro(registry_url=...)` writes what confluent-kafka's serializer writes on Apicurio,
     itself calling the serializer for the first record and for a value its compiled writer is
-    not sure of (a bool where a long goes), not for the others."""
+    not sure of (a bool where a long goes), not for the others; and reads what its
+    deserializer reads without calling it (Apicurio's schema has no rules)."""
     schema = {
         "type": "record",
         "name": "Outcome",
@@ -259,6 +260,14 @@ def test_registry_records_are_confluents_bytes_on_a_real_registry(
     ours = Avro(schema, registry_url=registry_url).for_topic(topic)
     assert [ours.dumps(v) for v in values] == expected
     assert len(calls) == 2
+    their_reader = AvroDeserializer(
+        registry, json.dumps(schema), conf={"subject.name.strategy": topic_subject_name_strategy}
+    )
+    read = [their_reader(raw, at_topic) for raw in expected]
+    reads = count_deserializer_calls(monkeypatch)
+    our_reader = Avro(schema, registry_url=registry_url).for_topic(topic)
+    assert [our_reader.loads(raw) for raw in expected] == read
+    assert reads == []
 
 
 def test_hostile_avro_records_are_dead_records_and_no_worker_dies(
