@@ -13,7 +13,8 @@ deleted), so that the broker's JIT is equally warm for every side after the firs
 Prints per run the words/s, the job's and the broker's CPU s per M words, and the records
 each topic got. ``--jfr SECONDS``: a Java Flight Recorder of the broker during the last run
 (8 s after its start), summed by frame: the share of the broker's samples in each of its
-hottest methods, the callers included.
+hottest methods, the callers included. ``--batches``: per topic of each run, its data
+batches, records and bytes a batch (Kafka's DumpLogSegments over the run's segments).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from bench.peers.flink_peer import FlinkPeer  # noqa: E402
 from bench.peers.processor_peer import ProcessorPeer  # noqa: E402
 from processor.commands import corpus  # noqa: E402
 from processor.localkafka.broker import LocalBroker  # noqa: E402
+from processor.localkafka.tools import run_tool  # noqa: E402
 
 EMIT_RECORD = f"{ROOT}/bench/pipelines/wordcount_emit_record.py:pipeline"
 FLINK = "flink"  # --flink: the bench's Flink DataStream peer (a record per word), each round
@@ -78,6 +80,27 @@ def _records_and_clear(bootstrap: str) -> dict[str, int]:
     return counts
 
 
+def _batches(log_dir: Path) -> dict[str, dict[str, float]]:
+    """Per topic (not the internal ones): data batches, records and bytes per batch, from
+    Kafka's DumpLogSegments over every segment of the run (``--batches``)."""
+    per: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
+    for segment in sorted(log_dir.glob("*-*/*.log")):
+        topic, _, partition = segment.parent.name.rpartition("-")
+        if topic.startswith("__") or not partition.isdigit():  # internal, or being deleted
+            continue
+        out = run_tool("org.apache.kafka.tools.DumpLogSegments", ["--files", str(segment)])
+        for m in re.finditer(r"count: (\d+) .*?isControl: false .*?size: (\d+)", out):
+            per[topic].append((int(m.group(1)), int(m.group(2))))
+    return {
+        t: {
+            "batches": len(b),
+            "records_per_batch": round(sum(c for c, _ in b) / len(b), 1),
+            "bytes_per_batch": round(sum(s for _, s in b) / len(b)),
+        }
+        for t, b in per.items()
+    }
+
+
 def _jfr_summary(recording: Path, top: int) -> list[tuple[float, str]]:
     """The share of the recording's samples whose stack holds each method, highest first."""
     text = subprocess.run(
@@ -106,6 +129,7 @@ def main() -> None:
     parser.add_argument("--jfr", type=int, default=0, help="seconds of JFR in the last run")
     parser.add_argument("--port", type=int, default=27192)
     parser.add_argument("--flink", action="store_true", help="Flink DataStream's word count too")
+    parser.add_argument("--batches", action="store_true", help="each topic's batch sizes")
     args = parser.parse_args()
     variants: dict[str, dict[str, str]] = {"base": {}}
     for given in args.variant:
@@ -147,8 +171,10 @@ def main() -> None:
                 "broker_cpu_s_per_m": round(
                     got.get("broker_cpu_s_until_exact", 0.0) / (args.words / 1e6), 3
                 ),
-                "records": _records_and_clear(broker.bootstrap),
             }
+            if args.batches:
+                row["batches"] = _batches(tmp / "kafka" / "data")
+            row["records"] = _records_and_clear(broker.bootstrap)
             print(json.dumps(row), flush=True)
         if args.jfr:
             time.sleep(args.jfr + 2)
