@@ -255,9 +255,7 @@ class Avro:
             return RecordError("schemas with references are not accepted", "schema_refused")
         if (schema.schema_type or "AVRO") != "AVRO":
             return RecordError(f"a {schema.schema_type} schema, not Avro", "schema_refused")
-        text = (schema.schema_str or "").strip()
-        if not text.startswith(("{", "[")):
-            text = '{"type":' + text + "}"  # a primitive's name, as the deserializer reads it
+        text = _schema_text(schema)
         problem = schema_problem(text)
         if problem is not None:
             return RecordError(problem, "schema_refused")
@@ -315,16 +313,22 @@ def _direct_reader(schema: Any) -> Any:
     rules = schema.rule_set
     if rules is not None and (rules.encoding_rules or rules.domain_rules or rules.migration_rules):
         return None
-    text = (schema.schema_str or "").strip()
-    if not text.startswith(("{", "[")):
-        text = '{"type":' + text + "}"
     try:
-        parsed = fastavro.parse_schema(json.loads(text))
+        parsed = fastavro.parse_schema(json.loads(_schema_text(schema)))
     except Exception:  # noqa: BLE001 - the deserializer's way, and its error
         return None
-    if parsed == "bytes" or (isinstance(parsed, dict) and parsed.get("type") == "bytes"):
+    if isinstance(parsed, dict) and parsed.get("type") == "bytes":
         return None  # the deserializer hands a `bytes` writer's body over as it is
     return parsed
+
+
+def _schema_text(schema: Any) -> str:
+    """A registry ``Schema``'s JSON text; a primitive's bare name as ``{"type": name}``, as
+    the deserializer reads it."""
+    text: str = (schema.schema_str or "").strip()
+    if not text.startswith(("{", "[")):
+        text = '{"type":' + text + "}"
+    return text
 
 
 def _names(parsed: Any) -> frozenset[str]:
