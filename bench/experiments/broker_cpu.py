@@ -3,13 +3,16 @@
     python bench/experiments/broker_cpu.py --rounds 3 --words 4000000 --flink \
         --variant 'linger20={"PROCESSOR_KAFKA_CONFIG": "{\\"linger.ms\\": \\"20\\"}"}'
     python bench/experiments/broker_cpu.py --rounds 1 --jfr 10    # + Java Flight Recorder
+    python bench/experiments/broker_cpu.py --pipeline wordcount --checkout before=/tmp/old
 
 One broker for the whole sitting (the bench's throughput phase, `bench.harness.phases`, on a
 backlog of ``--words`` of the bench's corpus): per round, the job as it is (``base``; of
 ``--pipeline``: ``emit="record"`` word count unless told), then each ``--variant`` (a name and
-the JSON of more environment for the job's processes), then with ``--flink`` the bench's Flink
-DataStream peer (a record per word, as ``emit="record"``), each on fresh topics (the last ones
-deleted), so that the broker's JIT is equally warm for every side after the first round.
+the JSON of more environment for the job's processes), then each ``--checkout`` (a name and
+another checkout, whose engine runs with its ``.venv``: an A/B against an older commit), then
+with ``--flink`` the bench's Flink DataStream peer (a record per word, as ``emit="record"``),
+each on fresh topics (the last ones deleted), so that the broker's JIT is equally warm for
+every side after the first round.
 Prints per run the words/s, the job's and the broker's CPU s per M words, and the records
 each topic got. ``--jfr SECONDS``: a Java Flight Recorder of the broker during the last run
 (8 s after its start), summed by frame: the share of the broker's samples in each of its
@@ -51,12 +54,12 @@ EMIT_RECORD = f"{ROOT}/bench/pipelines/wordcount_emit_record.py:pipeline"
 FLINK = "flink"  # --flink: the bench's Flink DataStream peer (a record per word), each round
 
 
-def _processor(pipeline: str, env: dict[str, str]) -> ProcessorPeer:
+def _processor(pipeline: str, env: dict[str, str], checkout: Path | None = None) -> ProcessorPeer:
     if pipeline == "emit_record":
-        return ProcessorPeer(pipeline=EMIT_RECORD, env=env)
+        return ProcessorPeer(checkout, pipeline=EMIT_RECORD, env=env)
     if pipeline == "no_combiner":
-        return ProcessorPeer(env={"PROCESSOR_COMBINE": "false", **env})
-    return ProcessorPeer(env=env)
+        return ProcessorPeer(checkout, env={"PROCESSOR_COMBINE": "false", **env})
+    return ProcessorPeer(checkout, env=env)
 
 
 def _records_and_clear(bootstrap: str) -> dict[str, int]:
@@ -126,6 +129,9 @@ def main() -> None:
         "--pipeline", choices=("emit_record", "no_combiner", "wordcount"), default="emit_record"
     )
     parser.add_argument("--variant", action="append", default=[], help='NAME={"ENV": "value"}')
+    parser.add_argument(
+        "--checkout", action="append", default=[], help="NAME=PATH: the engine of a checkout"
+    )
     parser.add_argument("--jfr", type=int, default=0, help="seconds of JFR in the last run")
     parser.add_argument("--port", type=int, default=27192)
     parser.add_argument("--flink", action="store_true", help="Flink DataStream's word count too")
@@ -135,6 +141,11 @@ def main() -> None:
     for given in args.variant:
         name, _, env = given.partition("=")
         variants[name] = json.loads(env)
+    checkouts = {}
+    for given in args.checkout:
+        name, _, path = given.partition("=")
+        checkouts[name] = Path(path).resolve()
+        variants[name] = {}
     if args.flink:
         FlinkPeer().prepare()  # its jar, built once
         variants[FLINK] = {}
@@ -150,7 +161,11 @@ def main() -> None:
         pid = int(broker.pid_file.read_text().strip())
         runs = [(r, name) for r in range(args.rounds) for name in variants]
         for i, (r, name) in enumerate(runs):
-            peer = FlinkPeer() if name == FLINK else _processor(args.pipeline, variants[name])
+            peer = (
+                FlinkPeer()
+                if name == FLINK
+                else _processor(args.pipeline, variants[name], checkouts.get(name))
+            )
 
             def record(running: Running, last: bool = i == len(runs) - 1) -> None:
                 del running
