@@ -156,18 +156,24 @@ CONTROL_FETCH_WAIT_MS = 500
 
 
 def consumer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
-    """A consumer that only ever sees committed data and never commits by itself."""
+    """A consumer that only ever sees committed data and never commits by itself.
+
+    Its fetching is the engine's default, which ``PROCESSOR_KAFKA_CONFIG`` overrides (a
+    larger ``fetch.min.bytes``, a longer ``fetch.wait.max.ms``); what exactly-once rests on
+    (``read_committed``, no commits of its own, the group) it does not; ``overrides`` (the
+    caller's: a control consumer's wait) override both.
+    """
     return {
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+        "fetch.wait.max.ms": 50,
+        "fetch.min.bytes": 1,
+        "queued.max.messages.kbytes": 65536,
         **common_config(settings),
         "group.id": settings.group_id,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
         "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": 50,
-        "fetch.min.bytes": 1,
-        "queued.max.messages.kbytes": 65536,
         **overrides,
     }
 

@@ -3,6 +3,7 @@ move or load, or a new topic answers is retried, anything else is raised at once
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
@@ -199,3 +200,30 @@ def test_a_consumer_fetches_again_soon_after_its_queue_was_full(
     assert clients.consumer_config(Settings())["fetch.queue.backoff.ms"] == 10
     monkeypatch.setenv("PROCESSOR_KAFKA_CONFIG", '{"fetch.queue.backoff.ms": "250"}')
     assert clients.consumer_config(Settings())["fetch.queue.backoff.ms"] == "250"
+
+
+def test_the_user_tunes_a_consumers_fetching_but_not_its_isolation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PROCESSOR_KAFKA_CONFIG replaces the engine's fetch sizes and waits; read_committed, the
+    group and the engine's own offset commits stay; a caller's override wins over both."""
+    given = {
+        "fetch.min.bytes": "65536",
+        "fetch.wait.max.ms": "200",
+        "queued.max.messages.kbytes": "1024",
+        "isolation.level": "read_uncommitted",
+        "enable.auto.commit": "true",
+        "enable.auto.offset.store": "true",
+        "group.id": "theirs",
+    }
+    monkeypatch.setenv("PROCESSOR_KAFKA_CONFIG", json.dumps(given))
+    config = clients.consumer_config(Settings(job_name="j"))
+    assert config["fetch.min.bytes"] == "65536"
+    assert config["fetch.wait.max.ms"] == "200"
+    assert config["queued.max.messages.kbytes"] == "1024"
+    assert config["isolation.level"] == "read_committed"
+    assert config["enable.auto.commit"] is False
+    assert config["enable.auto.offset.store"] is False
+    assert config["group.id"] == "j"
+    control = clients.consumer_config(Settings(job_name="j"), **{"fetch.wait.max.ms": 500})
+    assert control["fetch.wait.max.ms"] == 500
