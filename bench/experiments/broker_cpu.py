@@ -144,6 +144,8 @@ def main() -> None:
     checkouts = {}
     for given in args.checkout:
         name, _, path = given.partition("=")
+        if name in variants or name == FLINK:
+            parser.error(f"--checkout {name}: the name of another run")
         checkouts[name] = Path(path).resolve()
         variants[name] = {}
     if args.flink:
